@@ -1,0 +1,182 @@
+"""Argument checks shared by the functional API and the modules.
+
+Every check raises ``TypeError`` or ``ValueError`` naming the argument, what it got and what it
+expects. Checks look only at metadata (dtype, shape, device), never at values, so they cost
+nothing on the hot path and trace cleanly under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+
+FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+CASTING_MODES = ("llama", "gemma", "fp32")
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """Precision of the statistics for an input dtype: float64 for float64, else float32."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def check_input(name: str, x: object) -> torch.Tensor:
+    """``x`` must be a floating tensor with at least one dimension and a non-empty last one."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
+    if x.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name}: dtype {x.dtype} is not supported; expected one of "
+            "float16, bfloat16, float32, float64"
+        )
+    if x.dim() == 0:
+        raise ValueError(f"{name}: got a 0-d tensor; expected shape [..., D] with D >= 1")
+    if x.shape[-1] == 0:
+        raise ValueError(f"{name}: last dimension is 0 (shape {tuple(x.shape)}); expected D >= 1")
+    return x
+
+
+def check_eps(eps: object, name: str = "eps") -> float:
+    """``eps`` must be a finite real number > 0 (bool is rejected)."""
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+        raise TypeError(f"{name}: expected a float > 0, got {type(eps).__name__} {eps!r}")
+    if not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"{name}: expected a finite float > 0, got {eps!r}")
+    return float(eps)
+
+
+def check_finite_number(value: object, name: str) -> float:
+    """A finite real number (bool rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name}: expected a float, got {type(value).__name__} {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: expected a finite float, got {value!r}")
+    return float(value)
+
+
+def check_casting(casting: object) -> str:
+    if casting not in CASTING_MODES:
+        raise ValueError(
+            f"casting: unknown mode {casting!r}; expected one of {', '.join(CASTING_MODES)}"
+        )
+    return str(casting)
+
+
+def check_out_dtype(out_dtype: object) -> torch.dtype | None:
+    if out_dtype is None:
+        return None
+    if not isinstance(out_dtype, torch.dtype) or out_dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"out_dtype: expected None or one of float16, bfloat16, float32, float64, "
+            f"got {out_dtype!r}"
+        )
+    return out_dtype
+
+
+def check_param(name: str, p: torch.Tensor | None, x: torch.Tensor) -> None:
+    """A per-channel parameter (weight, bias): floating, 1-D of size D, on x's device."""
+    if p is None:
+        return
+    if not isinstance(p, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor or None, got {type(p).__name__}")
+    if not p.is_floating_point():
+        raise TypeError(
+            f"{name}: dtype {p.dtype} is not a floating dtype; expected a floating tensor "
+            f"(x is {x.dtype})"
+        )
+    if p.device != x.device:
+        raise ValueError(
+            f"{name}: is on {p.device} but x is on {x.device}; expected the same device"
+        )
+    d = x.shape[-1]
+    if p.dim() != 1 or p.shape[0] != d:
+        raise ValueError(
+            f"{name}: shape {tuple(p.shape)} does not match x's last dimension; "
+            f"expected ({d},) for x of shape {tuple(x.shape)}"
+        )
+
+
+def check_same_shape(name: str, t: torch.Tensor, x: torch.Tensor, x_name: str = "x") -> None:
+    """``t`` must be a floating tensor of exactly x's shape, on x's device."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(
+            f"{name}: dtype {t.dtype} is not supported; expected a floating dtype like {x_name}"
+        )
+    if t.device != x.device:
+        raise ValueError(
+            f"{name}: is on {t.device} but {x_name} is on {x.device}; expected the same device"
+        )
+    if t.shape != x.shape:
+        raise ValueError(
+            f"{name}: shape {tuple(t.shape)} differs from {x_name}'s {tuple(x.shape)}; "
+            "expected the same shape"
+        )
+
+
+def modulation_view(name: str, m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Return a per-sequence or per-token modulation tensor viewed so it broadcasts over x.
+
+    Accepted shapes for x of shape [B, T, D]: [B, D] (per sequence, a token axis is inserted),
+    [B, 1, D] (per sequence) and [B, T, D] (per token); for x of shape [N, D]: [N, D] or [D];
+    in general anything that broadcasts to x's shape without enlarging it, with D last.
+    """
+    if not isinstance(m, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(m).__name__}")
+    if m.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: dtype {m.dtype} is not supported; expected a floating dtype")
+    if m.device != x.device:
+        raise ValueError(
+            f"{name}: is on {m.device} but x is on {x.device}; expected the same device"
+        )
+    view = m
+    if x.dim() >= 3 and m.dim() == x.dim() - 1:
+        view = m.unsqueeze(-2)
+    if not _broadcasts_to(view.shape, x.shape):
+        raise ValueError(
+            f"{name}: shape {tuple(m.shape)} does not broadcast to x's shape {tuple(x.shape)}; "
+            "expected [B, D] or [B, 1, D] (per sequence) or [B, T, D] (per token)"
+        )
+    return view
+
+
+def _broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
+    if len(shape) > len(target):
+        return False
+    for s, t in zip(reversed(shape), reversed(target), strict=False):
+        if s not in (1, t):
+            return False
+    return shape[-1] == target[-1] if len(shape) else False
+
+
+def check_cond(cond: object, x: torch.Tensor, cond_dim: int) -> torch.Tensor:
+    """A condition vector per sequence ([B, C]) or per token ([B, T, C]) that fits ``x``."""
+    if not isinstance(cond, torch.Tensor):
+        raise TypeError(f"cond: expected a torch.Tensor, got {type(cond).__name__}")
+    if not cond.is_floating_point():
+        raise TypeError(f"cond: dtype {cond.dtype} is not a floating dtype")
+    if cond.dim() == 0 or cond.shape[-1] != cond_dim:
+        raise ValueError(
+            f"cond: shape {tuple(cond.shape)} has the wrong last dimension; "
+            f"expected [..., {cond_dim}] (cond_dim)"
+        )
+    lead = tuple(cond.shape[:-1])
+    if x.dim() >= 3 and cond.dim() == x.dim() - 1:
+        lead = (*lead, 1)  # per sequence: insert the token axis
+    if not _broadcasts_to((*lead, x.shape[-1]), x.shape):
+        raise ValueError(
+            f"cond: shape {tuple(cond.shape)} does not fit x of shape {tuple(x.shape)}; expected "
+            f"[B, {cond_dim}] (per sequence) or [B, T, {cond_dim}] (per token)"
+        )
+    return cond
+
+
+def check_dim(value: object, name: str) -> int:
+    """A positive integer size (bool rejected)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
+    if value < 1:
+        raise ValueError(f"{name}: expected a positive int, got {value}")
+    return value

@@ -1,0 +1,12 @@
+"""Command-line interface: ``normlab explain | compare | report | bench | audit``."""
+
+from normlab.cli import explain_cmd  # noqa: F401  (registers the command)
+from normlab.cli.app import app
+
+
+def main() -> None:
+    """Entry point of the ``normlab`` console script."""
+    app()
+
+
+__all__ = ["app", "main"]

@@ -1,0 +1,64 @@
+"""Backends that compute the norms of :mod:`normlab.functional`.
+
+A backend is an object exposing the functions of :mod:`normlab.kernels.reference` with the same
+signatures. ``"torch"`` (the reference composite) is always available; other backends register
+themselves with :func:`register_backend`. ``"auto"`` picks per device and dtype through
+:func:`auto_backend`; the environment variable ``NORMLAB_BACKEND`` sets the default at import.
+"""
+
+from __future__ import annotations
+
+import os
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from normlab.kernels import reference
+
+_BACKENDS: dict[str, Any] = {"torch": reference}
+_default_backend: str = os.environ.get("NORMLAB_BACKEND", "auto")
+
+
+def register_backend(name: str, impl: ModuleType | Any) -> None:
+    """Make ``impl`` (an object with the reference backend's functions) available as ``name``."""
+    if not isinstance(name, str) or not name or name == "auto":
+        raise ValueError(f"name: expected a non-empty backend name other than 'auto', got {name!r}")
+    _BACKENDS[name] = impl
+
+
+def available_backends() -> list[str]:
+    """Names of the registered backends, plus ``"auto"``."""
+    return ["auto", *sorted(_BACKENDS)]
+
+
+def set_default_backend(name: str) -> None:
+    """Set the backend used when a call passes ``backend=None``."""
+    _check_name(name)
+    global _default_backend
+    _default_backend = name
+
+
+def get_default_backend() -> str:
+    return _default_backend
+
+
+def auto_backend(x: torch.Tensor) -> str:
+    """The backend ``"auto"`` resolves to for a tensor (see the table in the README)."""
+    return "torch"
+
+
+def resolve_backend(name: str | None, x: torch.Tensor) -> Any:
+    """Return the backend object for ``name`` (``None`` means the default) and tensor ``x``."""
+    name = _default_backend if name is None else name
+    _check_name(name)
+    if name == "auto":
+        name = auto_backend(x)
+    return _BACKENDS[name]
+
+
+def _check_name(name: object) -> None:
+    if name != "auto" and name not in _BACKENDS:
+        raise ValueError(
+            f"backend: unknown backend {name!r}; expected one of {', '.join(available_backends())}"
+        )

@@ -1,0 +1,101 @@
+"""Conditional norms: π0.5-style AdaRMSNorm and DiT-style adaLN-Zero."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from normlab import functional as F
+from normlab._checks import check_cond, check_dim, check_eps
+
+
+def _broadcastable_gate(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """A per-sequence gate [B, D] for x of shape [B, T, D] gets a token axis: [B, 1, D]."""
+    return gate.unsqueeze(-2) if x.dim() >= 3 and gate.dim() == x.dim() - 1 else gate
+
+
+class AdaRMSNorm(nn.Module):
+    """AdaRMS (π0.5): [s, t, g] = Linear(c); y = x·rsqrt(mean(x²) + ε) ⊙ (1 + s) + t.
+
+    ``forward(x, cond)`` returns ``(y, g)`` (``g`` is ``None`` when ``gate=False``); use
+    ``h + g ⊙ sublayer(y)`` (:func:`normlab.functional.gated_residual`). The Linear starts at
+    zero, so at initialisation the layer is a unit-gain RMSNorm and the gate closes the residual
+    branch. No static gain is kept: the Linear's bias plays that role. ``cond`` is already
+    embedded (e.g. by a timestep MLP); it is [B, C] (per sequence) or [B, T, C] (per token).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        eps: float = 1e-6,
+        gate: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.dim = check_dim(dim, "dim")
+        self.cond_dim = check_dim(cond_dim, "cond_dim")
+        self.eps = check_eps(eps)
+        self.gate = bool(gate)
+        chunks = 3 if self.gate else 2
+        self.modulation = nn.Linear(cond_dim, chunks * dim, device=device, dtype=dtype)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Zero the modulation Linear (weight and bias)."""
+        nn.init.zeros_(self.modulation.weight)
+        nn.init.zeros_(self.modulation.bias)
+
+    def forward(
+        self, x: torch.Tensor, cond: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        check_cond(cond, x, self.cond_dim)
+        mod = self.modulation(cond)
+        if self.gate:
+            scale, shift, gate = mod.chunk(3, dim=-1)
+        else:
+            (scale, shift), gate = mod.chunk(2, dim=-1), None
+        y = F.ada_rms_norm(x, scale, shift, self.eps)
+        return y, None if gate is None else _broadcastable_gate(gate, x)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, cond_dim={self.cond_dim}, eps={self.eps}, gate={self.gate}"
+
+
+class AdaLayerNormZero(nn.Module):
+    """adaLN-Zero (DiT): (shift, scale, gate) = Linear(SiLU(c)); y = x̂ ⊙ (1 + scale) + shift.
+
+    x̂ = (x − μ)·rsqrt(σ² + ε), a LayerNorm with no affine. ``forward(x, cond)`` returns
+    ``(y, gate)``; the Linear starts at zero, so every gated branch starts closed.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        eps: float = 1e-6,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__()
+        self.dim = check_dim(dim, "dim")
+        self.cond_dim = check_dim(cond_dim, "cond_dim")
+        self.eps = check_eps(eps)
+        self.act = nn.SiLU()
+        self.modulation = nn.Linear(cond_dim, 3 * dim, device=device, dtype=dtype)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Zero the modulation Linear (weight and bias)."""
+        nn.init.zeros_(self.modulation.weight)
+        nn.init.zeros_(self.modulation.bias)
+
+    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_cond(cond, x, self.cond_dim)
+        shift, scale, gate = self.modulation(self.act(cond)).chunk(3, dim=-1)
+        y = F.ada_layer_norm(x, scale, shift, self.eps)
+        return y, _broadcastable_gate(gate, x)
+
+    def extra_repr(self) -> str:
+        return f"{self.dim}, cond_dim={self.cond_dim}, eps={self.eps}"

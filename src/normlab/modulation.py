@@ -1,0 +1,74 @@
+"""Explicit conversions between modulation orderings.
+
+π0.5's AdaRMS splits its Linear's output as (scale, shift, gate); DiT's adaLN-Zero as
+(shift, scale, gate). The two are the same Linear with its output rows permuted in blocks of D.
+Nothing in normlab converts implicitly: call these.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+PI05_ORDER: tuple[str, ...] = ("scale", "shift", "gate")
+DIT_ORDER: tuple[str, ...] = ("shift", "scale", "gate")
+
+
+def reorder_chunks(
+    t: torch.Tensor, src: Sequence[str], dst: Sequence[str], dim: int = 0
+) -> torch.Tensor:
+    """Permute the equal chunks of ``t`` along ``dim`` from the order ``src`` to ``dst``.
+
+    ``src`` and ``dst`` name the chunks (e.g. ``("shift", "scale", "gate")``); ``dst`` must be a
+    permutation of ``src`` and ``t.shape[dim]`` a multiple of ``len(src)``.
+    """
+    src, dst = tuple(src), tuple(dst)
+    if len(set(src)) != len(src):
+        raise ValueError(f"src: chunk names must be distinct, got {src}")
+    if sorted(src) != sorted(dst):
+        raise ValueError(f"dst: expected a permutation of src {src}, got {dst}")
+    size = t.shape[dim]
+    if size % len(src):
+        raise ValueError(
+            f"t: size {size} along dim {dim} is not a multiple of the {len(src)} chunks {src}"
+        )
+    chunks = dict(zip(src, t.chunk(len(src), dim=dim), strict=True))
+    return torch.cat([chunks[name] for name in dst], dim=dim)
+
+
+def reorder_linear(linear: nn.Linear, src: Sequence[str], dst: Sequence[str]) -> nn.Linear:
+    """A copy of ``linear`` whose output rows (weight and bias) are reordered from src to dst."""
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"linear: expected torch.nn.Linear, got {type(linear).__name__}")
+    new = copy.deepcopy(linear)
+    with torch.no_grad():
+        new.weight.copy_(reorder_chunks(linear.weight, src, dst, dim=0))
+        if linear.bias is not None:
+            new.bias.copy_(reorder_chunks(linear.bias, src, dst, dim=0))
+    return new
+
+
+def dit_to_pi05(linear: nn.Linear) -> nn.Linear:
+    """(shift, scale, gate) → (scale, shift, gate); a two-chunk Linear drops the gate."""
+    n = _chunk_count(linear)
+    return reorder_linear(linear, DIT_ORDER[:n], PI05_ORDER[:n])
+
+
+def pi05_to_dit(linear: nn.Linear) -> nn.Linear:
+    """(scale, shift, gate) → (shift, scale, gate); a two-chunk Linear drops the gate."""
+    n = _chunk_count(linear)
+    return reorder_linear(linear, PI05_ORDER[:n], DIT_ORDER[:n])
+
+
+def _chunk_count(linear: nn.Linear) -> int:
+    out = linear.out_features
+    if out % 3 == 0:
+        return 3
+    if out % 2 == 0:
+        return 2
+    raise ValueError(
+        f"linear: out_features {out} is neither 2·D nor 3·D; expected a modulation Linear"
+    )
