@@ -17,14 +17,27 @@ import torch
 from normlab.kernels import reference
 
 _BACKENDS: dict[str, Any] = {"torch": reference}
+_DEVICES: dict[str, tuple[str, ...]] = {"torch": ("cpu", "cuda", "mps", "xpu")}
 _default_backend: str = os.environ.get("NORMLAB_BACKEND", "auto")
 
 
-def register_backend(name: str, impl: ModuleType | Any) -> None:
-    """Make ``impl`` (an object with the reference backend's functions) available as ``name``."""
+def register_backend(
+    name: str, impl: ModuleType | Any, devices: tuple[str, ...] = ("cpu", "cuda")
+) -> None:
+    """Make ``impl`` (an object with the reference backend's functions) available as ``name``.
+
+    ``devices`` lists the device types (``torch.device.type``) the backend runs on here.
+    """
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name: expected a non-empty backend name other than 'auto', got {name!r}")
     _BACKENDS[name] = impl
+    _DEVICES[name] = tuple(devices)
+
+
+def backends_for(device: torch.device | str) -> list[str]:
+    """Registered backends (not ``"auto"``) that run on ``device``'s type."""
+    kind = torch.device(device).type
+    return sorted(name for name, kinds in _DEVICES.items() if kind in kinds)
 
 
 def available_backends() -> list[str]:
