@@ -1,0 +1,64 @@
+"""Statistics across seeds for ``normlab compare``: paired differences, intervals, equivalence
+tests, verdicts and the recommendation.
+
+Modules, one job each: :mod:`~normlab.analysis.runs` loads a compare folder,
+:mod:`~normlab.analysis.stats` holds the t-interval / TOST / log-ratio formulas,
+:mod:`~normlab.analysis.power` estimates the seeds still needed,
+:mod:`~normlab.analysis.comparison` turns one paired sample into a verdict,
+:mod:`~normlab.analysis.stability` judges divergences and spikes,
+:mod:`~normlab.analysis.verdicts` and :mod:`~normlab.analysis.recommendation` decide, and
+:mod:`~normlab.analysis.summary` assembles the top-level ``summary.json``.
+"""
+
+from normlab.analysis.comparison import PairedComparison, compare_paired
+from normlab.analysis.metrics import METRICS, MetricSpec, metric_spec
+from normlab.analysis.power import seeds_needed, settle_probability
+from normlab.analysis.recommendation import Recommendation, recommend
+from normlab.analysis.runs import (
+    DONE_STATUSES,
+    CompareFolder,
+    CompareFolderError,
+    RunResult,
+    load_compare_folder,
+)
+from normlab.analysis.stability import arm_stability, stability_verdict
+from normlab.analysis.stats import (
+    describe,
+    log_ratio_interval,
+    paired_t_interval,
+    t_interval,
+    tost,
+    tost_paired,
+)
+from normlab.analysis.summary import analyze, compare_metric, run_outcome
+from normlab.analysis.verdicts import ArmVerdict, arm_verdict
+
+__all__ = [
+    "DONE_STATUSES",
+    "METRICS",
+    "ArmVerdict",
+    "CompareFolder",
+    "CompareFolderError",
+    "MetricSpec",
+    "PairedComparison",
+    "Recommendation",
+    "RunResult",
+    "analyze",
+    "arm_stability",
+    "arm_verdict",
+    "compare_metric",
+    "compare_paired",
+    "describe",
+    "load_compare_folder",
+    "log_ratio_interval",
+    "metric_spec",
+    "paired_t_interval",
+    "recommend",
+    "run_outcome",
+    "seeds_needed",
+    "settle_probability",
+    "stability_verdict",
+    "t_interval",
+    "tost",
+    "tost_paired",
+]

@@ -1,0 +1,193 @@
+"""One paired comparison of an arm against the baseline on one metric, with its verdict.
+
+Verdict rules, for differences d_k = x_k − y_k (arm minus baseline) or log ratios
+d_k = ln(x_k / y_k), at level α (0.05 by default):
+
+1. fewer than two pairs: ``inconclusive`` (no interval can be formed);
+2. ``equivalent`` when TOST rejects non-equivalence, i.e. the (1 − 2α) interval lies inside
+   (−Δ, +Δ) — or when every pair is identical (all d_k = 0) for metrics without a margin;
+3. otherwise ``better`` / ``worse`` when the (1 − α) t-interval excludes zero (its sign and the
+   metric's direction decide which);
+4. otherwise ``inconclusive``, with ``seeds_needed`` from
+   :func:`normlab.analysis.power.seeds_needed`.
+
+Equivalence is tested before superiority: a difference that is statistically detectable but
+smaller than the margin is practically nil, and the verdict says ``equivalent`` with
+``significant`` set to record it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from normlab.analysis.power import seeds_needed
+from normlab.analysis.stats import log_ratio_interval, t_interval, tost
+
+__all__ = ["VERDICTS", "PairedComparison", "compare_paired"]
+
+VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+
+
+@dataclass(frozen=True)
+class PairedComparison:
+    """Statistics and verdict of an arm against the baseline on one metric.
+
+    ``mean_diff``, ``ci_low`` and ``ci_high`` are always on the metric's own scale (x − y).
+    For ratio metrics, ``ratio`` and its interval come from the log-ratio t-interval, and the
+    test, ``p_value`` and verdict are those of the log ratios (``test`` names which).
+    """
+
+    n_pairs: int
+    seeds: list[int]
+    test: str
+    confidence: float
+    mean_diff: float | None
+    sd_diff: float | None
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    margin: float | None
+    tost_p: float | None
+    tost_low: float | None
+    tost_high: float | None
+    equivalent: bool
+    significant: bool
+    verdict: str
+    seeds_needed: int | None
+    ratio: float | None = None
+    ratio_ci_low: float | None = None
+    ratio_ci_high: float | None = None
+    note: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def _direction(mean: float, lower_is_better: bool) -> str:
+    return "better" if (mean < 0) == lower_is_better else "worse"
+
+
+def compare_paired(
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    seeds: Sequence[int] | None = None,
+    lower_is_better: bool,
+    margin: float | None = None,
+    scale: str = "difference",
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> PairedComparison:
+    """Compare paired samples ``x`` (arm) and ``y`` (baseline) and give a verdict.
+
+    ``margin`` is the equivalence margin Δ on the difference scale (None: no equivalence test).
+    ``scale="ratio"`` tests ln(x / y) and needs positive values; Δ is then unused.
+    See the module docstring for the verdict rules.
+    """
+    if scale not in ("difference", "ratio"):
+        raise ValueError(f"scale must be 'difference' or 'ratio', got {scale!r}")
+    if margin is not None and not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be None or a finite number >= 0, got {margin!r}")
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+    xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    if xa.shape != ya.shape or xa.ndim != 1:
+        raise ValueError(
+            f"x and y must be paired 1-d samples of equal length, got shapes {xa.shape} "
+            f"and {ya.shape}"
+        )
+    seed_list = list(range(xa.size)) if seeds is None else [int(s) for s in seeds]
+    if len(seed_list) != xa.size:
+        raise ValueError(f"seeds must have one entry per pair ({xa.size}), got {seed_list}")
+    confidence = 1.0 - alpha
+    raw = t_interval(xa - ya, confidence)
+    n = raw.n
+
+    ratio = ratio_low = ratio_high = None
+    if scale == "ratio":
+        rint = log_ratio_interval(xa, ya, confidence)
+        test_int, test = rint.log, "paired t-test on ln(x / y)"
+        ratio, ratio_low, ratio_high = rint.ratio, rint.low, rint.high
+        eq_margin = None
+    else:
+        test_int, test = raw, "paired t-test on x − y"
+        eq_margin = margin
+
+    common = dict(
+        n_pairs=n,
+        seeds=seed_list,
+        test=test,
+        confidence=confidence,
+        mean_diff=raw.mean,
+        sd_diff=raw.sd,
+        ci_low=raw.low,
+        ci_high=raw.high,
+        p_value=test_int.p_value,
+        margin=eq_margin,
+        ratio=ratio,
+        ratio_ci_low=ratio_low,
+        ratio_ci_high=ratio_high,
+    )
+    if n < 2:
+        note = (
+            "no seed has a value in both arms"
+            if n == 0
+            else "a single paired seed gives no interval and no estimate of seed-to-seed "
+            "variation; run at least 3 seeds per arm"
+        )
+        return PairedComparison(
+            **common,
+            tost_p=None,
+            tost_low=None,
+            tost_high=None,
+            equivalent=False,
+            significant=False,
+            verdict="inconclusive",
+            seeds_needed=None,
+            note=note,
+        )
+
+    mean, sd = test_int.mean, test_int.sd
+    assert mean is not None and sd is not None
+    assert test_int.low is not None and test_int.high is not None
+    if eq_margin is not None and eq_margin > 0:
+        eq = tost(xa - ya, eq_margin, alpha)
+        tost_p, tost_low, tost_high, equivalent = eq.p_value, eq.low, eq.high, eq.equivalent
+    else:
+        tost_p = tost_low = tost_high = None
+        equivalent = False
+    note = ""
+    if sd == 0.0:
+        note = "the paired differences have zero variance: the interval has zero width"
+        if mean == 0.0:
+            equivalent = True
+            note = "identical values in every pair"
+    significant = test_int.low > 0 or test_int.high < 0
+    needed = None
+    if equivalent:
+        verdict = "equivalent"
+    elif significant:
+        verdict = _direction(mean, lower_is_better)
+    else:
+        verdict = "inconclusive"
+        needed = seeds_needed(mean, sd, eq_margin or 0.0, n_done=n, alpha=alpha, power=power)
+        if needed is None:
+            note = "more than 1000 seeds would be needed: the difference is far below the noise"
+    return PairedComparison(
+        **common,
+        tost_p=tost_p,
+        tost_low=tost_low,
+        tost_high=tost_high,
+        equivalent=equivalent,
+        significant=significant,
+        verdict=verdict,
+        seeds_needed=needed,
+        note=note,
+    )

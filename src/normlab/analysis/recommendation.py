@@ -1,0 +1,104 @@
+"""The final recommendation across all arms, from each arm's decision against the baseline.
+
+- If some arms earn a ``switch``, the choice is, in this order of preference, the arm with the
+  largest quality gain (most negative bpb difference), else a more stable arm, else the fastest
+  of the equivalent-and-faster arms.
+- Else, if some arm is ``undecided``, the choice is ``"undecided"`` and the text says how many
+  seeds would likely settle it.
+- Else the baseline is kept (``either`` when some arm is equivalent with no speed difference).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from normlab.analysis.comparison import PairedComparison
+from normlab.analysis.verdicts import ArmVerdict
+
+__all__ = ["UNDECIDED", "Recommendation", "recommend"]
+
+UNDECIDED = "undecided"
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """``choice`` is an arm name or ``"undecided"``; ``status`` is switch / keep / either /
+    undecided; ``headline`` is one line and ``text`` the justification quoting the numbers."""
+
+    choice: str
+    status: str
+    headline: str
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def _arm_detail(v: ArmVerdict) -> str:
+    """``arm (decision): justification``."""
+    return f"{v.arm} ({v.decision}): {v.justification}"
+
+
+def _switch_rank(v: ArmVerdict, quality: PairedComparison, speed: PairedComparison) -> tuple:
+    if v.quality == "better":
+        return (0, quality.mean_diff or 0.0)
+    if v.stability == "better":
+        return (1, quality.mean_diff or 0.0)
+    return (2, -(speed.ratio or 0.0))
+
+
+def recommend(
+    baseline: str,
+    verdicts: dict[str, ArmVerdict],
+    quality: dict[str, PairedComparison],
+    throughput: dict[str, PairedComparison],
+) -> Recommendation:
+    """Pick the arm to use (rules in the module docstring)."""
+    if not verdicts:
+        return Recommendation(
+            baseline, "keep", f"Keep {baseline}.", "There is no other arm to compare against."
+        )
+    switches = [a for a, v in verdicts.items() if v.decision == "switch"]
+    undecided = [a for a, v in verdicts.items() if v.decision == "undecided"]
+    either = [a for a, v in verdicts.items() if v.decision == "either"]
+    if switches:
+        best = min(switches, key=lambda a: _switch_rank(verdicts[a], quality[a], throughput[a]))
+        rest = [_arm_detail(o) for a, o in verdicts.items() if a != best]
+        return Recommendation(
+            best,
+            "switch",
+            f"Use {best} rather than {baseline}: {verdicts[best].reason}.",
+            " ".join([_arm_detail(verdicts[best]), *rest]),
+        )
+    details = " ".join(_arm_detail(v) for v in verdicts.values())
+    if undecided:
+        if all(verdicts[a].n_pairs < 2 for a in undecided):
+            how = (
+                "fewer than two seeds have a result in both arms, so there is no interval; run at "
+                "least 3 seeds per arm and this report will say how many more would settle it"
+            )
+        else:
+            needs = [verdicts[a].seeds_needed for a in undecided if verdicts[a].n_pairs >= 2]
+            if any(n is None for n in needs):
+                how = "the difference is too small against the seed-to-seed noise to resolve"
+            else:
+                most = max(n for n in needs if n is not None)
+                how = f"about {most} seeds per arm would likely settle it"
+        return Recommendation(
+            UNDECIDED,
+            "undecided",
+            f"Undecided: the evidence cannot tell {', '.join(undecided)} from {baseline} yet; "
+            f"{how}.",
+            details,
+        )
+    phrases = "; ".join(v.reason for v in verdicts.values())
+    if either:
+        return Recommendation(
+            baseline,
+            "either",
+            f"Either: {phrases}; nothing is gained by switching from {baseline}.",
+            details,
+        )
+    return Recommendation(baseline, "keep", f"Keep {baseline}: {phrases}.", details)

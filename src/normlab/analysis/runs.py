@@ -1,0 +1,186 @@
+"""Load the output folder of ``normlab compare`` (docs/run-format.md) into plain records.
+
+Only the files on disk are read: ``experiment.json``, ``data/data.json`` and, for every run,
+``runs/<run_id>/run.json`` and ``summary.json``. A run folder without ``summary.json`` is
+reported as ``unfinished`` (still training, or killed before it could write its summary).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DONE_STATUSES",
+    "CompareFolder",
+    "CompareFolderError",
+    "RunResult",
+    "load_compare_folder",
+]
+
+DONE_STATUSES: tuple[str, ...] = ("finished", "diverged")
+"""Statuses of runs that produced a result (a diverged run is a result: it was unstable)."""
+
+_KNOWN_STATUSES = (*DONE_STATUSES, "crashed")
+_RUN_ID = re.compile(r"^(?P<arm>.+)__s(?P<seed>-?\d+)$")
+DEFAULT_MARGIN_BPB = 0.02
+
+
+class CompareFolderError(ValueError):
+    """The folder is not a ``normlab compare`` output folder, or holds no usable run."""
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One run of the grid: its identity, status and the fields of its ``summary.json``."""
+
+    run_id: str
+    arm: str
+    seed: int
+    status: str
+    path: Path
+    summary: dict[str, Any] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def done(self) -> bool:
+        """True for runs that finished or diverged."""
+        return self.status in DONE_STATUSES
+
+    @property
+    def metrics_path(self) -> Path:
+        """The run's ``metrics.jsonl`` (it may not exist)."""
+        return self.path / "metrics.jsonl"
+
+    def value(self, metric: str) -> float | None:
+        """``summary[metric]`` as a finite float, or None when absent, null or non-numeric."""
+        raw = self.summary.get(metric)
+        if isinstance(raw, bool) or not isinstance(raw, (int, float)):
+            return None
+        v = float(raw)
+        return v if math.isfinite(v) else None
+
+
+@dataclass(frozen=True)
+class CompareFolder:
+    """The experiment description and every run found in a compare output folder."""
+
+    path: Path
+    experiment: dict[str, Any]
+    data: dict[str, Any]
+    arms: list[str]
+    baseline_arm: str
+    seeds: list[int]
+    margin_bpb: float
+    runs: list[RunResult]
+
+    def runs_of(self, arm: str) -> list[RunResult]:
+        """The runs of ``arm``, ordered by seed."""
+        return sorted((r for r in self.runs if r.arm == arm), key=lambda r: r.seed)
+
+
+def _read_json_object(path: Path) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise CompareFolderError(f"{path} is not valid JSON: {err}") from err
+    if not isinstance(obj, dict):
+        raise CompareFolderError(f"{path} must hold a JSON object, got {type(obj).__name__}")
+    return obj
+
+
+def _experiment_fields(
+    experiment: dict[str, Any], where: Path
+) -> tuple[list[str], str, list[int], float]:
+    arms = experiment.get("arms")
+    if not (isinstance(arms, list) and arms and all(isinstance(a, str) for a in arms)):
+        raise CompareFolderError(
+            f"{where}: 'arms' must be a non-empty list of arm names, got {arms!r}"
+        )
+    baseline = experiment.get("baseline_arm", arms[0])
+    if baseline not in arms:
+        raise CompareFolderError(
+            f"{where}: 'baseline_arm' must be one of the arms {arms}, got {baseline!r}"
+        )
+    seeds = experiment.get("seeds", [])
+    if not (isinstance(seeds, list) and all(isinstance(s, int) for s in seeds)):
+        raise CompareFolderError(f"{where}: 'seeds' must be a list of ints, got {seeds!r}")
+    margin = experiment.get("margin_bpb")
+    if margin is None:
+        margin = DEFAULT_MARGIN_BPB
+    if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
+        raise CompareFolderError(f"{where}: 'margin_bpb' must be a number > 0, got {margin!r}")
+    return list(arms), baseline, list(seeds), float(margin)
+
+
+def _load_run(run_dir: Path) -> RunResult:
+    config = _read_json_object(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
+    summary_path = run_dir / "summary.json"
+    summary = _read_json_object(summary_path) if summary_path.is_file() else {}
+    match = _RUN_ID.match(run_dir.name)
+    arm = summary.get("arm", config.get("arm", match["arm"] if match else None))
+    seed = summary.get("seed", config.get("seed", int(match["seed"]) if match else None))
+    if not isinstance(arm, str) or isinstance(seed, bool) or not isinstance(seed, int):
+        raise CompareFolderError(
+            f"{run_dir}: cannot tell the run's arm and seed (expected them in summary.json or "
+            f"run.json, or a folder name '<arm>__s<seed>'), got arm={arm!r}, seed={seed!r}"
+        )
+    if summary:
+        status = summary.get("status")
+        if status not in _KNOWN_STATUSES:
+            raise CompareFolderError(
+                f"{summary_path}: 'status' must be one of {list(_KNOWN_STATUSES)}, got {status!r}"
+            )
+    else:
+        status = "unfinished"
+    run_id = str(summary.get("run_id", config.get("run_id", run_dir.name)))
+    return RunResult(run_id, arm, seed, status, run_dir, summary, config)
+
+
+def load_compare_folder(out_dir: Path | str) -> CompareFolder:
+    """Read a compare output folder.
+
+    Raises :class:`CompareFolderError` (a ValueError) when ``out_dir`` is not a folder, has no
+    ``experiment.json`` or ``runs/``, or when no run finished or diverged.
+    """
+    if not isinstance(out_dir, (str, Path)):
+        raise TypeError(f"out_dir must be a path, got {type(out_dir).__name__}")
+    path = Path(out_dir)
+    if not path.is_dir():
+        raise CompareFolderError(f"out_dir must be an existing folder, got {str(path)!r}")
+    exp_path = path / "experiment.json"
+    if not exp_path.is_file():
+        raise CompareFolderError(
+            f"{path} is not a 'normlab compare' output folder: it has no experiment.json"
+        )
+    experiment = _read_json_object(exp_path)
+    arms, baseline, seeds, margin = _experiment_fields(experiment, exp_path)
+    data_path = path / "data" / "data.json"
+    if data_path.is_file():
+        data = _read_json_object(data_path)
+    else:
+        data = dict(experiment.get("data") or {})
+    runs_dir = path / "runs"
+    run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    runs = [_load_run(d) for d in run_dirs]
+    if not any(r.done for r in runs):
+        counts = {s: sum(r.status == s for r in runs) for s in ("crashed", "unfinished")}
+        raise CompareFolderError(
+            f"{path} holds no finished run ({len(runs)} run folders: {counts['crashed']} crashed, "
+            f"{counts['unfinished']} unfinished); nothing to report"
+        )
+    extra_arms = sorted({r.arm for r in runs} - set(arms))
+    return CompareFolder(
+        path=path,
+        experiment=experiment,
+        data=data,
+        arms=arms + extra_arms,
+        baseline_arm=baseline,
+        seeds=seeds,
+        margin_bpb=margin,
+        runs=sorted(runs, key=lambda r: (r.arm, r.seed)),
+    )

@@ -1,0 +1,139 @@
+"""Stability of an arm: divergences and loss / gradient spikes, judged against the baseline.
+
+Rules: a diverged run is a result, not missing data. An arm whose share of diverged runs
+(diverged / (finished + diverged)) exceeds the baseline's is ``worse``, a smaller share is
+``better`` — any excess counts, since a divergence at this scale is rare and costly; the
+counts are reported so the reader can weigh them. With equal shares, the paired difference in
+spikes per run (loss + gradient spikes, seed by seed) decides when its 95 % t-interval excludes
+zero; otherwise the verdict is ``similar``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from normlab.analysis.comparison import compare_paired
+from normlab.analysis.runs import DONE_STATUSES, RunResult
+
+__all__ = ["ArmStability", "StabilityVerdict", "arm_stability", "stability_verdict"]
+
+
+@dataclass(frozen=True)
+class ArmStability:
+    """Run outcomes and spike counts of one arm."""
+
+    n_runs: int
+    n_done: int
+    n_finished: int
+    n_diverged: int
+    n_crashed: int
+    n_unfinished: int
+    diverged_at: dict[int, int | None]
+    n_loss_spikes: int
+    n_grad_spikes: int
+    n_clipped: int
+
+    @property
+    def diverged_share(self) -> float | None:
+        """diverged / (finished + diverged), or None without a done run."""
+        return self.n_diverged / self.n_done if self.n_done else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (seed keys as strings)."""
+        d = asdict(self)
+        d["diverged_at"] = {str(k): v for k, v in self.diverged_at.items()}
+        d["diverged_share"] = self.diverged_share
+        return d
+
+
+@dataclass(frozen=True)
+class StabilityVerdict:
+    """``better`` / ``worse`` / ``similar`` / ``inconclusive`` against the baseline."""
+
+    verdict: str
+    reason: str
+    spikes_mean_diff: float | None
+    spikes_ci_low: float | None
+    spikes_ci_high: float | None
+    n_pairs: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def _count(run: RunResult, key: str) -> int:
+    v = run.value(key)
+    return int(v) if v is not None else 0
+
+
+def arm_stability(runs: list[RunResult]) -> ArmStability:
+    """Count outcomes and spikes over ``runs`` (all of one arm)."""
+    done = [r for r in runs if r.done]
+    diverged = {
+        r.seed: (int(r.summary["diverged_at"]) if r.value("diverged_at") is not None else None)
+        for r in runs
+        if r.status == "diverged"
+    }
+    return ArmStability(
+        n_runs=len(runs),
+        n_done=len(done),
+        n_finished=sum(r.status == "finished" for r in runs),
+        n_diverged=len(diverged),
+        n_crashed=sum(r.status == "crashed" for r in runs),
+        n_unfinished=sum(r.status == "unfinished" for r in runs),
+        diverged_at=diverged,
+        n_loss_spikes=sum(_count(r, "n_loss_spikes") for r in done),
+        n_grad_spikes=sum(_count(r, "n_grad_spikes") for r in done),
+        n_clipped=sum(_count(r, "n_clipped") for r in done),
+    )
+
+
+def _spikes(run: RunResult) -> float:
+    return float(_count(run, "n_loss_spikes") + _count(run, "n_grad_spikes"))
+
+
+def stability_verdict(
+    arm_runs: list[RunResult], base_runs: list[RunResult], alpha: float = 0.05
+) -> StabilityVerdict:
+    """Judge ``arm_runs`` against ``base_runs`` by the rules in the module docstring."""
+    arm, base = arm_stability(arm_runs), arm_stability(base_runs)
+    a_share, b_share = arm.diverged_share, base.diverged_share
+    arm_by_seed = {r.seed: r for r in arm_runs if r.status in DONE_STATUSES}
+    base_by_seed = {r.seed: r for r in base_runs if r.status in DONE_STATUSES}
+    paired = sorted(set(arm_by_seed) & set(base_by_seed))
+    spikes = compare_paired(
+        [_spikes(arm_by_seed[s]) for s in paired],
+        [_spikes(base_by_seed[s]) for s in paired],
+        seeds=paired,
+        lower_is_better=True,
+        alpha=alpha,
+    )
+    stats = dict(
+        spikes_mean_diff=spikes.mean_diff,
+        spikes_ci_low=spikes.ci_low,
+        spikes_ci_high=spikes.ci_high,
+        n_pairs=spikes.n_pairs,
+    )
+    if a_share is None or b_share is None:
+        return StabilityVerdict(
+            "inconclusive", "one of the arms has no finished or diverged run", **stats
+        )
+    div = (
+        f"{arm.n_diverged} of {arm.n_done} runs diverged (baseline: "
+        f"{base.n_diverged} of {base.n_done})"
+    )
+    if a_share > b_share:
+        return StabilityVerdict("worse", div, **stats)
+    if a_share < b_share:
+        return StabilityVerdict("better", div, **stats)
+    lead = "no run diverged in either arm" if arm.n_diverged == 0 else div
+    if spikes.verdict in ("better", "worse"):
+        word = "fewer" if spikes.verdict == "better" else "more"
+        reason = (
+            f"{lead}; {word} spikes per run: {spikes.mean_diff:+.2f} "
+            f"(95% CI {spikes.ci_low:+.2f} to {spikes.ci_high:+.2f})"
+        )
+        return StabilityVerdict(spikes.verdict, reason, **stats)
+    return StabilityVerdict("similar", f"{lead}; no detectable difference in spikes", **stats)

@@ -1,0 +1,193 @@
+"""The whole analysis of a compare folder as one JSON-ready dict (the top-level summary.json)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from normlab.analysis.comparison import PairedComparison, compare_paired
+from normlab.analysis.metrics import METRICS, MetricSpec, metric_spec
+from normlab.analysis.recommendation import recommend
+from normlab.analysis.runs import CompareFolder, RunResult
+from normlab.analysis.stability import arm_stability, stability_verdict
+from normlab.analysis.stats import describe
+from normlab.analysis.verdicts import arm_verdict
+
+__all__ = ["analyze", "compare_metric", "run_outcome"]
+
+_ENV_RUN_FIELDS = ("device", "torch_version", "threads", "peak_memory_kind", "data_fingerprint")
+
+
+def _values(runs: list[RunResult], spec: MetricSpec) -> dict[int, float]:
+    out: dict[int, float] = {}
+    for r in runs:
+        v = r.value(spec.name)
+        if r.status in spec.statuses and v is not None:
+            out[r.seed] = v
+    return out
+
+
+def compare_metric(
+    spec: MetricSpec,
+    arm_runs: list[RunResult],
+    base_runs: list[RunResult],
+    margin_bpb: float,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> PairedComparison:
+    """Pair ``arm_runs`` with ``base_runs`` by seed on ``spec`` and compare them.
+
+    Only seeds with a usable value in both arms are paired. The margin is
+    ``margin_bpb · spec.margin_factor`` (None when the metric has no margin).
+    """
+    xs, ys = _values(arm_runs, spec), _values(base_runs, spec)
+    if spec.scale == "ratio":
+        xs = {s: v for s, v in xs.items() if v > 0}
+        ys = {s: v for s, v in ys.items() if v > 0}
+    seeds = sorted(set(xs) & set(ys))
+    margin = None if spec.margin_factor is None else margin_bpb * spec.margin_factor
+    return compare_paired(
+        [xs[s] for s in seeds],
+        [ys[s] for s in seeds],
+        seeds=seeds,
+        lower_is_better=spec.lower_is_better,
+        margin=margin,
+        scale=spec.scale,
+        alpha=alpha,
+        power=power,
+    )
+
+
+def run_outcome(run: RunResult) -> str:
+    """A short human reason for a run's status (empty for a finished run)."""
+    if run.status == "diverged":
+        at = run.value("diverged_at")
+        return f"diverged at step {int(at)}" if at is not None else "diverged"
+    if run.status == "crashed":
+        err = str(run.summary.get("error") or "no error message").strip().splitlines()
+        return f"crashed: {err[-1] if err else 'no error message'}"
+    if run.status == "unfinished":
+        return "unfinished: no summary.json (still running, or killed)"
+    return ""
+
+
+def _arm_info(folder: CompareFolder, arm: str) -> dict[str, Any]:
+    runs = folder.runs_of(arm)
+    with_summary = [r for r in runs if r.summary]
+    first = with_summary[0] if with_summary else (runs[0] if runs else None)
+    done_seeds = sorted(r.seed for r in runs if r.done)
+    info: dict[str, Any] = {
+        "norm": (first.summary.get("norm") or first.config.get("norm")) if first else None,
+        "placement": (first.summary.get("placement") or first.config.get("placement"))
+        if first
+        else None,
+        "n_params": first.value("n_params") if first else None,
+        "n_norm_params": first.value("n_norm_params") if first else None,
+        "seeds_done": done_seeds,
+        "seeds_missing": [s for s in folder.seeds if s not in done_seeds],
+        "stability": arm_stability(runs).to_dict(),
+    }
+    for key in ("n_params", "n_norm_params"):
+        if info[key] is not None:
+            info[key] = int(info[key])
+    return info
+
+
+def _environment(folder: CompareFolder) -> dict[str, Any]:
+    env: dict[str, Any] = dict(folder.experiment.get("environment") or {})
+    if folder.data.get("fingerprint") is not None:
+        env["data_fingerprint"] = folder.data["fingerprint"]
+    for key in ("source", "n_train_tokens", "n_val_tokens"):
+        if folder.data.get(key) is not None:
+            env[f"data_{key}"] = folder.data[key]
+    for key in _ENV_RUN_FIELDS:
+        seen = sorted({str(r.summary[key]) for r in folder.runs if r.summary.get(key) is not None})
+        if seen:
+            env[f"runs_{key}"] = seen
+    return env
+
+
+def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """Statistics, comparisons, verdicts and the recommendation for a loaded compare folder.
+
+    Per arm and metric: mean and sample sd over seeds. Per non-baseline arm and metric: the
+    paired comparison against the baseline (matched by seed). Per arm: verdicts and decision.
+    Tests use level ``alpha``; ``power`` sets how sure the seeds-needed estimate aims to be.
+    """
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must lie in (0, 1), got {power!r}")
+    base = folder.baseline_arm
+    base_runs = folder.runs_of(base)
+    arms_stats: dict[str, Any] = {}
+    for arm in folder.arms:
+        runs = folder.runs_of(arm)
+        arms_stats[arm] = {}
+        for spec in METRICS:
+            values = _values(runs, spec)
+            d = describe(list(values.values()))
+            arms_stats[arm][spec.name] = {
+                "mean": d.mean,
+                "std": d.std,
+                "n": d.n,
+                "values": list(values.values()),
+                "seeds": list(values),
+            }
+
+    comparisons: dict[str, dict[str, Any]] = {}
+    verdicts: dict[str, Any] = {}
+    arm_verdicts = {}
+    quality: dict[str, PairedComparison] = {}
+    speed: dict[str, PairedComparison] = {}
+    for arm in folder.arms:
+        if arm == base:
+            continue
+        runs = folder.runs_of(arm)
+        results = {
+            spec.name: compare_metric(spec, runs, base_runs, folder.margin_bpb, alpha, power)
+            for spec in METRICS
+        }
+        comparisons[arm] = {name: c.to_dict() for name, c in results.items()}
+        stab = stability_verdict(runs, base_runs, alpha)
+        quality[arm], speed[arm] = results["final_val_bpb"], results["tokens_per_s"]
+        v = arm_verdict(arm, base, quality[arm], speed[arm], results["peak_memory_bytes"], stab)
+        arm_verdicts[arm] = v
+        verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
+
+    rec = recommend(base, arm_verdicts, quality, speed)
+    runs_table = [
+        {
+            "run_id": r.run_id,
+            "arm": r.arm,
+            "seed": r.seed,
+            "status": r.status,
+            "reason": run_outcome(r),
+        }
+        for r in folder.runs
+    ]
+    return {
+        "baseline_arm": base,
+        "margin_bpb": folder.margin_bpb,
+        "alpha": alpha,
+        "power": power,
+        "arm_order": list(folder.arms),
+        "metrics": {
+            s.name: {
+                "label": s.label,
+                "unit": s.unit,
+                "lower_is_better": s.lower_is_better,
+                "scale": s.scale,
+            }
+            for s in METRICS
+        },
+        "arms": arms_stats,
+        "arm_info": {arm: _arm_info(folder, arm) for arm in folder.arms},
+        "comparisons": comparisons,
+        "verdicts": verdicts,
+        "recommendation": rec.to_dict(),
+        "runs": runs_table,
+        "excluded": [row for row in runs_table if row["status"] in ("crashed", "unfinished")],
+        "environment": _environment(folder),
+        "target_val_loss": folder.experiment.get("target_val_loss"),
+        "quality_metric": metric_spec("final_val_bpb").name,
+    }

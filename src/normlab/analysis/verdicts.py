@@ -1,0 +1,179 @@
+"""Per-arm verdicts against the baseline, and the decision they lead to.
+
+Each candidate arm A is judged against the baseline B on quality (final validation bpb, see
+:mod:`normlab.analysis.comparison`), throughput and peak memory (paired log ratios), and
+stability (:mod:`normlab.analysis.stability`). The decision, first rule that applies:
+
+1. A is less stable than B            → ``keep`` B;
+2. A's quality is worse               → ``keep`` B;
+3. A's quality is better              → ``switch`` to A;
+4. A is more stable, quality not worse → ``switch`` to A;
+5. quality equivalent and A faster    → ``switch``; A slower → ``keep``; no detectable speed
+   difference → ``either`` (nothing is gained by switching);
+6. quality inconclusive               → ``undecided``, with the seeds that would likely settle it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from normlab.analysis.comparison import PairedComparison
+from normlab.analysis.format import fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.stability import StabilityVerdict
+
+__all__ = ["ArmVerdict", "arm_verdict", "quality_sentence", "speed_sentence"]
+
+_SPEED_WORDS = {"better": "faster", "worse": "slower", "equivalent": "same speed"}
+_MEMORY_WORDS = {"better": "less", "worse": "more", "equivalent": "same"}
+
+
+@dataclass(frozen=True)
+class ArmVerdict:
+    """Verdicts of one arm against the baseline and the resulting decision."""
+
+    arm: str
+    baseline_arm: str
+    quality: str
+    quality_text: str
+    seeds_needed: int | None
+    n_pairs: int
+    throughput: str
+    throughput_text: str
+    memory: str
+    memory_text: str
+    stability: str
+    stability_text: str
+    decision: str
+    reason: str
+    justification: str
+    """``reason`` is a short phrase for the decision; ``justification`` quotes the numbers."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def quality_sentence(c: PairedComparison, arm: str, baseline: str) -> str:
+    """One sentence on the final-bpb comparison, quoting the numbers behind the verdict."""
+    pct = round(100 * c.confidence)
+    diff = (
+        f"difference {fmt_signed(c.mean_diff)} bpb ({arm} − {baseline}; {pct}% CI "
+        f"{fmt_signed(c.ci_low)} to {fmt_signed(c.ci_high)}, n = {c.n_pairs} paired seeds)"
+    )
+    margin = f"±{c.margin:g} bpb" if c.margin is not None else "no margin"
+    if c.n_pairs < 2:
+        return f"Quality cannot be judged: {c.note}."
+    if c.verdict == "equivalent" and c.tost_low is not None:
+        tost_pct = round(100 * (1 - 2 * (1 - c.confidence)))
+        extra = (
+            f"; the difference is detectable ({pct}% CI {fmt_signed(c.ci_low)} to "
+            f"{fmt_signed(c.ci_high)}) but smaller than the margin"
+            if c.significant
+            else ""
+        )
+        return (
+            f"Final validation bpb is equivalent within {margin}: difference "
+            f"{fmt_signed(c.mean_diff)} bpb ({arm} − {baseline}), whose {tost_pct}% CI "
+            f"{fmt_signed(c.tost_low)} to {fmt_signed(c.tost_high)} lies inside the margin "
+            f"(TOST {fmt_p(c.tost_p)}, n = {c.n_pairs} paired seeds){extra}."
+        )
+    if c.verdict == "equivalent":
+        return f"Final validation bpb is identical in every pair: {diff}."
+    if c.verdict in ("better", "worse"):
+        word = "lower (better)" if c.verdict == "better" else "higher (worse)"
+        return f"Final validation bpb is {word}: {diff}, {fmt_p(c.p_value)}."
+    if c.seeds_needed is None:
+        need = "no practical number of seeds would settle it at this noise level"
+    else:
+        more = c.seeds_needed - c.n_pairs
+        need = (
+            f"about {c.seeds_needed} seeds per arm ({more} more) would likely settle it "
+            f"(80% power, taking the observed difference and its spread as the truth)"
+        )
+    return (
+        f"Final validation bpb cannot be told apart yet: {diff} neither excludes zero nor fits "
+        f"inside {margin}; {need}."
+    )
+
+
+def speed_sentence(c: PairedComparison) -> str:
+    """One sentence on the throughput ratio with its interval."""
+    if c.n_pairs < 2 or c.ratio is None:
+        if c.ratio is not None:
+            return (
+                f"Throughput {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
+            )
+        return "Throughput cannot be compared (no paired seed)."
+    pct = round(100 * c.confidence)
+    word = _SPEED_WORDS.get(c.verdict, "no detectable difference")
+    return (
+        f"Throughput {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
+        f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
+    )
+
+
+def _memory_sentence(c: PairedComparison) -> str:
+    if c.ratio is None:
+        return "Peak memory cannot be compared (no paired seed)."
+    if c.n_pairs < 2:
+        return f"Peak memory {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
+    pct = round(100 * c.confidence)
+    word = _MEMORY_WORDS.get(c.verdict, "no detectable difference")
+    return (
+        f"Peak memory {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
+        f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
+    )
+
+
+def _ratio_word(c: PairedComparison, words: dict[str, str]) -> str:
+    if c.n_pairs < 2:
+        return "inconclusive"
+    return words.get(c.verdict, "no detectable difference")
+
+
+def arm_verdict(
+    arm: str,
+    baseline: str,
+    quality: PairedComparison,
+    throughput: PairedComparison,
+    memory: PairedComparison,
+    stability: StabilityVerdict,
+) -> ArmVerdict:
+    """Combine the comparisons of ``arm`` into verdicts and a decision (rules: module docstring)."""
+    speed = _ratio_word(throughput, _SPEED_WORDS)
+    q_text = quality_sentence(quality, arm, baseline)
+    s_text = speed_sentence(throughput)
+    stab_text = f"Stability: {stability.reason}."
+    if stability.verdict == "worse":
+        decision, reason = "keep", f"{arm} is less stable"
+    elif quality.verdict == "worse":
+        decision, reason = "keep", f"{arm} gives worse validation bpb"
+    elif quality.verdict == "better":
+        decision, reason = "switch", f"{arm} gives better validation bpb"
+    elif stability.verdict == "better":
+        decision, reason = "switch", f"{arm} is more stable and its quality is not worse"
+    elif quality.verdict == "equivalent":
+        decision, reason = {
+            "faster": ("switch", f"{arm} is equivalent in quality and faster"),
+            "slower": ("keep", f"{arm} is equivalent in quality but slower"),
+        }.get(speed, ("either", f"{arm} is equivalent in quality and speed"))
+    else:
+        decision, reason = "undecided", f"{arm} cannot be told apart from {baseline} yet"
+    return ArmVerdict(
+        arm=arm,
+        baseline_arm=baseline,
+        quality=quality.verdict,
+        quality_text=q_text,
+        seeds_needed=quality.seeds_needed,
+        n_pairs=quality.n_pairs,
+        throughput=speed,
+        throughput_text=s_text,
+        memory=_ratio_word(memory, _MEMORY_WORDS),
+        memory_text=_memory_sentence(memory),
+        stability=stability.verdict,
+        stability_text=stab_text,
+        decision=decision,
+        reason=reason,
+        justification=f"{q_text} {s_text} {stab_text}",
+    )
