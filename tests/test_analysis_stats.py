@@ -1,0 +1,202 @@
+"""The statistics of normlab.analysis against scipy on known cases."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from normlab.analysis.power import seeds_needed, settle_probability
+from normlab.analysis.stats import (
+    describe,
+    log_ratio_interval,
+    paired_t_interval,
+    t_interval,
+    tost,
+    tost_paired,
+)
+
+X = np.array([3.412, 3.398, 3.431, 3.405, 3.420])
+Y = np.array([3.409, 3.401, 3.422, 3.399, 3.418])
+
+
+def test_paired_t_interval_matches_ttest_rel():
+    res = paired_t_interval(X, Y, confidence=0.95)
+    ref = stats.ttest_rel(X, Y)
+    ci = ref.confidence_interval(0.95)
+    assert res.n == 5
+    assert res.mean == pytest.approx(float(np.mean(X - Y)), abs=1e-15)
+    assert res.p_value == pytest.approx(ref.pvalue, rel=1e-10)
+    assert res.low == pytest.approx(ci.low, rel=1e-10)
+    assert res.high == pytest.approx(ci.high, rel=1e-10)
+
+
+def test_t_interval_formula_with_t_ppf():
+    d = X - Y
+    half = stats.t.ppf(0.95, 4) * d.std(ddof=1) / math.sqrt(5)
+    res = t_interval(d, confidence=0.90)
+    assert res.low == pytest.approx(d.mean() - half, rel=1e-12)
+    assert res.high == pytest.approx(d.mean() + half, rel=1e-12)
+    assert res.sd == pytest.approx(d.std(ddof=1), rel=1e-12)
+
+
+def test_tost_is_two_one_sided_t_tests():
+    d = X - Y
+    margin = 0.01
+    res = tost(d, margin, alpha=0.05)
+    p_lower = stats.ttest_1samp(d, -margin, alternative="greater").pvalue
+    p_upper = stats.ttest_1samp(d, margin, alternative="less").pvalue
+    assert res.p_lower == pytest.approx(p_lower, rel=1e-10)
+    assert res.p_upper == pytest.approx(p_upper, rel=1e-10)
+    assert res.p_value == pytest.approx(max(p_lower, p_upper), rel=1e-10)
+    assert res.equivalent == (max(p_lower, p_upper) < 0.05)
+    # the decision equals "the 90% interval lies inside the margin"
+    ci90 = stats.ttest_1samp(d, 0.0).confidence_interval(0.90)
+    assert res.low == pytest.approx(ci90.low, rel=1e-10)
+    assert res.high == pytest.approx(ci90.high, rel=1e-10)
+    assert res.equivalent == (-margin < ci90.low and ci90.high < margin)
+
+
+def test_tost_paired_matches_ttest_rel_shifted():
+    margin = 0.02
+    res = tost_paired(X, Y, margin)
+    p_lower = stats.ttest_rel(X + margin, Y, alternative="greater").pvalue
+    p_upper = stats.ttest_rel(X - margin, Y, alternative="less").pvalue
+    assert res.p_value == pytest.approx(max(p_lower, p_upper), rel=1e-9)
+    assert res.equivalent
+
+
+def test_tost_rejects_equivalence_for_a_wide_interval():
+    d = np.array([0.03, -0.02, 0.025, -0.01])
+    assert not tost(d, 0.02).equivalent
+
+
+def test_log_ratio_interval_is_ttest_rel_on_logs():
+    x = np.array([33100.0, 32650.0, 33900.0, 32800.0])
+    y = np.array([30800.0, 30900.0, 31500.0, 30600.0])
+    res = log_ratio_interval(x, y, confidence=0.95)
+    ref = stats.ttest_rel(np.log(x), np.log(y))
+    ci = ref.confidence_interval(0.95)
+    assert res.ratio == pytest.approx(math.exp(np.mean(np.log(x / y))), rel=1e-12)
+    assert res.low == pytest.approx(math.exp(ci.low), rel=1e-10)
+    assert res.high == pytest.approx(math.exp(ci.high), rel=1e-10)
+    assert res.p_value == pytest.approx(ref.pvalue, rel=1e-9)
+
+
+def test_describe_uses_the_sample_sd_and_skips_missing():
+    d = describe([1.0, 2.0, None, float("nan"), 4.0])
+    assert d.n == 3
+    assert d.mean == pytest.approx(7 / 3)
+    assert d.std == pytest.approx(np.std([1.0, 2.0, 4.0], ddof=1))
+    assert describe([5.0]).std is None
+    assert describe([]).mean is None
+
+
+def test_single_pair_gives_no_interval():
+    res = paired_t_interval([3.4], [3.3])
+    assert res.n == 1 and res.mean == pytest.approx(0.1)
+    assert res.low is None and res.high is None and res.p_value is None and res.sd is None
+    assert not tost([0.001], 0.02).equivalent
+
+
+def test_zero_variance_of_differences():
+    same = t_interval([0.01, 0.01, 0.01])
+    assert same.sd == 0.0 and same.low == same.high == pytest.approx(0.01) and same.p_value == 0
+    zero = t_interval([0.0, 0.0, 0.0])
+    assert zero.p_value == 1.0
+    eq = tost([0.005, 0.005, 0.005], 0.02)
+    assert eq.equivalent and eq.p_value == 0.0
+    assert not tost([0.03, 0.03], 0.02).equivalent
+
+
+@pytest.mark.parametrize(
+    ("call", "match"),
+    [
+        (lambda: paired_t_interval([1.0, 2.0], [1.0]), "x and y must be paired"),
+        (lambda: t_interval([1.0, float("nan")]), "finite"),
+        (lambda: t_interval([1.0, 2.0], confidence=1.5), "confidence"),
+        (lambda: tost([1.0, 2.0], -0.1), "margin"),
+        (lambda: tost([1.0, 2.0], 0.1, alpha=0.7), "alpha"),
+        (lambda: log_ratio_interval([1.0, -2.0], [1.0, 1.0]), "positive"),
+    ],
+)
+def test_bad_arguments_raise_value_error(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_non_numeric_input_raises_type_error():
+    with pytest.raises(TypeError, match="d must be a sequence of numbers"):
+        t_interval(["a", "b"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(-10, 10, allow_nan=False, allow_subnormal=False),
+            st.floats(-10, 10, allow_nan=False, allow_subnormal=False),
+        ),
+        min_size=3,
+        max_size=12,
+    )
+)
+def test_paired_interval_agrees_with_scipy_on_random_samples(pairs):
+    x = np.array([p[0] for p in pairs])
+    y = np.array([p[1] for p in pairs])
+    d = x - y
+    if d.std(ddof=1) < 1e-6 * max(1.0, abs(d.mean())):
+        return  # scipy's own result is unstable for near-constant differences
+    res = paired_t_interval(x, y)
+    ref = stats.ttest_rel(x, y)
+    ci = ref.confidence_interval(0.95)
+    assert res.p_value == pytest.approx(ref.pvalue, rel=1e-6, abs=1e-12)
+    assert res.low == pytest.approx(ci.low, rel=1e-8, abs=1e-10)
+    assert res.high == pytest.approx(ci.high, rel=1e-8, abs=1e-10)
+
+
+# ---- seeds needed -------------------------------------------------------------------------
+
+
+def test_superiority_power_matches_the_textbook_sample_size():
+    # one-sample / paired t, effect size 0.5, two-sided alpha 0.05, power 0.8: n = 34
+    assert seeds_needed(0.5, 1.0, margin=0.0) == 34
+    assert (
+        settle_probability(34, 0.5, 1.0, 0.0)[0] >= 0.8 > settle_probability(33, 0.5, 1.0, 0.0)[0]
+    )
+
+
+def test_superiority_power_matches_simulation():
+    rng = np.random.default_rng(0)
+    n, delta, sigma, sims = 8, 0.6, 1.0, 20000
+    d = rng.normal(delta, sigma, size=(sims, n))
+    t = d.mean(1) / (d.std(1, ddof=1) / math.sqrt(n))
+    rate = np.mean(np.abs(t) > stats.t.ppf(0.975, n - 1))
+    assert settle_probability(n, delta, sigma, 0.0)[0] == pytest.approx(rate, abs=0.015)
+
+
+def test_equivalence_bound_is_conservative_against_simulation():
+    rng = np.random.default_rng(1)
+    delta, sigma, margin = 0.0, 0.01, 0.01
+    n = seeds_needed(delta, sigma, margin)
+    assert n is not None
+    d = rng.normal(delta, sigma, size=(20000, n))
+    se = d.std(1, ddof=1) / math.sqrt(n)
+    half = stats.t.ppf(0.95, n - 1) * se
+    settled = (d.mean(1) - half > -margin) & (d.mean(1) + half < margin)
+    assert settled.mean() >= 0.8 - 0.01
+    assert settle_probability(n, delta, sigma, margin)[0] <= settled.mean() + 0.01
+
+
+def test_seeds_needed_grows_with_noise_and_respects_the_floor():
+    low = seeds_needed(0.01, 0.01, 0.02)
+    high = seeds_needed(0.01, 0.03, 0.02)
+    assert low is not None and high is not None and high > low
+    assert seeds_needed(1.0, 0.01, 0.0, n_done=5) == 6
+    assert seeds_needed(0.0, 1.0, 0.0) is None  # nothing to detect, no margin to meet
+    with pytest.raises(ValueError, match="sd_diff"):
+        seeds_needed(0.1, 0.0, 0.02)

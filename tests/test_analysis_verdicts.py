@@ -1,0 +1,283 @@
+"""Verdict logic of normlab.analysis on constructed cases, and loading compare folders."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from normlab.analysis import (
+    CompareFolderError,
+    analyze,
+    compare_paired,
+    load_compare_folder,
+)
+
+FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
+BASE = np.array([3.402, 3.431, 3.388, 3.415, 3.420])
+
+
+# ---- one paired comparison ----------------------------------------------------------------
+
+
+def test_clearly_better():
+    c = compare_paired(
+        BASE - 0.08 + np.array([0.002, -0.001, 0.0, 0.001, -0.002]),
+        BASE,
+        lower_is_better=True,
+        margin=0.02,
+    )
+    assert c.verdict == "better" and c.significant and not c.equivalent
+    assert c.ci_high < 0 and c.seeds_needed is None
+
+
+def test_clearly_worse():
+    c = compare_paired(
+        BASE + 0.08 + np.array([0.002, -0.001, 0.0, 0.001, -0.002]),
+        BASE,
+        lower_is_better=True,
+        margin=0.02,
+    )
+    assert c.verdict == "worse" and c.ci_low > 0
+
+
+def test_higher_is_better_direction():
+    c = compare_paired(
+        [110.0, 112.0, 111.0], [100.0, 101.0, 100.5], lower_is_better=False, scale="ratio"
+    )
+    assert c.verdict == "better" and c.ratio == pytest.approx(1.1, abs=0.01)
+    assert c.ratio_ci_low > 1.0 and c.test.startswith("paired t-test on ln")
+
+
+def test_equivalent_inside_the_margin():
+    c = compare_paired(
+        BASE + np.array([0.001, -0.002, 0.002, 0.0, -0.001]),
+        BASE,
+        lower_is_better=True,
+        margin=0.02,
+    )
+    assert c.verdict == "equivalent" and c.equivalent and not c.significant
+    assert c.tost_low > -0.02 and c.tost_high < 0.02 and c.tost_p < 0.05
+
+
+def test_small_but_detectable_difference_inside_the_margin_is_equivalent():
+    c = compare_paired(
+        BASE + 0.005 + np.array([0.0005, -0.0005, 0.0, 0.0003, -0.0003]),
+        BASE,
+        lower_is_better=True,
+        margin=0.02,
+    )
+    assert c.verdict == "equivalent" and c.significant
+
+
+def test_inconclusive_says_how_many_seeds():
+    c = compare_paired(
+        BASE[:3] + np.array([0.03, -0.01, 0.02]), BASE[:3], lower_is_better=True, margin=0.02
+    )
+    assert c.verdict == "inconclusive"
+    assert c.seeds_needed is not None and c.seeds_needed > 3
+
+
+def test_single_seed_is_inconclusive_without_an_interval():
+    c = compare_paired([3.30], [3.40], lower_is_better=True, margin=0.02)
+    assert c.verdict == "inconclusive" and c.n_pairs == 1
+    assert c.ci_low is None and c.seeds_needed is None and "single" in c.note
+
+
+def test_zero_variance_differences():
+    same = compare_paired([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], lower_is_better=True)
+    assert same.verdict == "equivalent" and "identical" in same.note
+    shifted = compare_paired([1.5, 2.5, 3.5], [1.0, 2.0, 3.0], lower_is_better=True, margin=0.02)
+    assert shifted.verdict == "worse" and shifted.ci_low == shifted.ci_high == pytest.approx(0.5)
+
+
+def test_no_pairs():
+    c = compare_paired([], [], lower_is_better=True, margin=0.02)
+    assert c.verdict == "inconclusive" and c.n_pairs == 0
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="scale"):
+        compare_paired([1.0], [1.0], lower_is_better=True, scale="log")
+    with pytest.raises(ValueError, match="paired"):
+        compare_paired([1.0, 2.0], [1.0], lower_is_better=True)
+    with pytest.raises(ValueError, match="margin"):
+        compare_paired([1.0, 2.0], [1.0, 2.0], lower_is_better=True, margin=-1.0)
+
+
+# ---- whole folders ------------------------------------------------------------------------
+
+
+def _summary(arm: str, seed: int, bpb: float | None, tps: float, status: str = "finished", **extra):
+    norm = arm.split("-")[0]
+    s = {
+        "run_id": f"{arm}__s{seed}",
+        "arm": arm,
+        "seed": seed,
+        "norm": norm,
+        "placement": "pre",
+        "status": status,
+        "diverged_at": None,
+        "steps": 100,
+        "n_params": 1000 + (200 if norm == "layernorm" else 100),
+        "n_norm_params": 200 if norm == "layernorm" else 100,
+        "final_val_bpb": bpb,
+        "best_val_bpb": bpb,
+        "final_train_loss": None if bpb is None else bpb * 0.69,
+        "tokens_per_s": tps,
+        "peak_memory_bytes": 2**29,
+        "n_loss_spikes": 0,
+        "n_grad_spikes": 0,
+        "n_clipped": 0,
+    }
+    s.update(extra)
+    return s
+
+
+def _write_folder(root: Path, summaries: list[dict], seeds: list[int]) -> Path:
+    arms = list(dict.fromkeys(s["arm"] for s in summaries))
+    arms.sort(key=lambda a: a != "layernorm-pre")
+    exp = {"arms": arms, "baseline_arm": "layernorm-pre", "seeds": seeds, "margin_bpb": 0.02}
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "experiment.json").write_text(json.dumps(exp))
+    for s in summaries:
+        run = root / "runs" / s["run_id"]
+        run.mkdir(parents=True)
+        (run / "run.json").write_text(json.dumps({k: s[k] for k in ("run_id", "arm", "seed")}))
+        if s["status"] != "unfinished":
+            (run / "summary.json").write_text(json.dumps(s))
+    return root
+
+
+def _pairs(bpb_ln, bpb_rms, tps_ln=30000.0, tps_rms=32000.0):
+    out = []
+    for seed, (a, b) in enumerate(zip(bpb_ln, bpb_rms, strict=True)):
+        out.append(_summary("layernorm-pre", seed, a, tps_ln * (1 + 0.003 * seed)))
+        out.append(_summary("rmsnorm-pre", seed, b, tps_rms * (1 + 0.004 * seed)))
+    return out
+
+
+def test_equivalent_and_faster_chooses_rmsnorm(tmp_path):
+    ln = [3.40, 3.42, 3.39, 3.41]
+    rms = [3.401, 3.419, 3.392, 3.409]
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", _pairs(ln, rms), [0, 1, 2, 3])))
+    assert a["verdicts"]["rmsnorm-pre"]["quality"] == "equivalent"
+    assert a["verdicts"]["rmsnorm-pre"]["throughput"] == "faster"
+    assert a["recommendation"]["choice"] == "rmsnorm-pre"
+    assert a["recommendation"]["status"] == "switch"
+    assert "TOST" in a["recommendation"]["text"]
+
+
+def test_worse_quality_keeps_layernorm(tmp_path):
+    ln = [3.40, 3.42, 3.39, 3.41]
+    rms = [3.46, 3.475, 3.452, 3.468]
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", _pairs(ln, rms), [0, 1, 2, 3])))
+    assert a["verdicts"]["rmsnorm-pre"]["quality"] == "worse"
+    assert a["recommendation"]["choice"] == "layernorm-pre"
+    assert a["recommendation"]["status"] == "keep"
+
+
+def test_equivalent_and_slower_keeps_layernorm(tmp_path):
+    ln = [3.40, 3.42, 3.39, 3.41]
+    rms = [3.401, 3.419, 3.392, 3.409]
+    folder = _write_folder(tmp_path / "o", _pairs(ln, rms, 30000.0, 27000.0), [0, 1, 2, 3])
+    a = analyze(load_compare_folder(folder))
+    assert a["verdicts"]["rmsnorm-pre"]["throughput"] == "slower"
+    assert a["recommendation"]["status"] == "keep"
+
+
+def test_inconclusive_asks_for_more_seeds(tmp_path):
+    ln = [3.40, 3.42, 3.39]
+    rms = [3.43, 3.41, 3.41]
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", _pairs(ln, rms), [0, 1, 2])))
+    v = a["verdicts"]["rmsnorm-pre"]
+    assert v["quality"] == "inconclusive" and v["seeds_needed"] > 3
+    assert a["recommendation"]["choice"] == "undecided"
+    assert f"about {v['seeds_needed']} seeds per arm" in a["recommendation"]["headline"]
+
+
+def test_single_seed_is_undecided(tmp_path):
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", _pairs([3.4], [3.3]), [0])))
+    assert a["verdicts"]["rmsnorm-pre"]["quality"] == "inconclusive"
+    assert a["recommendation"]["choice"] == "undecided"
+    assert "run at least 3 seeds per arm" in a["recommendation"]["headline"]
+
+
+def test_diverged_arm_is_less_stable_and_loses(tmp_path):
+    ln = [3.40, 3.42, 3.39]
+    rms = [3.401, 3.419, 3.392]
+    runs = _pairs(ln, rms)
+    runs[-1] = _summary(
+        "rmsnorm-pre", 2, None, 32000.0, status="diverged", diverged_at=57, n_loss_spikes=3
+    )
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", runs, [0, 1, 2])))
+    v = a["verdicts"]["rmsnorm-pre"]
+    assert v["stability"] == "worse" and v["decision"] == "keep"
+    assert a["recommendation"]["choice"] == "layernorm-pre"
+    assert "less stable" in a["recommendation"]["headline"]
+    assert "1 of 3 runs diverged" in a["recommendation"]["text"]
+    assert a["arm_info"]["rmsnorm-pre"]["stability"]["diverged_at"] == {"2": 57}
+    # the diverged run counts for spikes, not for quality
+    assert a["arms"]["rmsnorm-pre"]["final_val_bpb"]["n"] == 2
+    assert a["arms"]["rmsnorm-pre"]["n_loss_spikes"]["n"] == 3
+    assert {"run_id": "rmsnorm-pre__s2", "reason": "diverged at step 57"}.items() <= next(
+        r for r in a["runs"] if r["run_id"] == "rmsnorm-pre__s2"
+    ).items()
+
+
+def test_crashed_and_missing_runs_are_excluded_and_reported(tmp_path):
+    ln = [3.40, 3.42, 3.39, 3.41]
+    rms = [3.401, 3.419, 3.392, 3.409]
+    runs = _pairs(ln, rms)
+    runs[3] = _summary("rmsnorm-pre", 1, None, 0.0, status="crashed", error="RuntimeError: boom")
+    runs[5] = _summary("rmsnorm-pre", 2, None, 0.0, status="unfinished")
+    del runs[7]  # rmsnorm-pre seed 3 never started
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", runs, [0, 1, 2, 3])))
+    excluded = {r["run_id"]: r["reason"] for r in a["excluded"]}
+    assert excluded["rmsnorm-pre__s1"] == "crashed: RuntimeError: boom"
+    assert excluded["rmsnorm-pre__s2"].startswith("unfinished")
+    assert a["arm_info"]["rmsnorm-pre"]["seeds_missing"] == [1, 2, 3]
+    assert a["comparisons"]["rmsnorm-pre"]["final_val_bpb"]["n_pairs"] == 1
+    assert a["comparisons"]["rmsnorm-pre"]["final_val_bpb"]["seeds"] == [0]
+    assert a["recommendation"]["choice"] == "undecided"
+    json.dumps(a, allow_nan=False)  # the summary is strict JSON
+
+
+def test_fixture_recommends_rmsnorm():
+    a = analyze(load_compare_folder(FIXTURE))
+    assert a["recommendation"]["choice"] == "rmsnorm-pre"
+    assert a["arms"]["layernorm-pre"]["final_val_bpb"]["n"] == 3
+    assert (
+        a["arm_info"]["layernorm-pre"]["n_norm_params"]
+        == 2 * a["arm_info"]["rmsnorm-pre"]["n_norm_params"]
+    )
+
+
+def test_not_a_compare_folder(tmp_path):
+    with pytest.raises(CompareFolderError, match=r"no experiment\.json"):
+        load_compare_folder(tmp_path)
+    with pytest.raises(CompareFolderError, match="existing folder"):
+        load_compare_folder(tmp_path / "nope")
+    with pytest.raises(TypeError, match="out_dir"):
+        load_compare_folder(42)  # type: ignore[arg-type]
+
+
+def test_folder_without_finished_runs(tmp_path):
+    out = tmp_path / "o"
+    shutil.copytree(FIXTURE, out)
+    for summary in (out / "runs").glob("*/summary.json"):
+        summary.unlink()
+    with pytest.raises(CompareFolderError, match="holds no finished run"):
+        load_compare_folder(out)
+
+
+def test_bad_experiment_json(tmp_path):
+    (tmp_path / "experiment.json").write_text(json.dumps({"arms": ["a"], "baseline_arm": "b"}))
+    with pytest.raises(CompareFolderError, match="'baseline_arm' must be one of"):
+        load_compare_folder(tmp_path)
+    (tmp_path / "experiment.json").write_text("[1, 2]")
+    with pytest.raises(CompareFolderError, match="JSON object"):
+        load_compare_folder(tmp_path)
