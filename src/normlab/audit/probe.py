@@ -1,0 +1,297 @@
+"""Black-box probing of one norm: what does this implementation really compute?
+
+The norm is treated as a function y = f(x) on [N, D] tensors, assumed to have the form
+y = g ⊙ x̂ + b with a per-channel gain g and bias b. The probes:
+
+1. **bias**: b = f(0) (every norm with ε maps 0 to x̂ = 0).
+2. **gain**: v = [+1, −1, +1, …] has mean 0 and mean(v²) = var(v) = 1, so x̂(v) = v for both
+   LayerNorm and RMSNorm (up to ε), and g = (f(v) − b) / v.
+3. **centering**: f(x + a·1) = f(x) ⇔ the mean is subtracted.
+4. **scale invariance**: f(c·x) = f(x) for c > 0 ⇔ the output is normalised.
+5. **statistic**: the shape of x̂ = (f(x) − b) / g on random x, compared with candidate
+   statistics (variance, mean square, mean absolute value); the constant factor that tells the
+   biased variance from the unbiased one, or mean(x²) from ‖x‖², is read from the gain when the
+   module exposes its weight.
+6. **ε placement**: on x = s·v for small s, r(s) = |x̂(s·v)| / |x̂(v)|. Inside the root
+   r = s / sqrt(s² + ε), so ε = s²(1/r² − 1) is the same at every s; outside the root
+   r = s / (s + ε), so ε = s(1/r − 1) is. The hypothesis whose ε estimates agree wins.
+7. **statistics precision**: float16 input with |x| ≈ 300 (x² overflows float16 past 256) and
+   bfloat16 rows of 4096 values (the row's implied rsqrt(m) drifts ≈ 0.1% when m is rounded to
+   bfloat16, ≈ 0.002% when it stays in float32).
+8. **casting** (RMS family in bfloat16): bit-for-bit against the LLaMA and Gemma formulas.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+NormFn = Callable[[torch.Tensor], torch.Tensor]
+
+
+@dataclass
+class NormAudit:
+    """What a norm implementation computes, as found by :func:`audit_norm`."""
+
+    target: str
+    dim: int
+    normalizes: bool
+    centering: bool
+    statistic: str
+    eps: float | None
+    eps_placement: str
+    gain_form: str
+    has_bias: bool
+    stats_precision: dict[str, str] = field(default_factory=dict)
+    casting: str | None = None
+    max_rel_error: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _alternating(n: int, d: int, dtype: torch.dtype) -> torch.Tensor:
+    v = torch.ones(d, dtype=dtype)
+    v[1::2] = -1.0
+    return v.expand(n, d).clone()
+
+
+def _call(f: NormFn, x: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # dtype-mismatch notices are expected while probing
+        y = f(x)
+    if isinstance(y, tuple):
+        y = y[0]
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        shape = getattr(y, "shape", type(y).__name__)
+        raise ValueError(
+            f"target: returned {shape} for input {tuple(x.shape)}; expected the same shape"
+        )
+    return y
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative error ‖a − b‖ / ‖b‖ in float64."""
+    a, b = a.double(), b.double()
+    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+
+
+def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
+    """float64 if the target accepts it (most precise probes), else float32."""
+    try:
+        y = _call(f, torch.randn(2, d, dtype=torch.float64))
+        if y.dtype == torch.float64:
+            return torch.float64
+    except (RuntimeError, TypeError, ValueError):
+        pass
+    return torch.float32
+
+
+_CANDIDATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "variance": lambda x: (
+        (x - x.mean(-1, keepdim=True))
+        * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True))
+    ),
+    "mean square": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)),
+    "mean absolute deviation": lambda x: (
+        (x - x.mean(-1, keepdim=True)) / (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
+    ),
+    "mean absolute value": lambda x: x / x.abs().mean(-1, keepdim=True),
+}
+
+
+def _estimate_eps(
+    f: NormFn, b: torch.Tensor, d: int, dtype: torch.dtype
+) -> tuple[float | None, str]:
+    """Estimate ε and where it sits from the shrinkage of x̂(s·v) at small s."""
+    v = _alternating(4, d, dtype)
+    ref = (_call(f, v) - b).double()
+    scales = [10.0**-k for k in range(1, 9 if dtype == torch.float64 else 5)]
+    inside, outside = [], []
+    for s in scales:
+        out = (_call(f, s * v) - b).double()
+        r = float((out * ref).sum() / (ref * ref).sum())
+        if 0.02 < r < 0.98:
+            inside.append(s * s * (1.0 / (r * r) - 1.0))
+            outside.append(s * (1.0 / r - 1.0))
+    if not inside:
+        return None, "no ε effect seen down to |x| = 1e-8" if dtype == torch.float64 else (
+            "no ε effect seen down to |x| = 1e-4"
+        )
+
+    def spread(values: list[float]) -> float:
+        logs = [math.log(max(val, 1e-300)) for val in values]
+        return max(logs) - min(logs)
+
+    if len(inside) == 1:
+        return inside[0], "inside the root (one usable probe point; placement not confirmed)"
+    if spread(inside) <= spread(outside):
+        return float(torch.tensor(inside).median()), "inside the root: x·rsqrt(m + ε)"
+    return float(torch.tensor(outside).median()), "outside the root: x / (sqrt(m) + ε) (a defect)"
+
+
+def _fp16_overflow_check(f: NormFn, d: int, family: str) -> str:
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(8, d, generator=gen) * 300).clamp(-60000, 60000)
+    try:
+        y = _call(f, x.half())
+    except (RuntimeError, TypeError, ValueError) as err:
+        return f"float16 input not accepted ({type(err).__name__})"
+    if not torch.isfinite(y).all():
+        return "float16: non-finite output at |x| ≈ 300 — statistics squared in float16"
+    shape = _CANDIDATES[family](x.half().double())
+    cos = float(torch.nn.functional.cosine_similarity(y.double(), shape, dim=-1).min())
+    if cos < 0.99:
+        return "float16: wrong output at |x| ≈ 300 — statistics overflow in float16"
+    return "float16: correct at |x| ≈ 300 — statistics not kept in float16"
+
+
+def _bf16_precision_check(f: NormFn, b: torch.Tensor, g: torch.Tensor, family: str) -> str:
+    d = g.shape[-1]
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(256, d, generator=gen).bfloat16()
+    try:
+        y = _call(f, x).double()
+    except (RuntimeError, TypeError, ValueError) as err:
+        return f"bfloat16 input not accepted ({type(err).__name__})"
+    xd = x.double()
+    xs = xd - xd.mean(-1, keepdim=True) if family in ("variance", "mean absolute deviation") else xd
+    # least-squares estimate of the row's scale factor k in (y − b)/g = k·xs
+    implied = ((y - b.double()) / g.double() * xs).sum(-1) / (xs * xs).sum(-1)
+    exact = (_CANDIDATES[family](xd) * xs).sum(-1) / (xs * xs).sum(-1)
+    err = float(((implied - exact) / exact).abs().median())
+    if err > 7e-4:
+        return f"bfloat16: statistics rounded to bfloat16 (row scale off by {err:.3%}, median)"
+    return f"bfloat16: statistics in float32 or better (row scale within {err:.3%}, median)"
+
+
+def audit_norm(
+    f: NormFn,
+    dim: int = 64,
+    *,
+    target: str = "norm",
+    weight: torch.Tensor | None = None,
+) -> NormAudit:
+    """Probe ``f`` (a callable [N, dim] → [N, dim]) and report what it computes.
+
+    ``weight`` is the implementation's own gain parameter, if it exposes one: it lets the audit
+    tell ``w`` from ``1 + w`` and fixes the constant factor of the statistic.
+    """
+    if dim < 2 or dim % 2:
+        raise ValueError(f"dim: expected an even size >= 2 for the probes, got {dim}")
+    dtype = _probe_dtype(f, dim)
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(16, dim, generator=gen, dtype=dtype) * 2 + 0.5
+    notes: list[str] = []
+
+    b = _call(f, torch.zeros(1, dim, dtype=dtype))[0]
+    v = _alternating(1, dim, dtype)
+    g = ((_call(f, v) - b) / v)[0]
+    has_bias = bool(b.abs().max() > 1e-6)
+
+    y = _call(f, x)
+    normalizes = _rel(_call(f, 3.7 * x), y) < 1e-3
+    centering = normalizes and _rel(_call(f, x + 5.0), y) < 1e-3
+    if not normalizes:
+        return NormAudit(
+            target=target, dim=dim, normalizes=False, centering=False,
+            statistic="none: the output changes with the input's scale", eps=None,
+            eps_placement="n/a", gain_form="unknown", has_bias=has_bias,
+            notes=["not a normalizer (e.g. DyT, or ε applied without a root: x / (m + ε))"],
+        )  # fmt: skip
+    if (g.abs() < 1e-8).any():
+        notes.append("some channels have zero gain; they were left out of the statistic fit")
+    live = g.abs() >= 1e-8
+    hat = (y - b) / torch.where(live, g, torch.ones_like(g))
+    errors = {
+        name: _rel(hat[:, live], (cand(x) * (v[0] / cand(v)[0]))[:, live])
+        for name, cand in _CANDIDATES.items()
+    }
+    family = min(errors, key=errors.get)
+    max_rel = errors[family]
+    statistic = {"variance": "variance", "mean square": "mean square"}.get(family, family)
+    if family == "mean square" and centering:
+        family, statistic = "variance", "variance"
+
+    gain_form = "no gain parameter exposed"
+    if weight is not None:
+        w = weight.detach().to("cpu", torch.float64).reshape(-1)
+        gd = g.double()
+        if w.numel() == dim:
+            forms = {
+                "w": gd - w,
+                "1 + w": gd - (1 + w),
+                "w · sqrt((D − 1) / D) (unbiased variance)": gd - w * math.sqrt((dim - 1) / dim),
+                "w / sqrt(D) (L2 norm, not mean square)": gd - w / math.sqrt(dim),
+            }
+            best = min(forms, key=lambda k: float(forms[k].abs().max()))
+            gain_form = (
+                best
+                if float(forms[best].abs().max()) < 1e-3 * max(1.0, float(gd.abs().max()))
+                else "unknown"
+            )
+            if "unbiased" in best:
+                statistic = "variance (unbiased, D − 1)"
+            elif "L2" in best:
+                statistic = "sum of squares (L2 norm)"
+    if statistic == "variance":
+        statistic = "variance (biased, D)" if weight is not None else "variance"
+
+    eps, placement = _estimate_eps(f, b, dim, dtype)
+    if eps is not None and math.isclose(eps, torch.finfo(dtype).eps, rel_tol=0.05):
+        notes.append(
+            f"ε equals the machine epsilon of the probe dtype ({dtype}): the implementation "
+            "derives ε from a dtype (as torch's eps=None does) instead of a fixed value"
+        )
+    precision = {
+        "float16": _fp16_overflow_check(f, dim, family),
+        "bfloat16": _bf16_precision_check(f, b, g, family),
+    }
+    casting = _casting_check(f, weight, dim, eps, family) if family == "mean square" else None
+    return NormAudit(
+        target=target, dim=dim, normalizes=True, centering=centering, statistic=statistic,
+        eps=eps, eps_placement=placement, gain_form=gain_form, has_bias=has_bias,
+        stats_precision=precision, casting=casting, max_rel_error=max_rel, notes=notes,
+    )  # fmt: skip
+
+
+def _casting_check(
+    f: NormFn, weight: torch.Tensor | None, dim: int, eps: float | None, family: str
+) -> str | None:
+    """Which 16-bit rounding the RMS family follows, bit for bit, in bfloat16.
+
+    The gain is set to a random value for the check and restored afterwards.
+    """
+    if weight is None or eps is None:
+        return None
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(16, dim, generator=gen).bfloat16()
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():  # a non-trivial gain, or LLaMA and Gemma rounding coincide
+            weight.copy_(saved + 0.37 * torch.randn(saved.shape, generator=gen).to(saved))
+            y = _call(f, x)
+            w = weight.detach().to("cpu").clone()
+    except (RuntimeError, TypeError, ValueError):
+        return None
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+    if y.dtype == torch.float32:
+        return "fp32: bfloat16 input gives a float32 output (x̂ and the gain meet in float32)"
+    xf = x.float()
+    hat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    for offset in (0.0, 1.0):
+        gain32 = w.float() + offset
+        llama = (gain32 * hat.to(x.dtype).float()).to(x.dtype)
+        gemma = (hat * gain32).to(x.dtype)
+        if torch.equal(y.to(x.dtype), llama):
+            return "llama: x̂ rounded to the input dtype, then times the gain"
+        if torch.equal(y.to(x.dtype), gemma):
+            return "gemma: x̂ and the gain meet in float32, one rounding at the end"
+    return "neither LLaMA nor Gemma rounding, bit for bit"

@@ -1,0 +1,103 @@
+"""Turn a command-line target into something to audit.
+
+A norm target is a registry kind (``rmsnorm``, ``layernorm``, …) or ``package.module:Name``
+naming a class (built as ``Name(dim)``) or a callable taking ``x`` (or ``(x, (dim,))`` like
+``torch.nn.functional.layer_norm``). A model target is ``gpt`` (normlab's testbed) or
+``package.module:factory`` where ``factory()`` returns ``(model, example_inputs)``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import nn
+
+from normlab.registry import available_norms, is_conditional, make_norm
+
+
+def _import(target: str) -> Any:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ValueError(
+            f"target: {target!r} is neither a registered norm ({', '.join(available_norms())}) "
+            "nor of the form 'package.module:Name'"
+        )
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"target: cannot import module {module_name!r} ({err})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"target: module {module_name!r} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def load_norm(
+    target: str, dim: int
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
+    """The callable to probe and its gain parameter (or None) for ``target`` at size ``dim``."""
+    if target in available_norms():
+        kw = {"cond_dim": dim} if is_conditional(target) else {}
+        return _as_callable(make_norm(target, dim, **kw), dim)
+    obj = _import(target)
+    if isinstance(obj, type) and issubclass(obj, nn.Module):
+        try:
+            module = obj(dim)
+        except TypeError as err:
+            raise ValueError(f"target: cannot build {target}({dim}): {err}") from None
+        return _as_callable(module, dim)
+    if isinstance(obj, nn.Module):
+        return _as_callable(obj, dim)
+    if callable(obj):
+        return _functional(obj, dim), None
+    raise ValueError(f"target: {target!r} is not a module class, a module or a callable")
+
+
+def _as_callable(
+    module: nn.Module, dim: int
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
+    weight = getattr(module, "weight", None)
+    weight = weight if isinstance(weight, torch.Tensor) else None
+    forward_args = module.forward.__code__.co_varnames[: module.forward.__code__.co_argcount]
+    if "cond" in forward_args:  # a conditional norm: probe it with a zero condition
+
+        def call(x: torch.Tensor) -> torch.Tensor:
+            cond = torch.zeros(x.shape[0], dim, dtype=x.dtype)
+            return module.to(x.dtype)(x, cond)[0]
+
+        return call, weight
+    return module, weight
+
+
+def _functional(fn: Callable[..., Any], dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    probe = torch.randn(2, dim)
+    try:
+        fn(probe)
+        return fn
+    except TypeError:
+        pass
+    fn(probe, (dim,))  # e.g. torch.nn.functional.layer_norm(x, normalized_shape)
+    return lambda x: fn(x, (dim,))
+
+
+def load_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A model and example inputs for a model audit."""
+    if target == "gpt":
+        from normlab.models import GPT, GPTConfig
+
+        cfg = GPTConfig(
+            d_model=64, n_layers=2, n_heads=4, context=32, norm=norm, placement=placement
+        )
+        return GPT(cfg), (torch.randint(0, cfg.vocab_size, (2, 16)),)
+    factory = _import(target)
+    result = factory()
+    if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
+        raise ValueError(
+            f"target: {target}() must return (model, example_inputs), got {type(result).__name__}"
+        )
+    model, inputs = result
+    return model, tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)

@@ -1,0 +1,94 @@
+"""``normlab audit``: what a norm implementation computes, and where a model's norms sit."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from normlab.audit import audit_model, audit_norm
+from normlab.audit.targets import load_model, load_norm
+from normlab.cli.app import app
+
+audit_app = typer.Typer(help="Probe a norm or a model as a black box.", no_args_is_help=True)
+app.add_typer(audit_app, name="audit")
+
+
+@audit_app.command("norm")
+def audit_norm_cmd(
+    target: Annotated[
+        str, typer.Argument(help="A registered kind (rmsnorm, …) or 'package.module:Name'.")
+    ],
+    dim: Annotated[int, typer.Option(help="Vector size D used by the probes (even).")] = 64,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision."""
+    try:
+        fn, weight = load_norm(target, dim)
+        result = audit_norm(fn, dim, target=target, weight=weight)
+    except (TypeError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="TARGET") from err
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return
+    table = Table(title=f"What {target} computes (D = {dim})", show_header=False)
+    table.add_column("property", style="bold")
+    table.add_column("finding")
+    eps = "not detected" if result.eps is None else f"{result.eps:.3g}"
+    rows = [
+        ("normalises", "yes" if result.normalizes else "no"),
+        ("centring (subtracts the mean)", "yes" if result.centering else "no"),
+        ("statistic", result.statistic),
+        ("ε", eps),
+        ("ε placement", result.eps_placement),
+        ("gain", result.gain_form),
+        ("bias / shift", "yes" if result.has_bias else "none detected (zero)"),
+        *[(f"precision ({k})", v) for k, v in result.stats_precision.items()],
+    ]
+    if result.casting:
+        rows.append(("16-bit casting", result.casting))
+    if result.max_rel_error is not None:
+        rows.append(("fit of the statistic", f"relative error {result.max_rel_error:.2e}"))
+    for k, v in rows:
+        table.add_row(k, v)
+    console = Console()
+    console.print(table)
+    for note in result.notes:
+        console.print(f"note: {note}")
+
+
+@audit_app.command("model")
+def audit_model_cmd(
+    target: Annotated[
+        str, typer.Argument(help="'gpt' (normlab's testbed) or 'package.module:factory'.")
+    ] = "gpt",
+    norm: Annotated[str, typer.Option(help="Norm kind of the gpt testbed.")] = "layernorm",
+    placement: Annotated[str, typer.Option(help="Placement of the gpt testbed.")] = "pre",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Find a model's norms and where they sit (pre / post / sandwich, final)."""
+    try:
+        model, inputs = load_model(target, norm, placement)
+        result = audit_model(model, *inputs)
+    except (TypeError, ValueError) as err:
+        raise typer.BadParameter(str(err), param_hint="TARGET") from err
+    if as_json:
+        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        return
+    table = Table(title=f"Norms of {target}: placement {result.placement}")
+    for col in ("module", "class", "block", "role", "params"):
+        table.add_column(col, justify="right" if col == "params" else "left")
+    for s in result.norms:
+        table.add_row(s.name, s.cls, s.block or "-", s.role, str(s.n_params))
+    console = Console()
+    console.print(table)
+    share = result.n_norm_params / max(result.n_params, 1)
+    console.print(
+        f"{len(result.norms)} norms, {result.n_norm_params} of {result.n_params} parameters "
+        f"({share:.2%}); blocks: {', '.join(f'{b}={p}' for b, p in result.blocks.items())}"
+    )
+    for note in result.notes:
+        console.print(f"note: {note}")

@@ -1,0 +1,199 @@
+"""normlab.audit: black-box probes find what known (and deliberately defective) norms compute."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+from typer.testing import CliRunner
+
+import normlab
+from normlab.audit import audit_model, audit_norm
+from normlab.cli import app
+
+D = 64
+
+
+def _rms_inside(x: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+
+def _rms_eps_outside(x: torch.Tensor) -> torch.Tensor:
+    xf = x.float()
+    return (xf / (xf.pow(2).mean(-1, keepdim=True).sqrt() + 1e-4)).to(x.dtype)
+
+
+def _rms_stats_in_input_dtype(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+
+def _no_norm_tanh(x: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(0.5 * x)
+
+
+def test_llama_rmsnorm_is_found_exactly() -> None:
+    m = normlab.RMSNorm(D)
+    a = audit_norm(m, D, weight=m.weight)
+    assert a.normalizes and not a.centering
+    assert a.statistic == "mean square"
+    assert a.eps == pytest.approx(1e-6, rel=1e-3)
+    assert a.eps_placement.startswith("inside the root")
+    assert a.gain_form == "w"
+    assert a.casting is not None and a.casting.startswith("llama")
+    assert "statistics not kept in float16" in a.stats_precision["float16"]
+    assert "float32 or better" in a.stats_precision["bfloat16"]
+
+
+def test_gemma_rmsnorm_gain_and_casting_and_weight_restored() -> None:
+    m = normlab.RMSNorm(D, weight_offset=1.0, casting="gemma")
+    with torch.no_grad():
+        m.weight.normal_(0.0, 0.1)
+    before = m.weight.detach().clone()
+    a = audit_norm(m, D, weight=m.weight)
+    assert a.gain_form == "1 + w"
+    assert a.casting is not None and a.casting.startswith("gemma")
+    assert torch.equal(m.weight.detach(), before)
+
+
+def test_torch_layer_norm_is_centred_biased_variance() -> None:
+    m = nn.LayerNorm(D)
+    with torch.no_grad():
+        m.bias.uniform_(-1, 1)
+    a = audit_norm(m, D, weight=m.weight)
+    assert a.centering and a.has_bias
+    assert a.statistic == "variance (biased, D)"
+    assert a.eps == pytest.approx(1e-5, rel=1e-3)
+    assert a.eps_placement.startswith("inside the root")
+
+
+def test_unbiased_variance_is_told_apart_by_the_gain() -> None:
+    w = torch.ones(D)
+
+    def unbiased(x: torch.Tensor) -> torch.Tensor:
+        xc = x - x.mean(-1, keepdim=True)
+        return w * xc * torch.rsqrt(xc.pow(2).sum(-1, keepdim=True) / (D - 1) + 1e-5)
+
+    a = audit_norm(unbiased, D, weight=w)
+    assert a.statistic == "variance (unbiased, D − 1)"
+
+
+def test_eps_outside_the_root_is_flagged() -> None:
+    a = audit_norm(_rms_eps_outside, D)
+    assert a.eps_placement.startswith("outside the root")
+    assert a.eps == pytest.approx(1e-4, rel=0.05)
+
+
+def test_statistics_in_16_bit_are_flagged() -> None:
+    a = audit_norm(_rms_stats_in_input_dtype, D)
+    fp16 = a.stats_precision["float16"]
+    assert "overflow" in fp16 or "squared in float16" in fp16
+    assert "rounded to bfloat16" in a.stats_precision["bfloat16"]
+    good = audit_norm(_rms_inside, D)
+    assert "float32 or better" in good.stats_precision["bfloat16"]
+
+
+def test_tanh_is_not_a_normalizer() -> None:
+    a = audit_norm(_no_norm_tanh, D)
+    assert not a.normalizes
+
+
+def test_odd_dim_is_rejected() -> None:
+    with pytest.raises(ValueError, match="dim"):
+        audit_norm(_rms_inside, 7)
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int, placement: str) -> None:
+        super().__init__()
+        self.placement = placement
+        self.n1, self.n2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.n3, self.n4 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.attn = nn.Linear(d, d)
+        self.mlp = nn.Sequential(nn.Linear(d, d), nn.GELU())
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        if self.placement == "pre":
+            h = h + self.attn(self.n1(h))
+            return h + self.mlp(self.n2(h))
+        if self.placement == "post":
+            h = self.n1(h + self.attn(h))
+            return self.n2(h + self.mlp(h))
+        h = h + self.n3(self.attn(self.n1(h)))
+        return h + self.n4(self.mlp(self.n2(h)))
+
+
+class _Toy(nn.Module):
+    def __init__(self, placement: str) -> None:
+        super().__init__()
+        self.emb = nn.Linear(8, 16)
+        self.blocks = nn.ModuleList(_Block(16, placement) for _ in range(2))
+        self.final = nn.LayerNorm(16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.emb(x)
+        for b in self.blocks:
+            h = b(h)
+        return self.head(self.final(h))
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "sandwich"])
+def test_placement_of_a_toy_model(placement: str) -> None:
+    a = audit_model(_Toy(placement), torch.randn(2, 5, 8))
+    assert a.placement == placement
+    roles = {s.name: s.role for s in a.norms}
+    assert roles["final"] == "final"
+    if placement == "sandwich":
+        assert roles["blocks.0.n3"] == "sandwich-out" and roles["blocks.0.n1"] == "sandwich-in"
+    else:
+        assert roles["blocks.1.n2"] == placement
+        assert roles["blocks.0.n3"] == "unused"
+
+
+@pytest.mark.parametrize("placement", ["pre", "post", "sandwich"])
+def test_placement_of_the_gpt_testbed(placement: str) -> None:
+    from normlab.models import GPT, GPTConfig
+
+    cfg = GPTConfig(d_model=32, n_layers=2, n_heads=2, context=16, placement=placement)
+    model = GPT(cfg)
+    a = audit_model(model, torch.randint(0, 256, (2, 8)))
+    assert a.placement == placement
+    assert a.n_norm_params == sum(
+        p.numel() for n, p in model.named_parameters() if n in set(model.norm_parameter_names())
+    )
+
+
+def test_audit_model_rejects_non_modules() -> None:
+    with pytest.raises(TypeError, match="model"):
+        audit_model(lambda x: x, torch.randn(2))  # type: ignore[arg-type]
+
+
+def test_cli_audit_norm_json() -> None:
+    result = CliRunner().invoke(app, ["audit", "norm", "rmsnorm_gemma", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["gain_form"] == "1 + w"
+    assert math.isclose(data["eps"], 1e-6, rel_tol=1e-3)
+
+
+def test_cli_audit_norm_torch_class_and_bad_target() -> None:
+    ok = CliRunner().invoke(app, ["audit", "norm", "torch.nn:LayerNorm", "--dim", "32"])
+    assert ok.exit_code == 0, ok.output
+    assert "variance" in ok.output
+    bad = CliRunner().invoke(app, ["audit", "norm", "no_such_norm"])
+    assert bad.exit_code != 0
+    assert "rmsnorm" in bad.output  # the error lists the registered kinds
+
+
+def test_cli_audit_model_gpt() -> None:
+    result = CliRunner().invoke(
+        app, ["audit", "model", "gpt", "--placement", "post", "--norm", "rmsnorm", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["placement"] == "post"
+    assert {s["cls"] for s in data["norms"]} == {"RMSNorm"}
