@@ -1,0 +1,40 @@
+"""``normlab report OUT``: rebuild the report of a compare folder from disk, without training."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from normlab.analysis.runs import CompareFolderError
+from normlab.cli.app import app
+
+
+@app.command()
+def report(
+    out: Annotated[
+        Path,
+        typer.Argument(help="The output folder of `normlab compare` (holds experiment.json)."),
+    ],
+) -> None:
+    """Rebuild the verdict and report of a compare folder from its files, without training.
+
+    Writes summary.json, runs.csv, report.md, report.html and plots/*.png into OUT.
+    """
+    from normlab.report import build_report  # matplotlib is imported only when needed
+
+    try:
+        written = build_report(out)
+    except CompareFolderError as err:
+        typer.echo(f"normlab report: error: {err}", err=True)
+        raise typer.Exit(code=2) from err
+    summary = written["summary.json"]
+    rec = json.loads(summary.read_text(encoding="utf-8"))["recommendation"]
+    console = Console()
+    console.print(f"[bold]{rec['headline']}[/bold]")
+    console.print(f"Report: {written['report.html']}")
+    console.print(f"        {written['report.md']}")
+    console.print(f"Data:   {summary}, {written['runs.csv']}")

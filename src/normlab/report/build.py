@@ -1,0 +1,152 @@
+"""``build_report``: compare folder on disk → summary.json, runs.csv, report.md, report.html and
+plots/*.png, all written atomically. Nothing is trained; only the folder's files are read."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab.analysis.runs import CompareFolder, load_compare_folder
+from normlab.analysis.summary import analyze
+from normlab.report.content import Plot, build_content
+from normlab.report.curves import RunCurves, load_run_curves
+from normlab.report.html import render_html
+from normlab.report.markdown import render_markdown
+from normlab.report.plots import (
+    figure_png,
+    plot_final_metrics,
+    plot_grad_norm,
+    plot_paired_comparison,
+    plot_training_loss,
+    plot_val_bpb,
+)
+from normlab.report.runs_csv import runs_csv_text
+from normlab.report.style import arm_colors
+
+__all__ = ["build_report"]
+
+_PLOT_NAMES = ("paired_comparison", "training_loss", "val_bpb", "grad_norm", "final_metrics")
+_CLIP_KEYS = ("grad_clip", "clip_grad_norm", "grad_clip_norm", "max_grad_norm", "clip_grad")
+
+
+def _find_number(obj: Any, keys: tuple[str, ...]) -> float | None:
+    """The first positive finite number stored under one of ``keys`` (a dotted key's last part
+    counts), searching nested dicts depth-first."""
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            name = str(k).rsplit(".", 1)[-1]
+            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
+            if name in keys and ok and math.isfinite(v) and v > 0:
+                return float(v)
+        for v in obj.values():
+            found = _find_number(v, keys)
+            if found is not None:
+                return found
+    return None
+
+
+def _memory_kind(folder: CompareFolder) -> str | None:
+    kinds = sorted(
+        {
+            str(r.summary["peak_memory_kind"])
+            for r in folder.runs
+            if r.summary.get("peak_memory_kind")
+        }
+    )
+    return ", ".join(kinds) or None
+
+
+def _plots(
+    folder: CompareFolder, analysis: dict[str, Any], curves: Mapping[str, list[RunCurves]]
+) -> tuple[Plot, list[Plot]]:
+    colors = arm_colors(folder.arms)
+    base = analysis["baseline_arm"]
+    clip = _find_number(folder.experiment.get("fixed"), _CLIP_KEYS)
+    if clip is None:
+        clip = _find_number(folder.experiment.get("config"), _CLIP_KEYS)
+    verdict = Plot(
+        "paired_comparison",
+        "Each arm against the baseline, seed by seed",
+        f"Left: final validation bpb minus {base}'s, per paired seed (dots), their mean (◆), "
+        "the 95% t-interval (thin) and the 90% interval that TOST uses (thick); inside the "
+        "green band the arms are equivalent. Middle and right: throughput and peak-memory "
+        "ratios to the baseline with 95% intervals of the paired log ratio.",
+        figure_png(plot_paired_comparison(analysis, colors)),
+    )
+    has_train = any(c.train_steps.size for runs in curves.values() for c in runs)
+    has_eval = any(c.eval_steps.size for runs in curves.values() for c in runs)
+    plots = []
+    if has_train:
+        plots.append(
+            Plot(
+                "training_loss",
+                "Training loss",
+                "Mean over seeds per arm with the min–max band; × marks a detected loss spike, "
+                "▼ the last finite loss of a diverged run. Right: the second half of training, "
+                "zoomed in.",
+                figure_png(plot_training_loss(curves, colors)),
+            )
+        )
+    if has_eval:
+        plots.append(
+            Plot(
+                "val_bpb",
+                "Validation bits per byte",
+                "Mean over seeds at each evaluation with the min–max band.",
+                figure_png(plot_val_bpb(curves, colors)),
+            )
+        )
+    if has_train:
+        plots.append(
+            Plot(
+                "grad_norm",
+                "Gradient norm",
+                "Global L2 norm of the gradient before clipping, log scale; × marks a detected "
+                "gradient spike.",
+                figure_png(plot_grad_norm(curves, colors, clip)),
+            )
+        )
+    plots.append(
+        Plot(
+            "final_metrics",
+            "Final validation bpb, throughput and peak memory per arm",
+            "Dots are seeds (finished runs), ◆ the mean with its 95% t-interval. These "
+            "per-arm intervals include the seed-to-seed variation that the paired comparison "
+            "above cancels, so overlapping bars do not mean 'no difference'.",
+            figure_png(plot_final_metrics(analysis, colors, _memory_kind(folder))),
+        )
+    )
+    return verdict, plots
+
+
+def build_report(out_dir: Path) -> dict[str, Path]:
+    """Analyse the compare folder ``out_dir`` and write the report files into it.
+
+    Writes ``summary.json`` (the analysis), ``runs.csv``, ``report.md``, ``report.html`` (one
+    self-contained file) and ``plots/*.png``, each atomically. Returns {relative path: path}.
+    Raises :class:`normlab.analysis.CompareFolderError` (a ValueError) when ``out_dir`` is not
+    a compare folder or holds no finished or diverged run.
+    """
+    folder = load_compare_folder(out_dir)
+    out = folder.path
+    analysis = analyze(folder)
+    curves = {
+        arm: [load_run_curves(r) for r in folder.runs_of(arm) if r.done] for arm in folder.arms
+    }
+    verdict_plot, plots = _plots(folder, analysis, curves)
+    content = build_content(folder, analysis, verdict_plot, plots)
+
+    written: dict[str, Path] = {}
+    for p in [verdict_plot, *plots]:
+        written[p.relpath] = write_bytes_atomic(out / p.relpath, p.png)
+    for name in _PLOT_NAMES:  # a plot left out this time must not linger from an older build
+        if f"plots/{name}.png" not in written:
+            (out / "plots" / f"{name}.png").unlink(missing_ok=True)
+    written["summary.json"] = write_json_atomic(out / "summary.json", analysis)
+    written["runs.csv"] = write_text_atomic(out / "runs.csv", runs_csv_text(folder.runs))
+    written["report.md"] = write_text_atomic(out / "report.md", render_markdown(content))
+    written["report.html"] = write_text_atomic(out / "report.html", render_html(content))
+    return written

@@ -1,0 +1,418 @@
+"""What the report says, independent of its format: the text, tables and plots, in order.
+
+:func:`build_content` turns the analysis dict and the loaded folder into a
+:class:`ReportContent`; the Markdown and HTML writers only lay it out, so the two formats
+always agree.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from normlab.analysis.format import fmt_bytes, fmt_num, fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.metrics import METRICS
+from normlab.analysis.runs import CompareFolder
+
+__all__ = ["Plot", "ReportContent", "Table", "build_content"]
+
+_NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
+    "final_val_bpb": (1.0, 4, ""),
+    "best_val_bpb": (1.0, 4, ""),
+    "final_train_loss": (1.0, 4, ""),
+    "tokens_per_s": (1.0, 0, ""),
+    "peak_memory_bytes": (2.0**20, 1, " MiB"),
+    "n_loss_spikes": (1.0, 2, ""),
+    "n_grad_spikes": (1.0, 2, ""),
+    "time_to_target_s": (1.0, 2, " s"),
+}
+_PRETTY_NORMS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "dyt": "DyT"}
+
+
+@dataclass(frozen=True)
+class Table:
+    """A table of strings. ``align`` holds "left" / "right" per column; ``badges`` the indices
+    of columns whose cells are verdict words; ``row_class`` a CSS class per row ("" for none)."""
+
+    columns: list[str]
+    rows: list[list[str]]
+    align: list[str]
+    badges: tuple[int, ...] = ()
+    row_class: list[str] = field(default_factory=list)
+
+    def drop_empty(self, optional: tuple[int, ...]) -> Table:
+        """This table without those ``optional`` columns whose cells are all empty or "—"."""
+        drop = {j for j in optional if all(row[j] in ("", "—") for row in self.rows)}
+        keep = [j for j in range(len(self.columns)) if j not in drop]
+        return Table(
+            columns=[self.columns[j] for j in keep],
+            rows=[[row[j] for j in keep] for row in self.rows],
+            align=[self.align[j] for j in keep],
+            badges=tuple(keep.index(j) for j in self.badges if j in keep),
+            row_class=list(self.row_class),
+        )
+
+
+@dataclass(frozen=True)
+class Plot:
+    """One PNG plot: file stem, title, caption and the image bytes."""
+
+    name: str
+    title: str
+    caption: str
+    png: bytes
+
+    @property
+    def relpath(self) -> str:
+        """Path of the PNG relative to the report."""
+        return f"plots/{self.name}.png"
+
+
+@dataclass(frozen=True)
+class ReportContent:
+    """Everything the report shows, in reading order."""
+
+    title: str
+    subtitle: str
+    status: str
+    headline: str
+    arm_details: list[tuple[str, str, str]]
+    verdict_table: Table
+    verdict_plot: Plot | None
+    varied: list[tuple[str, str]]
+    fixed: Table
+    params: Table
+    plots: list[Plot]
+    curves_note: str
+    stats_table: Table
+    runs_table: Table
+    excluded: list[str]
+    environment: Table
+    method: list[str]
+
+
+def _fmt_metric(metric: str, v: float | None, unit: bool = True) -> str:
+    scale, digits, suffix = _NUMBER_FORMAT[metric]
+    return "—" if v is None else f"{fmt_num(v / scale, digits)}{suffix if unit else ''}"
+
+
+def _display_unit(spec_name: str, unit: str) -> str:
+    suffix = _NUMBER_FORMAT[spec_name][2].strip()
+    return suffix or unit
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    if isinstance(v, (dict, list)):
+        return json.dumps(v, separators=(", ", ": "))
+    return "—" if v is None else str(v)
+
+
+def _title(folder: CompareFolder) -> str:
+    varied = folder.experiment.get("varied") or {}
+    norms = varied.get("norm") if isinstance(varied, dict) else None
+    if isinstance(norms, list) and len(norms) >= 2 and all(isinstance(n, str) for n in norms):
+        return " vs ".join(_PRETTY_NORMS.get(n, n) for n in norms)
+    return " vs ".join(folder.arms) if len(folder.arms) <= 3 else f"{len(folder.arms)} arms"
+
+
+def _verdict_table(a: dict[str, Any]) -> Table:
+    rows = []
+    for arm in a["arm_order"]:
+        if arm == a["baseline_arm"]:
+            continue
+        v, q = a["verdicts"][arm], a["comparisons"][arm]["final_val_bpb"]
+        t = a["comparisons"][arm]["tokens_per_s"]
+        diff = (
+            f"{fmt_signed(q['mean_diff'])} [{fmt_signed(q['ci_low'])}, {fmt_signed(q['ci_high'])}]"
+            if q["ci_low"] is not None
+            else fmt_signed(q["mean_diff"])
+        )
+        speed = (
+            f"{fmt_ratio(t['ratio'])} [{fmt_ratio(t['ratio_ci_low'])}, "
+            f"{fmt_ratio(t['ratio_ci_high'])}]"
+            if t["ratio_ci_low"] is not None
+            else fmt_ratio(t["ratio"])
+        )
+        needed = "—" if v["seeds_needed"] is None else str(v["seeds_needed"])
+        rows.append(
+            [
+                arm,
+                diff,
+                v["quality"],
+                speed,
+                v["throughput"],
+                v["memory"],
+                v["stability"],
+                needed,
+                v["decision"],
+            ]
+        )
+    return Table(
+        columns=[
+            "arm",
+            "Δ final val bpb [95% CI]",
+            "quality",
+            "throughput ratio [95% CI]",
+            "speed",
+            "memory",
+            "stability",
+            "seeds needed",
+            "decision",
+        ],
+        rows=rows,
+        align=["left", "right", "left", "right", "left", "left", "left", "right", "left"],
+        badges=(2, 4, 5, 6, 8),
+    ).drop_empty((7,))
+
+
+def _fixed_table(folder: CompareFolder) -> Table:
+    fixed = folder.experiment.get("fixed") or {}
+    rows = [[str(k), _fmt_value(v)] for k, v in fixed.items()] if isinstance(fixed, dict) else []
+    return Table(["setting", "value"], rows, ["left", "left"])
+
+
+def _params_table(a: dict[str, Any]) -> Table:
+    rows = []
+    for arm in a["arm_order"]:
+        info = a["arm_info"][arm]
+        n, n_norm = info["n_params"], info["n_norm_params"]
+        share = f"{100 * n_norm / n:.2f} %" if n and n_norm is not None else "—"
+        rows.append(
+            [
+                arm,
+                _fmt_value(info["norm"]),
+                _fmt_value(info["placement"]),
+                f"{n:,}" if n is not None else "—",
+                f"{n_norm:,}" if n_norm is not None else "—",
+                share,
+                ", ".join(map(str, info["seeds_done"])) or "—",
+                ", ".join(map(str, info["seeds_missing"])) or "none",
+            ]
+        )
+    return Table(
+        [
+            "arm",
+            "norm",
+            "placement",
+            "parameters",
+            "in norms",
+            "norm share",
+            "seeds with a result",
+            "seeds missing",
+        ],
+        rows,
+        ["left", "left", "left", "right", "right", "right", "left", "left"],
+    )
+
+
+def _stats_table(a: dict[str, Any]) -> Table:
+    rows, classes = [], []
+    base = a["baseline_arm"]
+    for spec in METRICS:
+        first = True
+        for arm in a["arm_order"]:
+            s = a["arms"][arm][spec.name]
+            if s["n"] == 0:
+                continue
+            sd = "" if s["std"] is None else f" ± {_fmt_metric(spec.name, s['std'], False)}"
+            mean = f"{_fmt_metric(spec.name, s['mean'], False)}{sd}"
+            if arm == base:
+                diff, p, verdict = "baseline", "", ""
+            else:
+                c = a["comparisons"][arm][spec.name]
+                if spec.scale == "ratio":
+                    diff = fmt_ratio(c["ratio"])
+                    if c["ratio_ci_low"] is not None:
+                        diff += (
+                            f" [{fmt_ratio(c['ratio_ci_low'])}, {fmt_ratio(c['ratio_ci_high'])}]"
+                        )
+                else:
+                    _, digits, _ = _NUMBER_FORMAT[spec.name]
+                    diff = fmt_signed(c["mean_diff"], digits)
+                    if c["ci_low"] is not None:
+                        diff += (
+                            f" [{fmt_signed(c['ci_low'], digits)}, "
+                            f"{fmt_signed(c['ci_high'], digits)}]"
+                        )
+                p = fmt_p(c["p_value"]) if c["n_pairs"] >= 2 else "—"
+                if c["tost_p"] is not None:
+                    p += f"; TOST {fmt_p(c['tost_p'])}"
+                verdict = c["verdict"]
+                if verdict == "inconclusive" and c["margin"] is None and c["n_pairs"] >= 2:
+                    verdict = "no detectable difference"
+            label = f"{spec.label} ({_display_unit(spec.name, spec.unit)})" if first else ""
+            rows.append([label, arm, mean, str(s["n"]), diff, p, verdict])
+            classes.append("group-start" if first else "")
+            first = False
+    return Table(
+        ["metric", "arm", "mean ± sd", "n", "vs baseline: Δ or ratio [95% CI]", "test", "verdict"],
+        rows,
+        ["left", "left", "right", "right", "right", "left", "left"],
+        badges=(6,),
+        row_class=classes,
+    )
+
+
+def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
+    reasons = {r["run_id"]: r["reason"] for r in a["runs"]}
+    rows, classes = [], []
+    for r in sorted(folder.runs, key=lambda r: (a["arm_order"].index(r.arm), r.seed)):
+        spikes = (
+            f"{int(r.value('n_loss_spikes') or 0)} / {int(r.value('n_grad_spikes') or 0)}"
+            if r.summary
+            else "—"
+        )
+        clipped = r.value("n_clipped")
+        rows.append(
+            [
+                r.arm,
+                str(r.seed),
+                r.status,
+                reasons[r.run_id],
+                _fmt_value(r.summary.get("steps")) if r.summary else "—",
+                _fmt_metric("final_val_bpb", r.value("final_val_bpb")),
+                _fmt_metric("final_train_loss", r.value("final_train_loss")),
+                _fmt_metric("tokens_per_s", r.value("tokens_per_s")),
+                fmt_bytes(r.value("peak_memory_bytes")),
+                spikes,
+                "—" if clipped is None else str(int(clipped)),
+                _fmt_metric("time_to_target_s", r.value("time_to_target_s")),
+                _fmt_metric("time_to_target_s", r.value("wall_s")),
+            ]
+        )
+        classes.append(r.status if r.status != "finished" else "")
+    return Table(
+        [
+            "arm",
+            "seed",
+            "status",
+            "note",
+            "steps",
+            "final val bpb",
+            "final train loss",
+            "tokens/s",
+            "peak memory",
+            "spikes (loss / grad)",
+            "clipped steps",
+            "time to target",
+            "wall time",
+        ],
+        rows,
+        ["left", "right", "left", "left"] + ["right"] * 9,
+        badges=(2,),
+        row_class=classes,
+    ).drop_empty((3,))
+
+
+def _environment_table(a: dict[str, Any]) -> Table:
+    env = a["environment"]
+    labels = {
+        "normlab_version": "normlab",
+        "torch_version": "torch",
+        "python_version": "Python",
+        "device": "device",
+        "threads": "CPU threads",
+        "platform": "platform",
+        "data_source": "data source",
+        "data_fingerprint": "data fingerprint (SHA-256)",
+        "data_n_train_tokens": "training tokens",
+        "data_n_val_tokens": "validation tokens",
+        "runs_device": "devices used by runs",
+        "runs_torch_version": "torch in runs",
+        "runs_threads": "threads in runs",
+        "runs_peak_memory_kind": "peak-memory measure",
+        "runs_data_fingerprint": "data fingerprints seen by runs",
+    }
+    rows = []
+    for key, value in env.items():
+        same = env.get(key.removeprefix("runs_"))
+        if key.startswith("runs_") and isinstance(value, list) and [str(same)] == value:
+            continue  # every run agrees with the experiment-level value
+        text = ", ".join(map(str, value)) if isinstance(value, list) else _fmt_value(value)
+        if isinstance(value, int) and not isinstance(value, bool) and "tokens" in key:
+            text = f"{value:,}"
+        rows.append([labels.get(key, key), text])
+    return Table(["", ""], rows, ["left", "left"])
+
+
+def _method(a: dict[str, Any]) -> list[str]:
+    alpha = a["alpha"]
+    return [
+        "Runs are paired: seed k of every arm starts from the same initial values and sees the "
+        "same batches, so each comparison uses the per-seed differences d_k = arm − baseline.",
+        f"Intervals are Student-t intervals of the mean difference, d̄ ± t(1 − α/2, n − 1)·s/√n "
+        f"with α = {alpha:g}. Throughput and memory use the log ratio ln(arm / baseline), "
+        "reported as a geometric-mean ratio.",
+        f"Equivalence: two one-sided t-tests (TOST) against the margin ±{a['margin_bpb']:g} bits "
+        f"per byte; equivalent when both reject at α = {alpha:g}, i.e. when the "
+        f"{round(100 * (1 - 2 * alpha))}% interval lies inside the margin. Equivalence is "
+        "checked before superiority, so a detectable but negligible difference reads "
+        "'equivalent'.",
+        "Better / worse: the 95% interval of the difference excludes zero. Otherwise the result "
+        f"is inconclusive and 'seeds needed' is the smallest n at which, if the observed "
+        f"difference and spread were the truth, the question would be settled with "
+        f"{round(100 * a['power'])}% probability (noncentral-t power). With 3–5 seeds the spread "
+        "itself is uncertain; read the count as an order of magnitude.",
+        "Quality, throughput and memory use finished runs; a diverged run is a result, and "
+        "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
+    ]
+
+
+def build_content(
+    folder: CompareFolder,
+    analysis: dict[str, Any],
+    verdict_plot: Plot | None,
+    plots: list[Plot],
+) -> ReportContent:
+    """Assemble the report's sections from the loaded folder, the analysis and the plots."""
+    a = analysis
+    rec = a["recommendation"]
+    details = [
+        (arm, a["verdicts"][arm]["decision"], a["verdicts"][arm]["justification"])
+        for arm in a["arm_order"]
+        if arm in a["verdicts"]
+    ]
+    varied = folder.experiment.get("varied") or {}
+    varied_rows = (
+        [
+            (str(k), ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+            for k, v in varied.items()
+        ]
+        if isinstance(varied, dict)
+        else []
+    )
+    n_done = sum(r.done for r in folder.runs)
+    curve_names = {p.name for p in plots}
+    curves_note = (
+        ""
+        if {"training_loss", "val_bpb"} <= curve_names
+        else "Some per-step curves are missing: no run with a result has train or eval records "
+        "in its metrics.jsonl."
+    )
+    subtitle = (
+        f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
+        f"runs with a result · baseline {a['baseline_arm']} · equivalence margin "
+        f"±{a['margin_bpb']:g} bpb · folder {folder.path.resolve().name}"
+    )
+    return ReportContent(
+        title=_title(folder),
+        subtitle=subtitle,
+        status=rec["status"],
+        headline=rec["headline"],
+        arm_details=details,
+        verdict_table=_verdict_table(a),
+        verdict_plot=verdict_plot,
+        varied=varied_rows,
+        fixed=_fixed_table(folder),
+        params=_params_table(a),
+        plots=plots,
+        curves_note=curves_note,
+        stats_table=_stats_table(a),
+        runs_table=_runs_table(folder, a),
+        excluded=[f"{r['run_id']}: {r['reason']}" for r in a["excluded"]],
+        environment=_environment_table(a),
+        method=_method(a),
+    )

@@ -1,0 +1,122 @@
+"""Per-step curves from each run's ``metrics.jsonl``, and their bands over seeds."""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from normlab._io import read_jsonl
+from normlab.analysis.runs import RunResult
+
+__all__ = ["Band", "RunCurves", "band_over_seeds", "load_run_curves", "moving_average"]
+
+
+def _num(v: Any) -> float:
+    """A JSON number as float; null, booleans and non-numbers become NaN."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return math.nan
+    return float(v)
+
+
+@dataclass(frozen=True)
+class RunCurves:
+    """The per-step series of one run (NaN where a value was null or non-finite)."""
+
+    run: RunResult
+    train_steps: np.ndarray
+    train_loss: np.ndarray
+    grad_norm: np.ndarray
+    eval_steps: np.ndarray
+    val_bpb: np.ndarray
+    anomalies: list[dict[str, Any]] = field(default_factory=list)
+
+    def value_at(self, step: int, series: str) -> float:
+        """``series`` ("train_loss" or "grad_norm") at ``step``, or NaN."""
+        idx = np.flatnonzero(self.train_steps == step)
+        return float(getattr(self, series)[idx[0]]) if idx.size else math.nan
+
+    def last_finite_step(self) -> tuple[int, float] | None:
+        """The last step with a finite training loss and that loss (where a divergence shows)."""
+        ok = np.flatnonzero(np.isfinite(self.train_loss))
+        return (int(self.train_steps[ok[-1]]), float(self.train_loss[ok[-1]])) if ok.size else None
+
+
+def load_run_curves(run: RunResult) -> RunCurves:
+    """Read ``train``, ``eval`` and ``anomaly`` records of ``run`` (missing file: empty curves)."""
+    records = read_jsonl(run.metrics_path) if run.metrics_path.is_file() else []
+    train = [r for r in records if r.get("type") == "train" and _num(r.get("step")) == r["step"]]
+    evals = [r for r in records if r.get("type") == "eval" and _num(r.get("step")) == r["step"]]
+    train.sort(key=lambda r: r["step"])
+    evals.sort(key=lambda r: r["step"])
+    return RunCurves(
+        run=run,
+        train_steps=np.array([int(r["step"]) for r in train], dtype=np.int64),
+        train_loss=np.array([_num(r.get("loss")) for r in train]),
+        grad_norm=np.array([_num(r.get("grad_norm")) for r in train]),
+        eval_steps=np.array([int(r["step"]) for r in evals], dtype=np.int64),
+        val_bpb=np.array([_num(r.get("val_bpb")) for r in evals]),
+        anomalies=[r for r in records if r.get("type") == "anomaly"],
+    )
+
+
+def moving_average(values: np.ndarray, window: int) -> np.ndarray:
+    """Centred moving average over ``window`` points, ignoring NaN (window 1: unchanged).
+
+    out_i = mean of the finite values among values[i − h .. i + h], h = window // 2.
+    """
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    if window == 1 or values.size == 0:
+        return values.astype(np.float64, copy=True)
+    finite = np.isfinite(values)
+    filled = np.where(finite, values, 0.0)
+    kernel = np.ones(2 * (window // 2) + 1)
+    sums = np.convolve(filled, kernel, mode="same")
+    counts = np.convolve(finite.astype(np.float64), kernel, mode="same")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = sums / counts
+    out[~finite] = np.nan  # a non-finite step stays visible as a gap
+    return out
+
+
+@dataclass(frozen=True)
+class Band:
+    """Mean, minimum and maximum over seeds at each step, and how many seeds had a value."""
+
+    steps: np.ndarray
+    mean: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+    count: np.ndarray
+
+
+def band_over_seeds(series: Sequence[tuple[np.ndarray, np.ndarray]]) -> Band:
+    """Combine (steps, values) series of several seeds on the union of their steps.
+
+    Steps where no seed has a finite value are dropped; a seed that stopped early (diverged)
+    simply stops contributing, and ``count`` records how many seeds remain.
+    """
+    if not series:
+        empty = np.array([])
+        return Band(empty.astype(np.int64), empty, empty, empty, empty.astype(np.int64))
+    steps = np.unique(np.concatenate([s for s, _ in series]))
+    grid = np.full((len(series), steps.size), np.nan)
+    for i, (s, v) in enumerate(series):
+        grid[i, np.searchsorted(steps, s)] = v
+    count = np.isfinite(grid).sum(axis=0)
+    keep = count > 0
+    grid = grid[:, keep]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return Band(
+            steps=steps[keep],
+            mean=np.nanmean(grid, axis=0),
+            low=np.nanmin(grid, axis=0),
+            high=np.nanmax(grid, axis=0),
+            count=count[keep],
+        )

@@ -1,0 +1,212 @@
+"""The report as one self-contained HTML file: inline CSS, plots embedded as base64 PNG, no
+external resource of any kind (no fonts, scripts or links to fetch)."""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+
+from normlab.report.content import Plot, ReportContent, Table
+
+__all__ = ["render_html"]
+
+_GOOD = {"better", "faster", "less", "switch", "finished"}
+_BAD = {"worse", "slower", "more", "diverged", "crashed"}
+_OPEN = {"inconclusive", "undecided", "unfinished"}
+_BOX_TITLE = {
+    "switch": "Recommendation",
+    "keep": "Recommendation",
+    "either": "Recommendation",
+    "undecided": "No verdict yet",
+}
+
+_CSS = """
+:root { --ink: #1f2328; --muted: #59636e; --rule: #d8dee4; --soft: #f6f8fa;
+  --good: #1a7f37; --good-bg: #dafbe1; --bad: #b42318; --bad-bg: #fee4e2;
+  --open: #8a5300; --open-bg: #fff1d6; --neutral: #3d4a57; --neutral-bg: #e8edf2; }
+* { box-sizing: border-box; }
+body { margin: 0; background: #fff; color: var(--ink);
+  font: 16px/1.55 -apple-system, BlinkMacSystemFont, "Segoe UI", "Helvetica Neue", Arial,
+  "Noto Sans", "DejaVu Sans", sans-serif; }
+main { max-width: 1120px; margin: 0 auto; padding: 36px 28px 64px; }
+h1 { font-size: 2.0em; margin: 0 0 4px; letter-spacing: -0.01em; }
+h2 { font-size: 1.35em; margin: 44px 0 12px; padding-bottom: 6px;
+  border-bottom: 1px solid var(--rule); }
+h3 { font-size: 1.08em; margin: 26px 0 8px; }
+p { margin: 8px 0; }
+.subtitle { color: var(--muted); margin: 0 0 22px; font-size: 0.95em; }
+nav { font-size: 0.9em; color: var(--muted); margin-bottom: 20px; }
+nav a { color: var(--muted); margin-right: 14px; text-decoration: none;
+  border-bottom: 1px dotted var(--muted); }
+.verdict { border-radius: 10px; padding: 20px 24px; margin: 8px 0 18px;
+  border: 1px solid; border-left-width: 8px; }
+.verdict .label { text-transform: uppercase; letter-spacing: 0.08em; font-size: 0.78em;
+  font-weight: 700; margin-bottom: 4px; }
+.verdict .headline { font-size: 1.45em; font-weight: 700; line-height: 1.3; margin: 0 0 10px; }
+.verdict ul { margin: 6px 0 0; padding-left: 20px; }
+.verdict li { margin: 4px 0; }
+.status-switch { background: #eefbf1; border-color: #9bd8a9; color: #0f3d1e; }
+.status-switch .label { color: var(--good); }
+.status-keep, .status-either { background: #eef4fb; border-color: #a8c5e6; color: #12304f; }
+.status-keep .label, .status-either .label { color: #1f5fa8; }
+.status-undecided { background: #fff8e8; border-color: #f0c36d; color: #4a3000; }
+.status-undecided .label { color: var(--open); }
+.table-wrap { overflow-x: auto; margin: 10px 0 6px; }
+table { border-collapse: collapse; font-size: 0.86em; width: 100%;
+  font-variant-numeric: tabular-nums; }
+th, td { padding: 6px 10px; border-bottom: 1px solid var(--rule); vertical-align: top; }
+th { text-align: left; font-weight: 600; color: var(--muted); background: var(--soft);
+  border-bottom: 2px solid var(--rule); vertical-align: bottom; }
+td.r, th.r { text-align: right; }
+td.r, td:first-child { white-space: nowrap; }
+tbody tr:hover td { background: #fafbfc; }
+tr.group-start td { border-top: 2px solid var(--rule); }
+tr.diverged td { background: #fff5f4; }
+tr.crashed td { background: #fdeceb; }
+tr.unfinished td { color: var(--muted); background: #f7f7f7; }
+.badge { display: inline-block; padding: 1px 9px; border-radius: 999px; font-size: 0.92em;
+  font-weight: 600; white-space: nowrap; }
+.b-good { color: var(--good); background: var(--good-bg); }
+.b-bad { color: var(--bad); background: var(--bad-bg); }
+.b-open { color: var(--open); background: var(--open-bg); }
+.b-neutral { color: var(--neutral); background: var(--neutral-bg); }
+figure { margin: 18px 0 26px; }
+figure img { display: block; width: 100%; height: auto; border: 1px solid var(--rule);
+  border-radius: 6px; }
+figcaption { color: var(--muted); font-size: 0.88em; margin-top: 6px; }
+.kv { display: grid; grid-template-columns: repeat(auto-fill, minmax(330px, 1fr));
+  gap: 0 28px; margin: 10px 0; font-size: 0.86em; }
+.kv div { display: flex; justify-content: space-between; gap: 12px; padding: 5px 2px;
+  border-bottom: 1px solid var(--rule); }
+.kv code { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  color: var(--muted); }
+.kv span { text-align: right; word-break: break-all; }
+.env td:first-child { color: var(--muted); width: 16em; }
+.env td:last-child { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;
+  word-break: break-all; }
+.env th { display: none; }
+.note { color: var(--muted); font-size: 0.9em; }
+ul.method li { margin: 6px 0; }
+footer { margin-top: 48px; color: var(--muted); font-size: 0.82em; }
+"""
+
+
+def _badge(text: str) -> str:
+    word = text.strip().lower()
+    if not word or word == "—":
+        return escape(text)
+    cls = (
+        "b-good"
+        if word in _GOOD
+        else "b-bad"
+        if word in _BAD
+        else "b-open"
+        if word in _OPEN
+        else "b-neutral"
+    )
+    return f'<span class="badge {cls}">{escape(text)}</span>'
+
+
+def _table(t: Table, css_class: str = "") -> str:
+    if not t.rows:
+        return '<p class="note">(none)</p>'
+    head = "".join(
+        f'<th class="r">{escape(c)}</th>' if a == "right" else f"<th>{escape(c)}</th>"
+        for c, a in zip(t.columns, t.align, strict=True)
+    )
+    body = []
+    for i, row in enumerate(t.rows):
+        cls = t.row_class[i] if i < len(t.row_class) and t.row_class[i] else ""
+        cells = []
+        for j, (cell, a) in enumerate(zip(row, t.align, strict=True)):
+            inner = _badge(cell) if j in t.badges else escape(cell)
+            cells.append(f'<td class="r">{inner}</td>' if a == "right" else f"<td>{inner}</td>")
+        tr = f'<tr class="{cls}">' if cls else "<tr>"
+        body.append(tr + "".join(cells) + "</tr>")
+    wrap = f'<div class="table-wrap {css_class}">' if css_class else '<div class="table-wrap">'
+    return (
+        f"{wrap}<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
+    )
+
+
+def _key_values(t: Table) -> str:
+    """A two-column table of settings as a compact multi-column grid."""
+    if not t.rows:
+        return '<p class="note">(none recorded)</p>'
+    items = "".join(
+        f"<div><code>{escape(k)}</code><span>{escape(v)}</span></div>" for k, v in t.rows
+    )
+    return f'<div class="kv">{items}</div>'
+
+
+def _figure(p: Plot) -> str:
+    data = base64.b64encode(p.png).decode("ascii")
+    return (
+        f'<figure id="plot-{escape(p.name)}"><img alt="{escape(p.title)}" '
+        f'src="data:image/png;base64,{data}"><figcaption><strong>{escape(p.title)}.</strong> '
+        f"{escape(p.caption)}</figcaption></figure>"
+    )
+
+
+def render_html(c: ReportContent) -> str:
+    """Lay out ``c`` as one self-contained HTML page."""
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        f"<title>{escape(c.title)} — normlab compare</title>",
+        f"<style>{_CSS}</style></head><body><main>",
+        f"<h1>{escape(c.title)}</h1>",
+        f'<p class="subtitle">{escape(c.subtitle)}</p>',
+        '<nav><a href="#verdict">Verdict</a><a href="#setup">What was compared</a>'
+        '<a href="#curves">Curves</a><a href="#metrics">All metrics</a>'
+        '<a href="#runs">Runs</a><a href="#environment">Environment</a>'
+        '<a href="#method">Method</a></nav>',
+        f'<section id="verdict" class="verdict status-{escape(c.status)}">',
+        f'<div class="label">{escape(_BOX_TITLE.get(c.status, "Recommendation"))}</div>',
+        f'<p class="headline">{escape(c.headline)}</p><ul>',
+    ]
+    for arm, decision, text in c.arm_details:
+        parts.append(f"<li><strong>{escape(arm)}</strong> {_badge(decision)} {escape(text)}</li>")
+    parts.append("</ul></section>")
+    parts.append(_table(c.verdict_table))
+    if c.verdict_plot is not None:
+        parts.append(_figure(c.verdict_plot))
+
+    parts.append('<h2 id="setup">What was compared</h2>')
+    if c.varied:
+        varied = "; ".join(f"<strong>{escape(k)}</strong> = {escape(v)}" for k, v in c.varied)
+        parts.append(f"<p>Varied: {varied}. Everything below was held fixed.</p>")
+    parts.append(_key_values(c.fixed))
+    parts.append("<h3>Parameters per arm</h3>")
+    parts.append(_table(c.params))
+
+    parts.append('<h2 id="curves">Training curves and final numbers</h2>')
+    if c.curves_note:
+        parts.append(f'<p class="note">{escape(c.curves_note)}</p>')
+    parts.extend(_figure(p) for p in c.plots)
+
+    parts.append('<h2 id="metrics">All metrics</h2>')
+    parts.append(_table(c.stats_table))
+
+    parts.append('<h2 id="runs">Runs</h2>')
+    if c.excluded:
+        parts.append(
+            '<p class="note">Excluded from the statistics: '
+            + "; ".join(escape(e) for e in c.excluded)
+            + ".</p>"
+        )
+    parts.append(_table(c.runs_table))
+
+    parts.append('<h2 id="environment">Environment</h2>')
+    parts.append(_table(c.environment, "env"))
+
+    parts.append('<h2 id="method">Method</h2><ul class="method">')
+    parts.extend(f"<li>{escape(line)}</li>" for line in c.method)
+    parts.append("</ul>")
+    parts.append(
+        "<footer>Built by <code>normlab report</code> from the files in the compare folder; "
+        "rebuild it at any time without retraining.</footer>"
+    )
+    parts.append("</main></body></html>")
+    return "\n".join(parts) + "\n"

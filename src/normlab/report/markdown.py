@@ -1,0 +1,67 @@
+"""The report as Markdown: the same content as the HTML, plots linked from ``plots/``."""
+
+from __future__ import annotations
+
+from normlab.report.content import Plot, ReportContent, Table
+
+__all__ = ["render_markdown"]
+
+_STATUS_WORD = {
+    "switch": "Recommendation",
+    "keep": "Recommendation",
+    "either": "Recommendation",
+    "undecided": "No verdict yet",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(t: Table) -> str:
+    if not t.rows:
+        return "_(none)_\n"
+    head = "| " + " | ".join(_cell(c) or " " for c in t.columns) + " |"
+    rule = "|" + "|".join("---:" if a == "right" else ":---" for a in t.align) + "|"
+    body = ["| " + " | ".join(_cell(c) for c in row) + " |" for row in t.rows]
+    return "\n".join([head, rule, *body]) + "\n"
+
+
+def _plot(p: Plot) -> str:
+    return f"![{p.title}]({p.relpath})\n\n*{p.caption}*\n"
+
+
+def render_markdown(c: ReportContent) -> str:
+    """Lay out ``c`` as a Markdown document."""
+    out = [f"# {c.title}\n", f"{c.subtitle}\n"]
+    out.append(f"> **{_STATUS_WORD.get(c.status, 'Recommendation')}: {c.headline}**\n>")
+    for arm, decision, text in c.arm_details:
+        out.append(f"> - **{arm}** ({decision}): {text}")
+    out.append("")
+    out.append(_table(c.verdict_table))
+    if c.verdict_plot is not None:
+        out.append(_plot(c.verdict_plot))
+    out.append("## What was compared\n")
+    if c.varied:
+        out.append(
+            "**Varied:** " + "; ".join(f"{k} = {v}" for k, v in c.varied) + ". "
+            "Everything else was held fixed:\n"
+        )
+    out.append(_table(c.fixed))
+    out.append("### Parameters per arm\n")
+    out.append(_table(c.params))
+    out.append("## Training curves and final numbers\n")
+    if c.curves_note:
+        out.append(f"_{c.curves_note}_\n")
+    out.extend(_plot(p) for p in c.plots)
+    out.append("## All metrics\n")
+    out.append(_table(c.stats_table))
+    out.append("## Runs\n")
+    if c.excluded:
+        out.append("Excluded from the statistics: " + "; ".join(c.excluded) + ".\n")
+    out.append(_table(c.runs_table))
+    out.append("## Environment\n")
+    out.append(_table(c.environment))
+    out.append("## Method\n")
+    out.extend(f"- {line}" for line in c.method)
+    return "\n".join(out).rstrip() + "\n"

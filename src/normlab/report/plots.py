@@ -1,0 +1,531 @@
+"""The report's plots, drawn from the curves on disk and from the analysis dict.
+
+Every function returns a :class:`matplotlib.figure.Figure` on an Agg canvas; :func:`figure_png`
+turns it into PNG bytes. Colours come from :func:`normlab.report.style.arm_colors`, so an arm has
+the same colour in every plot.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+
+from normlab.analysis.stats import t_interval
+from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
+from normlab.report.style import plot_style
+
+__all__ = [
+    "figure_png",
+    "plot_final_metrics",
+    "plot_grad_norm",
+    "plot_paired_comparison",
+    "plot_training_loss",
+    "plot_val_bpb",
+    "smoothing_window",
+]
+
+CurvesByArm = Mapping[str, Sequence[RunCurves]]
+_LOSS_KINDS = ("loss_spike", "nonfinite_loss")
+_GRAD_KINDS = ("grad_spike", "nonfinite_grad")
+
+
+def figure_png(fig: Figure) -> bytes:
+    """Render ``fig`` to PNG bytes (white background, tight bounding box)."""
+    if fig.canvas is None or not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight", pad_inches=0.15, facecolor="white")
+    return buf.getvalue()
+
+
+def _figure(width: float, height: float, ncols: int = 1, ratios: Sequence[float] | None = None):
+    fig = Figure(figsize=(width, height), layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(1, ncols, width_ratios=ratios, squeeze=False)[0]
+    return fig, list(axes)
+
+
+def smoothing_window(curves: CurvesByArm) -> int:
+    """Moving-average window for per-step curves: 1 up to 200 steps, then about 1 % of steps."""
+    longest = max((c.train_steps.size for runs in curves.values() for c in runs), default=0)
+    return 1 if longest <= 200 else max(3, longest // 100) | 1
+
+
+def _n_runs(runs: Sequence[RunCurves]) -> int:
+    return sum(1 for c in runs if c.train_steps.size or c.eval_steps.size)
+
+
+def _draw_band(ax: Axes, band: Band, color: str, label: str, marker: str | None = None) -> None:
+    if band.steps.size == 0:
+        return
+    ax.fill_between(band.steps, band.low, band.high, color=color, alpha=0.18, linewidth=0)
+    ax.plot(
+        band.steps,
+        band.mean,
+        color=color,
+        linewidth=1.8,
+        label=label,
+        marker=marker,
+        markersize=3.5,
+    )
+
+
+def _zoom(ax: Axes, bands: Sequence[Band], start: float, log: bool = False) -> None:
+    """Limit ``ax`` to steps ≥ ``start`` and fit the y-range to the bands there."""
+    lows, highs, stop = [], [], start
+    for b in bands:
+        sel = b.steps >= start
+        if sel.any():
+            lows.append(np.nanmin(b.low[sel]))
+            highs.append(np.nanmax(b.high[sel]))
+            stop = max(stop, float(b.steps[sel].max()))
+    if not lows:
+        return
+    lo, hi = float(min(lows)), float(max(highs))
+    if log and lo > 0:
+        pad = (hi / lo) ** 0.08
+        ax.set_ylim(lo / pad, hi * pad)
+    else:
+        pad = 0.08 * (hi - lo) if hi > lo else max(abs(hi) * 0.01, 1e-6)
+        ax.set_ylim(lo - pad, hi + pad)
+    ax.set_xlim(start, stop + max(1.0, 0.01 * stop))
+
+
+def _markers(
+    ax: Axes, curves: CurvesByArm, colors: Mapping[str, str], kinds: Sequence[str], series: str
+) -> bool:
+    """Mark anomalies of ``kinds`` (×) and the last finite point of diverged runs (▼)."""
+    drawn = False
+    for arm, runs in curves.items():
+        for c in runs:
+            for a in c.anomalies:
+                if a.get("kind") not in kinds or not isinstance(a.get("step"), int):
+                    continue
+                y = a.get("value")
+                if not isinstance(y, (int, float)) or not math.isfinite(y):
+                    y = c.value_at(a["step"], series)
+                if math.isfinite(y):
+                    ax.scatter(
+                        [a["step"]],
+                        [y],
+                        marker="x",
+                        s=46,
+                        linewidths=1.8,
+                        color=colors[arm],
+                        zorder=6,
+                    )
+                    drawn = True
+            if c.run.status == "diverged" and series == "train_loss":
+                last = c.last_finite_step()
+                if last is not None:
+                    ax.scatter(
+                        [last[0]],
+                        [last[1]],
+                        marker="v",
+                        s=60,
+                        color=colors[arm],
+                        edgecolors="black",
+                        linewidths=0.8,
+                        zorder=7,
+                    )
+                    drawn = True
+    return drawn
+
+
+def _series_bands(
+    curves: CurvesByArm, steps_attr: str, values_attr: str, window: int = 1
+) -> dict[str, Band]:
+    return {
+        arm: band_over_seeds(
+            [
+                (getattr(c, steps_attr), moving_average(getattr(c, values_attr), window))
+                for c in runs
+                if getattr(c, steps_attr).size
+            ]
+        )
+        for arm, runs in curves.items()
+    }
+
+
+def _integer_steps(*axes: Axes) -> None:
+    for ax in axes:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+_SPIKE_HANDLE = {"marker": "x", "markersize": 7, "markeredgewidth": 1.8}
+_DIVERGED_HANDLE = {"marker": "v", "markersize": 7, "markeredgecolor": "black"}
+
+
+def _marker_legend(ax: Axes, what: str | None, diverged: bool) -> None:
+    """Legend of the arms, plus the anomaly markers when some were drawn."""
+    handles, labels = ax.get_legend_handles_labels()
+    if what is not None:
+        handles.append(Line2D([], [], color="#444", linestyle="none", **_SPIKE_HANDLE))
+        labels.append(what)
+    if diverged:
+        handles.append(Line2D([], [], color="#888", linestyle="none", **_DIVERGED_HANDLE))
+        labels.append("diverged run (last finite loss)")
+    ax.legend(handles, labels, loc="upper right")
+
+
+def plot_training_loss(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
+    """Training loss per arm: mean over seeds, min–max band, spikes and divergences marked.
+
+    Left: the whole run; right: the second half, zoomed in, where the arms differ.
+    """
+    window = smoothing_window(curves)
+    bands = _series_bands(curves, "train_steps", "train_loss", window)
+    with plot_style():
+        fig, (full, zoom) = _figure(10.0, 4.0, 2, [1.35, 1.0])
+        for arm, band in bands.items():
+            label = f"{arm} ({_n_runs(curves[arm])} seeds)"
+            for ax in (full, zoom):
+                _draw_band(ax, band, colors[arm], label)
+        diverged = any(c.run.status == "diverged" for runs in curves.values() for c in runs)
+        spikes = False
+        for ax in (full, zoom):
+            spikes = _markers(ax, curves, colors, _LOSS_KINDS, "train_loss") or spikes
+            ax.set_xlabel("step")
+        _integer_steps(full, zoom)
+        full.set_ylabel("training loss (nats per byte)")
+        smooth = f", moving average over {window} steps" if window > 1 else ""
+        full.set_title(f"Training loss: mean over seeds, band = min–max{smooth}", loc="left")
+        last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
+        _zoom(zoom, list(bands.values()), last / 2)
+        zoom.set_title("Second half, zoomed in", loc="left")
+        _marker_legend(full, "loss spike" if spikes else None, diverged)
+    return fig
+
+
+def plot_val_bpb(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
+    """Validation bits per byte at each evaluation: mean over seeds and min–max band."""
+    bands = _series_bands(curves, "eval_steps", "val_bpb")
+    with plot_style():
+        fig, (full, zoom) = _figure(10.0, 3.8, 2, [1.35, 1.0])
+        for arm, band in bands.items():
+            label = f"{arm} ({_n_runs(curves[arm])} seeds)"
+            for ax in (full, zoom):
+                _draw_band(ax, band, colors[arm], label, marker="o")
+                ax.set_xlabel("step")
+        full.set_ylabel("validation loss (bits per byte)")
+        full.set_title("Validation bpb: mean over seeds, band = min–max", loc="left")
+        last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
+        _zoom(zoom, list(bands.values()), last / 2)
+        zoom.set_title("Second half, zoomed in", loc="left")
+        _integer_steps(full, zoom)
+        full.legend(loc="upper right")
+    return fig
+
+
+def plot_grad_norm(
+    curves: CurvesByArm, colors: Mapping[str, str], clip: float | None = None
+) -> Figure:
+    """Global gradient norm (before clipping) on a log scale, with gradient spikes marked."""
+    window = smoothing_window(curves)
+    bands = _series_bands(curves, "train_steps", "grad_norm", window)
+    with plot_style():
+        fig, (ax,) = _figure(10.0, 3.6)
+        for arm, band in bands.items():
+            _draw_band(ax, band, colors[arm], f"{arm} ({_n_runs(curves[arm])} seeds)")
+        drawn = _markers(ax, curves, colors, _GRAD_KINDS, "grad_norm")
+        if clip is not None:
+            ax.axhline(
+                clip,
+                color="#555",
+                linestyle="--",
+                linewidth=1.0,
+                label=f"clipping threshold ({clip:g})",
+            )
+        ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.yaxis.set_minor_formatter(NullFormatter())
+        _integer_steps(ax)
+        ax.set_xlabel("step")
+        ax.set_ylabel("gradient L2 norm (log scale)")
+        smooth = f", moving average over {window} steps" if window > 1 else ""
+        ax.set_title(
+            f"Gradient norm before clipping: mean over seeds, band = min–max{smooth}", loc="left"
+        )
+        _marker_legend(ax, "gradient spike" if drawn else None, False)
+    return fig
+
+
+def _per_arm_panel(
+    ax: Axes,
+    analysis: Mapping[str, Any],
+    arms: Sequence[str],
+    colors: Mapping[str, str],
+    metric: str,
+    scale: float,
+    ylabel: str,
+    digits: int,
+) -> None:
+    for i, arm in enumerate(arms):
+        values = np.asarray(analysis["arms"][arm][metric]["values"], dtype=np.float64) / scale
+        if values.size == 0:
+            ax.text(
+                i,
+                0.5,
+                "no finished run",
+                transform=ax.get_xaxis_transform(),
+                ha="center",
+                fontsize=8,
+                color="#777",
+            )
+            continue
+        jitter = np.linspace(-0.13, 0.13, values.size) if values.size > 1 else np.zeros(1)
+        ax.scatter(
+            i - 0.22 + jitter * 0.5,
+            values,
+            s=22,
+            color=colors[arm],
+            alpha=0.75,
+            edgecolors="white",
+            linewidths=0.5,
+            zorder=3,
+        )
+        ci = t_interval(values, 0.95)
+        mean = float(values.mean())
+        if ci.low is not None and ci.high is not None:
+            ax.errorbar(
+                [i + 0.08],
+                [mean],
+                yerr=[[mean - ci.low], [ci.high - mean]],
+                fmt="D",
+                color=colors[arm],
+                markersize=6,
+                capsize=5,
+                linewidth=1.8,
+                zorder=4,
+            )
+        else:
+            ax.scatter([i + 0.08], [mean], marker="D", s=36, color=colors[arm], zorder=4)
+        ax.annotate(
+            f"{mean:.{digits}f}",
+            (i + 0.08, mean),
+            xytext=(9, 0),
+            textcoords="offset points",
+            va="center",
+            fontsize=8.5,
+            color="#222",
+        )
+    ax.set_xticks(range(len(arms)), arms, rotation=0)
+    ax.set_xlim(-0.6, len(arms) - 0.4)
+    ax.set_ylabel(ylabel)
+    ax.grid(axis="x", visible=False)
+    ax.margins(y=0.15)
+
+
+def plot_final_metrics(
+    analysis: Mapping[str, Any], colors: Mapping[str, str], memory_kind: str | None = None
+) -> Figure:
+    """Final validation bpb, throughput and peak memory per arm: seeds as dots, mean ◆ with
+    its 95 % t-interval (unpaired: it includes the seed-to-seed variation shared by all arms)."""
+    arms = list(analysis["arm_order"])
+    mem_label = "peak memory (MiB" + (f", {memory_kind})" if memory_kind else ")")
+    with plot_style():
+        fig, axes = _figure(10.0, 3.6, 3)
+        _per_arm_panel(
+            axes[0],
+            analysis,
+            arms,
+            colors,
+            "final_val_bpb",
+            1.0,
+            "final validation bpb (bits per byte)",
+            4,
+        )
+        _per_arm_panel(
+            axes[1],
+            analysis,
+            arms,
+            colors,
+            "tokens_per_s",
+            1e3,
+            "throughput (thousand tokens/s)",
+            2,
+        )
+        _per_arm_panel(axes[2], analysis, arms, colors, "peak_memory_bytes", 2**20, mem_label, 1)
+        axes[0].set_title("Final validation bpb", loc="left")
+        axes[1].set_title("Training throughput", loc="left")
+        axes[2].set_title("Peak memory", loc="left")
+        if len(arms) > 3:
+            for ax in axes:
+                for label in ax.get_xticklabels():
+                    label.set_rotation(30)
+                    label.set_ha("right")
+    return fig
+
+
+def _paired_values(analysis: Mapping[str, Any], arm: str, metric: str, ratio: bool) -> np.ndarray:
+    base = analysis["arms"][analysis["baseline_arm"]][metric]
+    cand = analysis["arms"][arm][metric]
+    b = dict(zip(base["seeds"], base["values"], strict=True))
+    c = dict(zip(cand["seeds"], cand["values"], strict=True))
+    seeds = sorted(set(b) & set(c))
+    if ratio:
+        return np.array([c[s] / b[s] for s in seeds if b[s] > 0 and c[s] > 0])
+    return np.array([c[s] - b[s] for s in seeds])
+
+
+def _interval_row(
+    ax: Axes,
+    y: float,
+    color: str,
+    points: np.ndarray,
+    center: float | None,
+    ci: tuple[float | None, float | None],
+    ci_inner: tuple[float | None, float | None] | None = None,
+) -> None:
+    if points.size:
+        offs = np.linspace(-0.12, 0.12, points.size) if points.size > 1 else np.zeros(1)
+        ax.scatter(
+            points,
+            y + 0.22 + offs * 0.4,
+            s=18,
+            color=color,
+            alpha=0.6,
+            edgecolors="white",
+            linewidths=0.4,
+            zorder=3,
+        )
+    if ci[0] is not None and ci[1] is not None:
+        ax.plot([ci[0], ci[1]], [y, y], color=color, linewidth=1.6, zorder=4)
+        for end in ci:
+            ax.plot([end, end], [y - 0.09, y + 0.09], color=color, linewidth=1.6, zorder=4)
+    if ci_inner is not None and ci_inner[0] is not None and ci_inner[1] is not None:
+        ax.plot(
+            [ci_inner[0], ci_inner[1]],
+            [y, y],
+            color=color,
+            linewidth=6,
+            alpha=0.55,
+            solid_capstyle="butt",
+            zorder=4,
+        )
+    if center is not None:
+        ax.scatter(
+            [center],
+            [y],
+            marker="D",
+            s=40,
+            color=color,
+            edgecolors="black",
+            linewidths=0.6,
+            zorder=5,
+        )
+
+
+def _verdict_label(ax: Axes, y: float, word: str) -> None:
+    """The verdict word at the right end of a row."""
+    ax.text(
+        0.99,
+        y - 0.33,
+        word,
+        transform=ax.get_yaxis_transform(),
+        ha="right",
+        va="center",
+        fontsize=8.5,
+        fontstyle="italic",
+        color="#333",
+    )
+
+
+def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
+    """Each arm against the baseline, seed by seed: Δ final bpb with the ±margin band, and the
+    throughput and peak-memory ratios, each with its 95 % interval (the 90 % TOST interval
+    drawn thick on the bpb panel)."""
+    base = analysis["baseline_arm"]
+    arms = [a for a in analysis["arm_order"] if a != base]
+    margin = float(analysis["margin_bpb"])
+    with plot_style():
+        fig, (q_ax, t_ax, m_ax) = _figure(10.0, 1.6 + 0.8 * max(1, len(arms)), 3, [1.5, 1, 1])
+        q_ax.axvspan(-margin, margin, color="#2e7d32", alpha=0.10, linewidth=0)
+        q_ax.axvline(0.0, color="#444", linewidth=0.9)
+        t_ax.axvline(1.0, color="#444", linewidth=0.9)
+        m_ax.axvline(1.0, color="#444", linewidth=0.9)
+        rows = list(enumerate(reversed(arms)))
+        for y, arm in rows:
+            comp, verdict, color = (
+                analysis["comparisons"][arm],
+                analysis["verdicts"][arm],
+                colors[arm],
+            )
+            q, t, m = comp["final_val_bpb"], comp["tokens_per_s"], comp["peak_memory_bytes"]
+            q_seeds = _paired_values(analysis, arm, "final_val_bpb", False)
+            _interval_row(
+                q_ax,
+                y,
+                color,
+                q_seeds,
+                q["mean_diff"],
+                (q["ci_low"], q["ci_high"]),
+                (q["tost_low"], q["tost_high"]),
+            )
+            t_seeds = _paired_values(analysis, arm, "tokens_per_s", True)
+            _interval_row(
+                t_ax, y, color, t_seeds, t["ratio"], (t["ratio_ci_low"], t["ratio_ci_high"])
+            )
+            m_seeds = _paired_values(analysis, arm, "peak_memory_bytes", True)
+            _interval_row(
+                m_ax, y, color, m_seeds, m["ratio"], (m["ratio_ci_low"], m["ratio_ci_high"])
+            )
+            _verdict_label(q_ax, y, verdict["quality"])
+            _verdict_label(t_ax, y, verdict["throughput"])
+            _verdict_label(m_ax, y, verdict["memory"])
+        q_ax.set_yticks([y for y, _ in rows], [arm for _, arm in rows])
+        for ax in (t_ax, m_ax):
+            ax.set_yticks([y for y, _ in rows], [])
+        for ax in (q_ax, t_ax, m_ax):
+            ax.set_ylim(-0.6, len(rows) - 0.4)
+            ax.grid(axis="y", visible=False)
+        q_ax.set_title(f"Δ final validation bpb vs {base}", loc="left")
+        t_ax.set_title("Throughput ratio", loc="left")
+        m_ax.set_title("Peak memory ratio", loc="left")
+        q_ax.set_xlabel("bits per byte (lower is better)")
+        t_ax.set_xlabel("× baseline (higher is better)")
+        m_ax.set_xlabel("× baseline (lower is better)")
+        lo, hi = q_ax.get_xlim()
+        span = max(abs(lo), abs(hi), 1.3 * margin)
+        q_ax.set_xlim(-span, span)
+        for ax in (t_ax, m_ax):
+            lo, hi = ax.get_xlim()
+            span = max(abs(lo - 1.0), abs(hi - 1.0), 0.01)
+            ax.set_xlim(1.0 - span, 1.0 + span)
+        handles = [
+            Patch(color="#2e7d32", alpha=0.2, label=f"equivalence margin ±{margin:g} bpb"),
+            Line2D([], [], color="#555", linewidth=6, alpha=0.55, label="90% CI (TOST)"),
+            Line2D([], [], color="#555", linewidth=1.6, label="95% CI"),
+            Line2D(
+                [],
+                [],
+                marker="D",
+                color="#555",
+                markeredgecolor="black",
+                linestyle="none",
+                label="mean of the pairs",
+            ),
+            Line2D(
+                [],
+                [],
+                marker="o",
+                color="#555",
+                alpha=0.6,
+                linestyle="none",
+                markersize=5,
+                label="one seed's pair",
+            ),
+        ]
+        fig.legend(handles=handles, loc="outside lower center", ncols=5)
+    return fig
