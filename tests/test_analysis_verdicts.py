@@ -84,7 +84,7 @@ def test_inconclusive_says_how_many_seeds():
 def test_single_seed_is_inconclusive_without_an_interval():
     c = compare_paired([3.30], [3.40], lower_is_better=True, margin=0.02)
     assert c.verdict == "inconclusive" and c.n_pairs == 1
-    assert c.ci_low is None and c.seeds_needed is None and "single" in c.note
+    assert c.ci_low is None and c.seeds_needed is None and "only one seed" in c.note
 
 
 def test_zero_variance_differences():

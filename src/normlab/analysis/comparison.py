@@ -139,8 +139,8 @@ def compare_paired(
         note = (
             "no seed has a value in both arms"
             if n == 0
-            else "a single paired seed gives no interval and no estimate of seed-to-seed "
-            "variation; run at least 3 seeds per arm"
+            else "only one seed has a usable result in both arms, which gives no interval "
+            "and no estimate of seed-to-seed variation; at least 3 paired seeds are needed"
         )
         return PairedComparison(
             **common,
