@@ -72,8 +72,8 @@ def run_outcome(run: RunResult) -> str:
 
 def _arm_info(folder: CompareFolder, arm: str) -> dict[str, Any]:
     runs = folder.runs_of(arm)
-    with_summary = [r for r in runs if r.summary]
-    first = with_summary[0] if with_summary else (runs[0] if runs else None)
+    ranked = sorted(runs, key=lambda r: (not r.done, not r.summary))  # done runs first
+    first = ranked[0] if ranked else None
     done_seeds = sorted(r.seed for r in runs if r.done)
     info: dict[str, Any] = {
         "norm": (first.summary.get("norm") or first.config.get("norm")) if first else None,

@@ -114,7 +114,13 @@ def _title(folder: CompareFolder) -> str:
     varied = folder.experiment.get("varied") or {}
     norms = varied.get("norm") if isinstance(varied, dict) else None
     if isinstance(norms, list) and len(norms) >= 2 and all(isinstance(n, str) for n in norms):
-        return " vs ".join(_PRETTY_NORMS.get(n, n) for n in norms)
+        title = " vs ".join(_PRETTY_NORMS.get(n, n) for n in norms)
+        others = [
+            f"{k}: {', '.join(map(str, v))}"
+            for k, v in varied.items()
+            if k != "norm" and isinstance(v, list) and len(v) > 1
+        ]
+        return " · ".join([title, *others])
     return " vs ".join(folder.arms) if len(folder.arms) <= 3 else f"{len(folder.arms)} arms"
 
 

@@ -64,8 +64,8 @@ tr.group-start td { border-top: 2px solid var(--rule); }
 tr.diverged td { background: #fff5f4; }
 tr.crashed td { background: #fdeceb; }
 tr.unfinished td { color: var(--muted); background: #f7f7f7; }
-.badge { display: inline-block; padding: 1px 9px; border-radius: 999px; font-size: 0.92em;
-  font-weight: 600; white-space: nowrap; }
+.badge { display: inline-block; padding: 1px 9px; border-radius: 10px; font-size: 0.92em;
+  font-weight: 600; line-height: 1.4; }
 .b-good { color: var(--good); background: var(--good-bg); }
 .b-bad { color: var(--bad); background: var(--bad-bg); }
 .b-open { color: var(--open); background: var(--open-bg); }
