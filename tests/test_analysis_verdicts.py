@@ -281,3 +281,29 @@ def test_bad_experiment_json(tmp_path):
     (tmp_path / "experiment.json").write_text("[1, 2]")
     with pytest.raises(CompareFolderError, match="JSON object"):
         load_compare_folder(tmp_path)
+
+
+def test_baseline_without_results_is_undecided(tmp_path):
+    runs = _pairs([3.40, 3.42, 3.39], [3.401, 3.419, 3.392])
+    runs = [
+        {**r, "status": "crashed", "error": "boom"} if r["arm"] == "layernorm-pre" else r
+        for r in runs
+    ]
+    a = analyze(load_compare_folder(_write_folder(tmp_path / "o", runs, [0, 1, 2])))
+    assert a["recommendation"]["choice"] == "undecided"
+    assert "baseline layernorm-pre has no result (3 crashed" in a["recommendation"]["headline"]
+
+
+def test_arm_without_runs_and_stray_folders(tmp_path):
+    root = _write_folder(
+        tmp_path / "o", _pairs([3.40, 3.42, 3.39], [3.401, 3.419, 3.392]), [0, 1, 2]
+    )
+    exp = json.loads((root / "experiment.json").read_text())
+    exp["arms"].append("dyt-pre")
+    (root / "experiment.json").write_text(json.dumps(exp))
+    (root / "runs" / "notes").mkdir()  # not a run: ignored
+    a = analyze(load_compare_folder(root))
+    assert a["verdicts"]["dyt-pre"]["decision"] == "undecided"
+    assert a["arm_info"]["dyt-pre"]["seeds_missing"] == [0, 1, 2]
+    assert a["recommendation"]["choice"] == "rmsnorm-pre"
+    assert "dyt-pre still undecided" in a["recommendation"]["headline"]

@@ -54,11 +54,24 @@ def recommend(
     verdicts: dict[str, ArmVerdict],
     quality: dict[str, PairedComparison],
     throughput: dict[str, PairedComparison],
+    baseline_problem: str = "",
 ) -> Recommendation:
-    """Pick the arm to use (rules in the module docstring)."""
+    """Pick the arm to use (rules in the module docstring).
+
+    ``baseline_problem`` (e.g. "all 3 runs crashed") marks a baseline without any result:
+    then nothing can be compared and the answer is ``undecided``.
+    """
     if not verdicts:
         return Recommendation(
             baseline, "keep", f"Keep {baseline}.", "There is no other arm to compare against."
+        )
+    if baseline_problem:
+        return Recommendation(
+            UNDECIDED,
+            "undecided",
+            f"Undecided: the baseline {baseline} has no result ({baseline_problem}), so no arm "
+            "can be compared with it.",
+            " ".join(_arm_detail(v) for v in verdicts.values()),
         )
     switches = [a for a, v in verdicts.items() if v.decision == "switch"]
     undecided = [a for a, v in verdicts.items() if v.decision == "undecided"]
@@ -66,10 +79,11 @@ def recommend(
     if switches:
         best = min(switches, key=lambda a: _switch_rank(verdicts[a], quality[a], throughput[a]))
         rest = [_arm_detail(o) for a, o in verdicts.items() if a != best]
+        open_arms = f" ({', '.join(undecided)} still undecided)" if undecided else ""
         return Recommendation(
             best,
             "switch",
-            f"Use {best} rather than {baseline}: {verdicts[best].reason}.",
+            f"Use {best} rather than {baseline}: {verdicts[best].reason}{open_arms}.",
             " ".join([_arm_detail(verdicts[best]), *rest]),
         )
     details = " ".join(_arm_detail(v) for v in verdicts.values())

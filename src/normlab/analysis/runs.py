@@ -117,6 +117,12 @@ def _experiment_fields(
     return list(arms), baseline, list(seeds), float(margin)
 
 
+def _looks_like_run(run_dir: Path) -> bool:
+    """A run folder has a run.json or summary.json, or at least a '<arm>__s<seed>' name."""
+    has_file = (run_dir / "run.json").is_file() or (run_dir / "summary.json").is_file()
+    return has_file or _RUN_ID.match(run_dir.name) is not None
+
+
 def _load_run(run_dir: Path) -> RunResult:
     config = _read_json_object(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
     summary_path = run_dir / "summary.json"
@@ -166,7 +172,7 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
         data = dict(experiment.get("data") or {})
     runs_dir = path / "runs"
     run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
-    runs = [_load_run(d) for d in run_dirs]
+    runs = [_load_run(d) for d in run_dirs if _looks_like_run(d)]
     if not any(r.done for r in runs):
         counts = {s: sum(r.status == s for r in runs) for s in ("crashed", "unfinished")}
         raise CompareFolderError(

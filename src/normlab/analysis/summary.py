@@ -154,7 +154,15 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         arm_verdicts[arm] = v
         verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
 
-    rec = recommend(base, arm_verdicts, quality, speed)
+    base_info = arm_stability(base_runs)
+    problem = ""
+    if base_info.n_done == 0:
+        problem = (
+            f"{base_info.n_crashed} crashed, {base_info.n_unfinished} unfinished"
+            if base_info.n_runs
+            else "no run folder"
+        )
+    rec = recommend(base, arm_verdicts, quality, speed, baseline_problem=problem)
     runs_table = [
         {
             "run_id": r.run_id,
