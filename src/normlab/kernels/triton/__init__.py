@@ -1,0 +1,55 @@
+"""Fused Triton kernels for every norm of :mod:`normlab.functional`, forward and backward.
+
+The backend registers itself as ``"triton"`` when the ``triton`` package imports and a device
+can run it: CUDA (or ROCm) GPUs, and the CPU when ``TRITON_INTERPRET=1`` is set before Triton
+is first imported (Triton's interpreter: slow, for tests). Without ``triton`` nothing is
+registered and importing normlab still works.
+
+Modules: ``config`` (launch heuristics), ``helpers``/``forward``/``backward``/``reduce``
+(device code), ``launch`` (host code), ``ops`` (``torch.library`` custom ops),
+``layer_norm``/``rms_norm``/``adaptive`` (the backend functions by family), ``backend``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+_TRUTHY = ("1", "true", "yes", "on", "y")
+
+
+def interpreter_requested() -> bool:
+    """Whether ``TRITON_INTERPRET`` asks Triton to run kernels on the CPU interpreter."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUTHY
+
+
+def supported_devices() -> tuple[str, ...]:
+    """Device types the kernels can run on in this process (may be empty)."""
+    devices = []
+    if torch.cuda.is_available():
+        devices.append("cuda")
+    if interpreter_requested():
+        devices.append("cpu")
+    return tuple(devices)
+
+
+def triton_importable() -> bool:
+    """Whether the ``triton`` package imports here."""
+    try:
+        import triton  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return True
+
+
+def register() -> bool:
+    """Register the ``"triton"`` backend for :func:`supported_devices`; False if it cannot run."""
+    devices = supported_devices()
+    if not devices or not triton_importable():
+        return False
+    from normlab.kernels import register_backend
+    from normlab.kernels.triton import backend
+
+    register_backend("triton", backend, devices=devices)
+    return True
