@@ -75,3 +75,12 @@ def _check_name(name: object) -> None:
         raise ValueError(
             f"backend: unknown backend {name!r}; expected one of {', '.join(available_backends())}"
         )
+
+
+# Optional backends register themselves when their dependencies and a device for them exist.
+try:
+    from normlab.kernels.triton import register as _register_triton
+except ImportError:  # pragma: no cover - the package ships with normlab
+    _register_triton = None
+if _register_triton is not None:
+    _register_triton()
