@@ -116,7 +116,16 @@ def check_same_shape(name: str, t: torch.Tensor, x: torch.Tensor, x_name: str = 
         )
 
 
-def modulation_view(name: str, m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+def check_last_dim(x: torch.Tensor, size: int, what: str = "normalized_shape") -> None:
+    """A module's input: x's last dimension must be the module's size ``size``."""
+    if x.shape[-1] != size:
+        raise ValueError(
+            f"x: last dimension is {x.shape[-1]} (shape {tuple(x.shape)}); expected {size}, "
+            f"the module's {what}"
+        )
+
+
+def modulation_view(name: str, m: torch.Tensor, x: torch.Tensor, x_name: str = "x") -> torch.Tensor:
     """Return a per-sequence or per-token modulation tensor viewed so it broadcasts over x.
 
     Accepted shapes for x of shape [B, T, D]: [B, D] (per sequence, a token axis is inserted),
@@ -126,18 +135,22 @@ def modulation_view(name: str, m: torch.Tensor, x: torch.Tensor) -> torch.Tensor
     if not isinstance(m, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(m).__name__}")
     if m.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: dtype {m.dtype} is not supported; expected a floating dtype")
+        raise TypeError(
+            f"{name}: dtype {m.dtype} is not supported; expected one of "
+            "float16, bfloat16, float32, float64"
+        )
     if m.device != x.device:
         raise ValueError(
-            f"{name}: is on {m.device} but x is on {x.device}; expected the same device"
+            f"{name}: is on {m.device} but {x_name} is on {x.device}; expected the same device"
         )
     view = m
     if x.dim() >= 3 and m.dim() == x.dim() - 1:
         view = m.unsqueeze(-2)
     if not _broadcasts_to(view.shape, x.shape):
         raise ValueError(
-            f"{name}: shape {tuple(m.shape)} does not broadcast to x's shape {tuple(x.shape)}; "
-            "expected [B, D] or [B, 1, D] (per sequence) or [B, T, D] (per token)"
+            f"{name}: shape {tuple(m.shape)} does not broadcast to {x_name}'s shape "
+            f"{tuple(x.shape)}; expected [B, D] or [B, 1, D] (per sequence) or [B, T, D] "
+            "(per token)"
         )
     return view
 
@@ -156,7 +169,13 @@ def check_cond(cond: object, x: torch.Tensor, cond_dim: int) -> torch.Tensor:
     if not isinstance(cond, torch.Tensor):
         raise TypeError(f"cond: expected a torch.Tensor, got {type(cond).__name__}")
     if not cond.is_floating_point():
-        raise TypeError(f"cond: dtype {cond.dtype} is not a floating dtype")
+        raise TypeError(
+            f"cond: dtype {cond.dtype} is not a floating dtype; expected a float tensor"
+        )
+    if cond.device != x.device:
+        raise ValueError(
+            f"cond: is on {cond.device} but x is on {x.device}; expected the same device"
+        )
     if cond.dim() == 0 or cond.shape[-1] != cond_dim:
         raise ValueError(
             f"cond: shape {tuple(cond.shape)} has the wrong last dimension; "

@@ -205,7 +205,7 @@ def gated_residual(
     """
     check_input("h", h)
     check_same_shape("out", out, h, x_name="h")
-    gate_v = modulation_view("gate", gate, h)
+    gate_v = modulation_view("gate", gate, h, x_name="h")
     return resolve_backend(backend, h).gated_residual(h, out, gate_v)
 
 
@@ -226,9 +226,9 @@ def gated_add_ada_rms_norm(
     """
     check_input("h", h)
     check_same_shape("out", out, h, x_name="h")
-    gate_v = modulation_view("gate", gate, h)
-    scale_v = modulation_view("scale", scale, h)
-    shift_v = None if shift is None else modulation_view("shift", shift, h)
+    gate_v = modulation_view("gate", gate, h, x_name="h")
+    scale_v = modulation_view("scale", scale, h, x_name="h")
+    shift_v = None if shift is None else modulation_view("shift", shift, h, x_name="h")
     eps = check_eps(eps)
     out_dt = check_out_dtype(out_dtype) or h.dtype
     return resolve_backend(backend, h).gated_add_ada_rms_norm(

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from normlab import functional as F
-from normlab._checks import check_cond, check_dim, check_eps
+from normlab._checks import check_cond, check_dim, check_eps, check_input, check_last_dim
 
 
 def _broadcastable_gate(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -50,6 +50,7 @@ class AdaRMSNorm(nn.Module):
     def forward(
         self, x: torch.Tensor, cond: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        check_last_dim(check_input("x", x), self.dim, "dim")
         check_cond(cond, x, self.cond_dim)
         mod = self.modulation(cond)
         if self.gate:
@@ -92,6 +93,7 @@ class AdaLayerNormZero(nn.Module):
         nn.init.zeros_(self.modulation.bias)
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        check_last_dim(check_input("x", x), self.dim, "dim")
         check_cond(cond, x, self.cond_dim)
         shift, scale, gate = self.modulation(self.act(cond)).chunk(3, dim=-1)
         y = F.ada_layer_norm(x, scale, shift, self.eps)

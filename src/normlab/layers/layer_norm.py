@@ -6,13 +6,18 @@ import torch
 from torch import nn
 
 from normlab import functional as F
-from normlab._checks import check_dim, check_eps
+from normlab._checks import check_dim, check_eps, check_input, check_last_dim
 
 
 def normalized_size(normalized_shape: int | tuple[int, ...] | list[int] | torch.Size) -> int:
     """The size D of the last dimension from an int or a one-element shape."""
     if isinstance(normalized_shape, int) and not isinstance(normalized_shape, bool):
         return check_dim(normalized_shape, "normalized_shape")
+    if not isinstance(normalized_shape, (tuple, list, torch.Size)):
+        raise TypeError(
+            f"normalized_shape: got {type(normalized_shape).__name__} {normalized_shape!r}; "
+            "expected an int D or a one-element shape (D,)"
+        )
     shape = tuple(normalized_shape)
     if len(shape) != 1:
         raise ValueError(
@@ -46,7 +51,10 @@ class LayerNorm(nn.Module):
         factory = {"device": device, "dtype": dtype}
         if self.elementwise_affine:
             self.weight = nn.Parameter(torch.empty(dim, **factory))
-            self.bias = nn.Parameter(torch.empty(dim, **factory)) if bias else None
+            if bias:
+                self.bias = nn.Parameter(torch.empty(dim, **factory))
+            else:
+                self.register_parameter("bias", None)
         else:
             self.register_parameter("weight", None)
             self.register_parameter("bias", None)
@@ -60,6 +68,7 @@ class LayerNorm(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_last_dim(check_input("x", x), self.normalized_shape[0])
         return F.layer_norm(x, self.weight, self.bias, self.eps)
 
     def extra_repr(self) -> str:

@@ -6,7 +6,13 @@ import torch
 from torch import nn
 
 from normlab import functional as F
-from normlab._checks import check_casting, check_eps, check_finite_number
+from normlab._checks import (
+    check_casting,
+    check_eps,
+    check_finite_number,
+    check_input,
+    check_last_dim,
+)
 from normlab.layers.layer_norm import normalized_size
 
 
@@ -49,6 +55,7 @@ class RMSNorm(nn.Module):
             nn.init.constant_(self.weight, 1.0 - self.weight_offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_last_dim(check_input("x", x), self.normalized_shape[0])
         return F.rms_norm(x, self.weight, self.eps, self.weight_offset, self.casting)
 
     def extra_repr(self) -> str:
