@@ -51,24 +51,31 @@ def reorder_linear(linear: nn.Linear, src: Sequence[str], dst: Sequence[str]) ->
     return new
 
 
-def dit_to_pi05(linear: nn.Linear) -> nn.Linear:
-    """(shift, scale, gate) → (scale, shift, gate); a two-chunk Linear drops the gate."""
-    n = _chunk_count(linear)
+def dit_to_pi05(linear: nn.Linear, *, gate: bool = True) -> nn.Linear:
+    """(shift, scale, gate) → (scale, shift, gate).
+
+    ``gate=False`` for a two-chunk Linear (shift, scale) → (scale, shift). The chunk count is
+    given, not guessed: a 2·D Linear with D divisible by 3 would also split into three chunks.
+    """
+    n = _chunk_count(linear, gate)
     return reorder_linear(linear, DIT_ORDER[:n], PI05_ORDER[:n])
 
 
-def pi05_to_dit(linear: nn.Linear) -> nn.Linear:
-    """(scale, shift, gate) → (shift, scale, gate); a two-chunk Linear drops the gate."""
-    n = _chunk_count(linear)
+def pi05_to_dit(linear: nn.Linear, *, gate: bool = True) -> nn.Linear:
+    """(scale, shift, gate) → (shift, scale, gate); ``gate=False`` for a two-chunk Linear."""
+    n = _chunk_count(linear, gate)
     return reorder_linear(linear, PI05_ORDER[:n], DIT_ORDER[:n])
 
 
-def _chunk_count(linear: nn.Linear) -> int:
+def _chunk_count(linear: nn.Linear, gate: bool) -> int:
+    if not isinstance(linear, nn.Linear):
+        raise TypeError(f"linear: expected torch.nn.Linear, got {type(linear).__name__}")
+    n = 3 if gate else 2
     out = linear.out_features
-    if out % 3 == 0:
-        return 3
-    if out % 2 == 0:
-        return 2
-    raise ValueError(
-        f"linear: out_features {out} is neither 2·D nor 3·D; expected a modulation Linear"
-    )
+    if out % n:
+        raise ValueError(
+            f"linear: out_features {out} is not a multiple of {n}; expected {n}·D for a "
+            f"modulation Linear {'with' if gate else 'without'} a gate chunk"
+            + (" (pass gate=False for a two-chunk Linear)" if gate else "")
+        )
+    return n
