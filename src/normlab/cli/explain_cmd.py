@@ -67,7 +67,8 @@ def _render(e: Explanation, console: Console) -> None:
     )
 
 
-@app.command()
+# ignore_unknown_options: a negative number such as -1 is a value of x, not an unknown option.
+@app.command(context_settings={"ignore_unknown_options": True})
 def explain(
     values: Annotated[list[float], typer.Argument(help="The vector x, e.g. 1 2 3 4.")],
     eps: Annotated[float, typer.Option(help="ε, added inside the square root.")] = 1e-5,
