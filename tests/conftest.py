@@ -1,0 +1,33 @@
+"""Shared fixtures.
+
+``backend`` runs a test once per backend that runs on the CPU here
+(:func:`normlab.kernels.backends_for`), so a backend registered later joins every
+backend-parametrised test without editing any test.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import pytest
+import torch
+
+import normlab  # noqa: F401  (imports the kernels package, which registers the backends)
+from normlab.kernels import backends_for
+
+# Two CPU cores are shared by the pytest-xdist workers: one intra-op thread each.
+torch.set_num_threads(1)
+
+CPU_BACKENDS: list[str] = backends_for("cpu")
+
+
+@pytest.fixture(params=CPU_BACKENDS, scope="session")
+def backend(request: pytest.FixtureRequest) -> str:
+    """The name of a backend that runs on the CPU (session-scoped, so hypothesis can use it)."""
+    return request.param
+
+
+@pytest.fixture
+def gen(request: pytest.FixtureRequest) -> torch.Generator:
+    """A CPU generator seeded from the test's id: the same inputs on every run and worker."""
+    return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
