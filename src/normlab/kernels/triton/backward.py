@@ -230,7 +230,6 @@ def norm_backward_chunked_kernel(
     lanes = tl.arange(0, BLOCK_D)
     for local in range(pid % splits, group, splits):
         rows = segment * group + local + tl.arange(0, 1)
-        row_ok = rows >= 0
         if NORM and HAS_DY:
             rstd = tl.load(RSTD + rows)
             mean = rstd
@@ -241,7 +240,7 @@ def norm_backward_chunked_kernel(
             for start in range(0, D, BLOCK_D):
                 cols = start + lanes
                 col_ok = cols < D
-                mask = row_ok[:, None] & col_ok[None, :]
+                mask = col_ok[None, :]
                 xhat, dy, g = normalized_and_upstream(
                     HN, DY, WEIGHT, SCALE, rows, cols, col_ok, mask, stride_hn, stride_dy,
                     stride_s, scale_group, mean, rstd, weight_offset, CENTER, HAS_WEIGHT,
@@ -254,7 +253,7 @@ def norm_backward_chunked_kernel(
         for start in range(0, D, BLOCK_D):
             cols = start + lanes
             col_ok = cols < D
-            mask = row_ok[:, None] & col_ok[None, :]
+            mask = col_ok[None, :]
             dh = tl.zeros([1, BLOCK_D], dtype=tl.float32)
             if NORM and HAS_DY:
                 xhat, dy, g = normalized_and_upstream(

@@ -202,14 +202,15 @@ def _fused_norm_backward_fake(
 
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
-    x, addend, gate, weight, bias, scale, shift, kind, _eps, offset, round_dtype, _out, h_dtype = (
-        inputs
-    )
+    x, addend, gate, weight, bias, scale, shift = inputs[:_N_TENSOR_INPUTS]
+    kind, _eps, offset, round_dtype, _out_dtype, h_dtype = inputs[_N_TENSOR_INPUTS:]
     _y, h, mean, rstd = output
     needs = [bool(v) for v in ctx.needs_input_grad[:_N_TENSOR_INPUTS]]
     hn = None if kind == "none" else (h if h_dtype is not None else x)
+    # o for d_gate = Σ o ⊙ dh; g for d_addend = g ⊙ dh (and d_gate's shape).
     addend_values = addend if (gate is not None and needs[2]) else None
-    ctx.save_for_backward(hn, mean, rstd, weight, scale, addend_values, gate)
+    gate_values = gate if (needs[1] or needs[2]) else None
+    ctx.save_for_backward(hn, mean, rstd, weight, scale, addend_values, gate_values)
     ctx.mark_non_differentiable(mean, rstd)
     ctx.set_materialize_grads(False)  # an unused y or h sends None, not a tensor of zeros
     ctx.needs = needs
