@@ -1,0 +1,451 @@
+"""One fused norm, shared by the fast backends: layout, autograd, and the backend functions.
+
+Every op of :mod:`normlab.kernels.reference` is an instance of one fused computation on the rows
+of ``x`` viewed as [N, D] (N tokens):
+
+    h = x,  or  h = x + r,  or  h = x + gate ⊙ o     (summed in float32, rounded to h's dtype)
+    LayerNorm: μ = mean(h), rstd = 1/sqrt(mean((h − μ)²) + ε), x̂ = (h − μ)·rstd
+    RMSNorm:   rstd = 1/sqrt(mean(h²) + ε),                 x̂ = h·rstd
+    q = x̂ rounded to the input dtype ("llama" casting) or x̂
+    y = ((q ⊙ gain + bias) ⊙ (1 + scale) + shift), each factor optional
+
+A *provider* computes it: ``forward(spec, ops, need_stats) -> (y, h, mean, rstd)`` and
+``backward(spec, ops, saved, dy, dh, needs) -> Gradients``. The backward of a provider is one
+fused pass over h and dy per row that yields dx together with the column sums dgain, dbias,
+dscale, dshift, dgate; it reuses the float32 (float64 for float64 input) μ and rstd saved by the
+forward instead of letting autograd re-derive them:
+
+    d̂ = dy ⊙ (1 + scale) ⊙ gain                      (rounded like x̂ in "llama" casting)
+    RMSNorm:   dh = rstd·(d̂ − x̂·mean(d̂ ⊙ x̂))
+    LayerNorm: dh = rstd·(d̂ − mean(d̂) − x̂·mean(d̂ ⊙ x̂))
+    dgain = Σ_rows dy ⊙ q, dbias = Σ_rows dy, dscale = Σ_group dy ⊙ x̂, dshift = Σ_group dy
+    with a sum: dh += (incoming gradient of h), dx = dr = dh; gated: do = dh ⊙ gate,
+    dgate = Σ_group dh ⊙ o.
+
+Modulation tensors (scale, shift, gate) arrive as views broadcasting over x. The common layouts
+(per token [B, T, D], per sequence [B, 1, D], one vector [D]) are a [K, D] tensor whose row k
+serves the G = N / K consecutive rows k·G … (k+1)·G − 1 of x; any other broadcast is
+materialised to [N, D] first and autograd sums its gradient back.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from normlab._checks import stats_dtype
+from normlab.kernels import reference
+
+
+@dataclass(frozen=True)
+class FusedSpec:
+    """The static part of one fused norm call (what a compiled kernel specialises on)."""
+
+    centre: bool  # LayerNorm (subtract the mean) or RMSNorm
+    out_dtype: torch.dtype | None  # dtype of y; None: no norm, only the gated sum h
+    hat_round: torch.dtype | None = None  # "llama" casting: x̂ is rounded to this dtype
+    h_dtype: torch.dtype | None = None  # dtype of h when a sum is formed (None: no sum)
+    gated: bool = False  # h = x + gate ⊙ o instead of x + r
+
+
+@dataclass
+class Operands:
+    """The tensors of one call, rows flattened: x, r/o are [N, D]; modulation is [K, D]."""
+
+    x: torch.Tensor
+    eps: float
+    res: torch.Tensor | None = None  # r of h = x + r, or o of h = x + gate ⊙ o
+    gate: torch.Tensor | None = None
+    gate_group: int = 1
+    gain: torch.Tensor | None = None  # [D] in the statistics dtype (weight + offset)
+    bias: torch.Tensor | None = None  # [D] in the statistics dtype
+    scale: torch.Tensor | None = None
+    scale_group: int = 1
+    shift: torch.Tensor | None = None
+    shift_group: int = 1
+
+
+@dataclass
+class Saved:
+    """What the backward reads: the normalised input h (or x), and the forward statistics."""
+
+    h: torch.Tensor
+    mean: torch.Tensor | None
+    rstd: torch.Tensor
+
+
+@dataclass
+class Needs:
+    """Which gradients the backward must produce, and their dtypes."""
+
+    x: torch.dtype | None = None
+    res: torch.dtype | None = None
+    gate: torch.dtype | None = None
+    weight: torch.dtype | None = None
+    bias: torch.dtype | None = None
+    scale: torch.dtype | None = None
+    shift: torch.dtype | None = None
+
+
+@dataclass
+class Gradients:
+    x: torch.Tensor | None = None
+    res: torch.Tensor | None = None
+    gate: torch.Tensor | None = None
+    weight: torch.Tensor | None = None
+    bias: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    shift: torch.Tensor | None = None
+
+
+class Provider(Protocol):
+    """Computes the fused norm forward and backward on flattened operands."""
+
+    def forward(
+        self, spec: FusedSpec, ops: Operands, need_stats: bool
+    ) -> tuple[
+        torch.Tensor | None, torch.Tensor | None, torch.Tensor | None, torch.Tensor | None
+    ]: ...
+
+    def backward(
+        self,
+        spec: FusedSpec,
+        ops: Operands,
+        saved: Saved,
+        dy: torch.Tensor | None,
+        dh: torch.Tensor | None,
+        needs: Needs,
+    ) -> Gradients: ...
+
+
+# ----------------------------------------------------------------------------------------------
+# Layout
+# ----------------------------------------------------------------------------------------------
+def group_rows(m: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int] | None:
+    """View a modulation tensor broadcasting over ``shape`` as [K, D] rows serving G rows each.
+
+    Possible when the leading dimensions of ``m`` equal those of ``shape`` up to some axis and
+    are 1 after it (per token, per sequence, one vector). Returns (m2d, G), or None.
+    """
+    lead = list(shape[:-1])
+    mlead = [1] * (len(lead) - (m.dim() - 1)) + list(m.shape[:-1])
+    split = 0
+    while split < len(lead) and mlead[split] == lead[split]:
+        split += 1
+    if any(s != 1 for s in mlead[split:]):
+        return None
+    k = math.prod(lead[:split])
+    g = math.prod(lead[split:])
+    return m.reshape(k, shape[-1]).contiguous(), g
+
+
+def _rows_of(m: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
+    grouped = group_rows(m, shape)
+    if grouped is not None and grouped[1] > 0:
+        return grouped
+    n = math.prod(shape[:-1])
+    return m.expand(shape).reshape(n, shape[-1]).contiguous(), 1
+
+
+def _flat(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    return t.contiguous().view(n, d)
+
+
+def _gain(weight: torch.Tensor | None, offset: float, sd: torch.dtype) -> torch.Tensor | None:
+    """gain = weight (in the statistics dtype) + offset, the offset added in that dtype."""
+    if weight is None:
+        return None
+    gain = weight.detach().to(sd).contiguous()
+    return gain + offset if offset != 0.0 else gain
+
+
+# ----------------------------------------------------------------------------------------------
+# Autograd
+# ----------------------------------------------------------------------------------------------
+class _FusedNorm(torch.autograd.Function):
+    """Forward and backward both by the provider; μ and rstd are saved from the forward."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        provider: Provider,
+        spec: FusedSpec,
+        eps: float,
+        offset: float,
+        groups: tuple[int, int, int],
+        x: torch.Tensor,
+        res: torch.Tensor | None,
+        gate: torch.Tensor | None,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        scale: torch.Tensor | None,
+        shift: torch.Tensor | None,
+    ) -> Any:
+        sd = stats_dtype(x.dtype)
+        ops = Operands(
+            x=x,
+            eps=eps,
+            res=res,
+            gate=gate,
+            gate_group=groups[0],
+            gain=_gain(weight, offset, sd),
+            bias=None if bias is None else bias.detach().to(sd).contiguous(),
+            scale=scale,
+            scale_group=groups[1],
+            shift=shift,
+            shift_group=groups[2],
+        )
+        y, h, mean, rstd = provider.forward(spec, ops, need_stats=True)
+        normed = x if h is None else h
+        ctx.set_materialize_grads(False)
+        ctx.provider, ctx.spec, ctx.eps, ctx.groups = provider, spec, eps, groups
+        ctx.dtypes = tuple(
+            None if t is None else t.dtype for t in (x, res, gate, weight, bias, scale, shift)
+        )
+        ctx.save_for_backward(normed, mean, rstd, ops.gain, res, gate, scale)
+        if spec.out_dtype is None:
+            return h
+        return y if spec.h_dtype is None else (y, h)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:  # type: ignore[override]
+        spec: FusedSpec = ctx.spec
+        normed, mean, rstd, gain, res, gate, scale = ctx.saved_tensors
+        if spec.out_dtype is None:
+            dy, dh = None, grads[0]
+        else:
+            dy = grads[0]
+            dh = grads[1] if spec.h_dtype is not None else None
+        n, d = normed.shape
+        dy = None if dy is None else _flat(dy, n, d)
+        dh = None if dh is None else _flat(dh, n, d)
+        need = ctx.needs_input_grad[5:]
+        dtypes = ctx.dtypes
+        needs = Needs(*(dt if flag else None for dt, flag in zip(dtypes, need, strict=True)))
+        ops = Operands(
+            x=normed,
+            eps=ctx.eps,
+            res=res,
+            gate=gate,
+            gate_group=ctx.groups[0],
+            gain=gain,
+            scale=scale,
+            scale_group=ctx.groups[1],
+            shift_group=ctx.groups[2],
+        )
+        saved = Saved(h=normed, mean=mean, rstd=rstd)
+        g = ctx.provider.backward(spec, ops, saved, dy, dh, needs)
+        return (
+            None,
+            None,
+            None,
+            None,
+            None,
+            g.x,
+            g.res,
+            g.gate,
+            g.weight,
+            g.bias,
+            g.scale,
+            g.shift,
+        )
+
+
+def _needs_autograd(tensors: tuple[torch.Tensor | None, ...]) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def run(
+    provider: Provider,
+    spec: FusedSpec,
+    x: torch.Tensor,
+    eps: float,
+    *,
+    res: torch.Tensor | None = None,
+    gate: torch.Tensor | None = None,
+    weight: torch.Tensor | None = None,
+    offset: float = 0.0,
+    bias: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+    shift: torch.Tensor | None = None,
+) -> Any:
+    """Run the fused norm on ``x`` [..., D]; returns y, (y, h), or h (gated sum only)."""
+    shape = x.shape
+    d = shape[-1]
+    n = math.prod(shape[:-1])
+    x2 = _flat(x, n, d)
+    r2 = None if res is None else _flat(res, n, d)
+    gate2, gate_g = (None, 1) if gate is None else _rows_of(gate, shape)
+    scale2, scale_g = (None, 1) if scale is None else _rows_of(scale, shape)
+    shift2, shift_g = (None, 1) if shift is None else _rows_of(shift, shape)
+    tensors = (x2, r2, gate2, weight, bias, scale2, shift2)
+    if _needs_autograd(tensors):
+        out = _FusedNorm.apply(provider, spec, eps, offset, (gate_g, scale_g, shift_g), *tensors)
+    else:
+        sd = stats_dtype(x.dtype)
+        ops = Operands(
+            x=x2,
+            eps=eps,
+            res=r2,
+            gate=gate2,
+            gate_group=gate_g,
+            gain=_gain(weight, offset, sd),
+            bias=None if bias is None else bias.to(sd).contiguous(),
+            scale=scale2,
+            scale_group=scale_g,
+            shift=shift2,
+            shift_group=shift_g,
+        )
+        y, h, _, _ = provider.forward(spec, ops, need_stats=False)
+        out = h if spec.out_dtype is None else (y if spec.h_dtype is None else (y, h))
+    if isinstance(out, tuple):
+        return tuple(t.view(shape) for t in out)
+    return out.view(shape)
+
+
+# ----------------------------------------------------------------------------------------------
+# The backend functions (the interface of normlab.kernels.reference) over a provider
+# ----------------------------------------------------------------------------------------------
+class FusedBackend:
+    """The eight backend functions of :mod:`normlab.kernels.reference`, computed by a provider.
+
+    ``fallback(x)`` decides, per call, to use the reference instead (empty tensors, tracing
+    by ``torch.compile`` where the reference formula fuses into the caller's graph, or cases the
+    provider cannot take).
+    """
+
+    def __init__(self, provider: Provider) -> None:
+        self.provider = provider
+
+    def fallback(self, x: torch.Tensor) -> bool:
+        return x.numel() == 0 or torch.compiler.is_compiling()
+
+    def layer_norm(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        if self.fallback(x):
+            return reference.layer_norm(x, weight, bias, eps, out_dtype)
+        spec = FusedSpec(centre=True, out_dtype=out_dtype)
+        return run(self.provider, spec, x, eps, weight=weight, bias=bias)
+
+    def rms_norm(
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor | None,
+        eps: float,
+        weight_offset: float,
+        casting: str,
+        out_dtype: torch.dtype,
+        io_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        if self.fallback(x):
+            return reference.rms_norm(x, weight, eps, weight_offset, casting, out_dtype, io_dtype)
+        spec = FusedSpec(
+            centre=False,
+            out_dtype=out_dtype,
+            hat_round=io_dtype if casting == "llama" else None,
+        )
+        return run(self.provider, spec, x, eps, weight=weight, offset=weight_offset)
+
+    def add_rms_norm(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        weight: torch.Tensor | None,
+        eps: float,
+        weight_offset: float,
+        casting: str,
+        residual_in_fp32: bool,
+        out_dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None or self.fallback(x):
+            h = reference._residual_sum(x, residual, residual_in_fp32)
+            y = self.rms_norm(h, weight, eps, weight_offset, casting, out_dtype, x.dtype)
+            return y, h
+        spec = FusedSpec(
+            centre=False,
+            out_dtype=out_dtype,
+            hat_round=x.dtype if casting == "llama" else None,
+            h_dtype=_sum_dtype(x.dtype, residual_in_fp32),
+        )
+        return run(self.provider, spec, x, eps, res=residual, weight=weight, offset=weight_offset)
+
+    def add_layer_norm(
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        weight: torch.Tensor | None,
+        bias: torch.Tensor | None,
+        eps: float,
+        residual_in_fp32: bool,
+        out_dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if residual is None or self.fallback(x):
+            h = reference._residual_sum(x, residual, residual_in_fp32)
+            return self.layer_norm(h, weight, bias, eps, out_dtype), h
+        spec = FusedSpec(
+            centre=True, out_dtype=out_dtype, h_dtype=_sum_dtype(x.dtype, residual_in_fp32)
+        )
+        return run(self.provider, spec, x, eps, res=residual, weight=weight, bias=bias)
+
+    def ada_rms_norm(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor,
+        shift: torch.Tensor | None,
+        eps: float,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        if self.fallback(x):
+            return reference.ada_rms_norm(x, scale, shift, eps, out_dtype)
+        spec = FusedSpec(centre=False, out_dtype=out_dtype)
+        return run(self.provider, spec, x, eps, scale=scale, shift=shift)
+
+    def ada_layer_norm(
+        self,
+        x: torch.Tensor,
+        scale: torch.Tensor,
+        shift: torch.Tensor | None,
+        eps: float,
+        out_dtype: torch.dtype,
+    ) -> torch.Tensor:
+        if self.fallback(x):
+            return reference.ada_layer_norm(x, scale, shift, eps, out_dtype)
+        spec = FusedSpec(centre=True, out_dtype=out_dtype)
+        return run(self.provider, spec, x, eps, scale=scale, shift=shift)
+
+    def gated_residual(
+        self, h: torch.Tensor, out: torch.Tensor, gate: torch.Tensor
+    ) -> torch.Tensor:
+        if self.fallback(h):
+            return reference.gated_residual(h, out, gate)
+        spec = FusedSpec(centre=False, out_dtype=None, h_dtype=h.dtype, gated=True)
+        return run(self.provider, spec, h, 1.0, res=out, gate=gate)
+
+    def gated_add_ada_rms_norm(
+        self,
+        h: torch.Tensor,
+        out: torch.Tensor,
+        gate: torch.Tensor,
+        scale: torch.Tensor,
+        shift: torch.Tensor | None,
+        eps: float,
+        out_dtype: torch.dtype,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.fallback(h):
+            return reference.gated_add_ada_rms_norm(h, out, gate, scale, shift, eps, out_dtype)
+        spec = FusedSpec(centre=False, out_dtype=out_dtype, h_dtype=h.dtype, gated=True)
+        return run(self.provider, spec, h, eps, res=out, gate=gate, scale=scale, shift=shift)
+
+
+def _sum_dtype(dtype: torch.dtype, residual_in_fp32: bool) -> torch.dtype:
+    """dtype of h = x + r: float32 when ``residual_in_fp32`` (float64 stays float64)."""
+    return torch.float32 if residual_in_fp32 and dtype != torch.float64 else dtype
