@@ -1,0 +1,171 @@
+"""Build the C++ kernels on first use, cache the shared library, load it with ctypes.
+
+Nothing is compiled at import. The first call of :func:`load_library` compiles
+:data:`normlab.kernels.cpu._source.SOURCE` with the system C++ compiler (a few seconds; it includes
+no PyTorch header), writes the library atomically into a cache folder keyed by a hash of the
+source, the compiler, its flags and this CPU's instruction-set flags, and loads it. Later calls
+and later processes reuse it. When no compiler is found or every flag set fails, the reason is
+kept (:func:`build_error`) and the backend reports itself unavailable, so ``"auto"`` falls back.
+
+Environment:
+    ``NORMLAB_CPU_KERNELS=0``  never build or load the kernels (the backend is unavailable).
+    ``NORMLAB_CXX``            the compiler to use (default: ``$CXX``, then g++, c++, clang++).
+    ``NORMLAB_CACHE_DIR``      cache root (default: ``$XDG_CACHE_HOME/normlab`` or ``~/.cache``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+from normlab.kernels.cpu._source import SOURCE
+
+_COMMON_FLAGS = (
+    "-O3",
+    "-std=c++17",
+    "-shared",
+    "-fPIC",
+    "-ffp-contract=off",  # no fused multiply-add: every product is rounded like PyTorch's
+    "-fno-math-errno",
+    "-fvisibility=hidden",
+)
+_ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())
+_OPENMP_FLAGS = (("-fopenmp",), ("-fopenmp-simd", "-DNL_OMP_SIMD"), ())
+
+ABI_VERSION = 1  # normlab_abi_version() of the library this module's structs describe
+
+_lock = threading.Lock()
+_library: ctypes.CDLL | None = None
+_error: str | None = None
+_tried = False
+
+
+def compiler() -> str | None:
+    """The C++ compiler that would be used, or None when none is on PATH."""
+    for candidate in (
+        os.environ.get("NORMLAB_CXX"),
+        os.environ.get("CXX"),
+        "g++",
+        "c++",
+        "clang++",
+    ):
+        if candidate and shutil.which(candidate):
+            return shutil.which(candidate)
+    return None
+
+
+def cache_dir() -> Path:
+    """Folder holding the built libraries."""
+    if os.environ.get("NORMLAB_CACHE_DIR"):
+        return Path(os.environ["NORMLAB_CACHE_DIR"]) / "cpu-kernels"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "normlab" / "cpu-kernels"
+
+
+def _cpu_signature() -> str:
+    """The instruction-set flags of this CPU (``-march=native`` depends on them)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _compiler_version(cxx: str) -> str:
+    try:
+        done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.splitlines()[0] if done.stdout else ""
+
+
+def _compile(cxx: str, flags: list[str], target: Path) -> str | None:
+    """Compile SOURCE to ``target`` atomically; return None on success, else the error text."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="normlab-build-") as tmp:
+        src = Path(tmp) / "normlab_cpu.cpp"
+        src.write_text(SOURCE, encoding="utf-8")
+        out = Path(tmp) / "libnormlab_cpu.so"
+        try:
+            done = subprocess.run(
+                [cxx, *flags, str(src), "-o", str(out)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"{cxx} could not run: {err}"
+        if done.returncode != 0:
+            return (done.stderr or done.stdout).strip()[-2000:]
+        fd, staged = tempfile.mkstemp(prefix=".libnormlab_cpu.", suffix=".so", dir=target.parent)
+        os.close(fd)
+        shutil.copyfile(out, staged)
+        os.replace(staged, target)
+    return None
+
+
+def _build_and_load() -> ctypes.CDLL:
+    cxx = compiler()
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (set NORMLAB_CXX or CXX, or install g++)")
+    version = _compiler_version(cxx)
+    errors = []
+    for arch in _ARCH_FLAGS:
+        for openmp in _OPENMP_FLAGS:
+            flags = [*_COMMON_FLAGS, *arch, *openmp]
+            key = hashlib.sha256(
+                "\n".join([SOURCE, cxx, version, " ".join(flags), _cpu_signature()]).encode()
+            ).hexdigest()[:20]
+            target = cache_dir() / key / "libnormlab_cpu.so"
+            if not target.exists():
+                err = _compile(cxx, flags, target)
+                if err is not None:
+                    errors.append(f"{' '.join(flags)}: {err}")
+                    continue
+            lib = ctypes.CDLL(str(target))
+            try:
+                lib.normlab_abi_version.restype = ctypes.c_int
+                lib.normlab_forward.restype = None
+                lib.normlab_backward.restype = None
+            except AttributeError as err:
+                errors.append(f"{target}: {err}")
+                continue
+            if lib.normlab_abi_version() != ABI_VERSION:
+                errors.append(f"{target}: unexpected ABI version")
+                continue
+            return lib
+    raise RuntimeError("the C++ kernels did not compile:\n" + "\n".join(errors))
+
+
+def load_library() -> ctypes.CDLL | None:
+    """The loaded kernel library, building it on the first call; None when unavailable."""
+    global _library, _error, _tried
+    if _tried:
+        return _library
+    with _lock:
+        if _tried:
+            return _library
+        if os.environ.get("NORMLAB_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no"):
+            _error = "disabled by NORMLAB_CPU_KERNELS=0"
+        else:
+            try:
+                _library = _build_and_load()
+            except (RuntimeError, OSError) as err:
+                _error = str(err)
+        _tried = True
+    return _library
+
+
+def build_error() -> str | None:
+    """Why the kernels are unavailable (None when they loaded or were not tried yet)."""
+    return _error
