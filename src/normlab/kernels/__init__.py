@@ -57,7 +57,30 @@ def get_default_backend() -> str:
 
 
 def auto_backend(x: torch.Tensor) -> str:
-    """The backend ``"auto"`` resolves to for a tensor (see the table in the README)."""
+    """The backend ``"auto"`` resolves to for a tensor: the fastest one measured for its device.
+
+    ===========  ==============================  ==========================================
+    device       dtypes                          backend
+    ===========  ==============================  ==========================================
+    cpu          float32, bfloat16, float16,     ``"cpp"`` (fused C++ kernels, built on first
+                 float64                         use); ``"torch"`` if they cannot be built
+    cuda         float32, bfloat16, float16      ``"triton"`` when registered, else
+                                                 ``"compiled"`` (Inductor)
+    cuda         float64                         ``"torch"``
+    other        any                             ``"torch"``
+    ===========  ==============================  ==========================================
+
+    While ``torch.compile`` traces the caller, every backend hands the call to the reference
+    formula so that it fuses into the caller's graph. ``backend=`` per call and the
+    ``NORMLAB_BACKEND`` environment variable override this choice.
+    """
+    kind = x.device.type
+    if kind == "cpu":
+        return "cpp" if "cpp" in _BACKENDS and _BACKENDS["cpp"].available() else "torch"
+    if kind == "cuda" and x.dtype != torch.float64:
+        for name in ("triton", "compiled"):
+            if kind in _DEVICES.get(name, ()):
+                return name
     return "torch"
 
 
@@ -76,6 +99,12 @@ def _check_name(name: object) -> None:
             f"backend: unknown backend {name!r}; expected one of {', '.join(available_backends())}"
         )
 
+
+from normlab.kernels import compiled as _compiled  # noqa: E402  (needs register_backend above)
+from normlab.kernels import cpu as _cpu  # noqa: E402
+
+register_backend("compiled", _compiled, devices=("cpu", "cuda"))
+register_backend("cpp", _cpu, devices=("cpu",))
 
 # Optional backends register themselves when their dependencies and a device for them exist.
 try:
