@@ -1,0 +1,251 @@
+"""The fast backends: ``"compiled"`` (Inductor) and ``"cpp"`` (C++ kernels).
+
+Both are also in the shared matrix (tests/test_functional_matrix.py); here: each op's forward and
+every gradient against the reference at small shapes in float32 and bfloat16, no recompilation
+across batch sizes, lazy compilation, autograd use patterns, the C++ path's large-shape code
+(non-temporal stores, column sums split across lanes), its determinism and its fallback when no
+compiler exists. Shapes are few: compiling is slow on two cores.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+
+import pytest
+import torch
+
+import normlab.functional as NF
+from normlab.kernels import auto_backend, backends_for
+from normlab.kernels import cpu as cpp
+
+TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (2e-2, 2e-2)}
+GRAD_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (6e-2, 6e-2)}
+
+Op = Callable[..., tuple[torch.Tensor, ...]]
+
+
+def _ops() -> dict[str, tuple[Op, tuple[str, ...]]]:
+    """name -> (f(backend, **tensors) -> outputs, names of the tensors it takes)."""
+    return {
+        "layer_norm": (
+            lambda b, x, w, bias: (NF.layer_norm(x, w, bias, backend=b),),
+            ("x", "w", "bias"),
+        ),
+        "rms_norm_llama": (lambda b, x, w: (NF.rms_norm(x, w, backend=b),), ("x", "w")),
+        "rms_norm_gemma": (
+            lambda b, x, w: (NF.rms_norm(x, w, 1e-6, 1.0, "gemma", backend=b),),
+            ("x", "w"),
+        ),
+        "add_rms_norm": (
+            lambda b, x, r, w: NF.add_rms_norm(x, r, w, backend=b),
+            ("x", "r", "w"),
+        ),
+        "add_layer_norm": (
+            lambda b, x, r, w, bias: NF.add_layer_norm(x, r, w, bias, backend=b),
+            ("x", "r", "w", "bias"),
+        ),
+        "ada_rms_norm": (
+            lambda b, x, s, t: (NF.ada_rms_norm(x, s, t, backend=b),),
+            ("x", "s", "t"),
+        ),
+        "ada_layer_norm": (
+            lambda b, x, s, t: (NF.ada_layer_norm(x, s, t, backend=b),),
+            ("x", "s", "t"),
+        ),
+        "gated_residual": (
+            lambda b, x, r, g: (NF.gated_residual(x, r, g, backend=b),),
+            ("x", "r", "g"),
+        ),
+        "gated_add_ada_rms_norm": (
+            lambda b, x, r, g, s, t: NF.gated_add_ada_rms_norm(x, r, g, s, t, backend=b),
+            ("x", "r", "g", "s", "t"),
+        ),
+    }
+
+
+def _tensors(
+    names: tuple[str, ...], shape: tuple[int, ...], dtype: torch.dtype, seed: int = 0
+) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    d = shape[-1]
+    per_seq = (shape[0], d)  # modulation per sequence for [B, T, D]
+
+    def randn(*s: int, std: float = 1.0, mean: float = 0.0) -> torch.Tensor:
+        return (torch.randn(*s, generator=gen) * std + mean).to(dtype)
+
+    make = {
+        "x": lambda: randn(*shape, std=2.0, mean=0.5),
+        "r": lambda: randn(*shape),
+        "w": lambda: randn(d, std=0.2, mean=1.0),
+        "bias": lambda: randn(d, std=0.2),
+        "s": lambda: randn(*per_seq, std=0.2),
+        "t": lambda: randn(*shape, std=0.2),  # per token
+        "g": lambda: randn(*per_seq, std=0.5),
+    }
+    return {k: make[k]() for k in names}
+
+
+def _run(
+    fn: Op, backend: str, tensors: dict[str, torch.Tensor], seed: int = 1
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    leaves = {k: v.detach().clone().requires_grad_() for k, v in tensors.items()}
+    outs = fn(backend, **leaves)
+    gen = torch.Generator().manual_seed(seed)
+    grad_outs = [torch.randn(o.shape, generator=gen).to(o.dtype) for o in outs]
+    grads = torch.autograd.grad(outs, list(leaves.values()), grad_outs)
+    return tuple(o.detach() for o in outs), grads
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, tol: tuple[float, float], what: str) -> None:
+    assert a.dtype == b.dtype and a.shape == b.shape, what
+    scale = b.double().abs().max().clamp_min(1.0)
+    err = (a.double() - b.double()).abs().max()
+    assert err <= tol[0] * scale + tol[1], f"{what}: max error {err:.3g} (scale {scale:.3g})"
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("name", list(_ops()))
+@pytest.mark.parametrize("backend", ["compiled", "cpp"])
+def test_forward_and_gradients_match_reference(name: str, dtype: torch.dtype, backend: str) -> None:
+    fn, names = _ops()[name]
+    tensors = _tensors(names, (2, 6, 96), dtype)
+    outs, grads = _run(fn, backend, tensors)
+    ref_outs, ref_grads = _run(fn, "torch", tensors)
+    for i, (a, b) in enumerate(zip(outs, ref_outs, strict=True)):
+        _close(a, b, TOL[dtype], f"{backend} {name} output {i}")
+    for key, a, b in zip(tensors, grads, ref_grads, strict=True):
+        _close(a, b, GRAD_TOL[dtype], f"{backend} {name} grad of {key}")
+
+
+def _graph_count() -> int:
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
+def test_compiled_does_not_recompile_for_new_batch_sizes() -> None:
+    w = torch.randn(64)
+    x = torch.randn(4, 5, 64, requires_grad=True)
+    NF.rms_norm(x, w, backend="compiled").sum().backward()  # compiles forward and backward
+    before = _graph_count()
+    for batch, seq in ((3, 7), (9, 2), (2, 33)):
+        x = torch.randn(batch, seq, 64, requires_grad=True)
+        y = NF.rms_norm(x, w, backend="compiled")
+        y.sum().backward()
+        assert y.shape == x.shape and x.grad is not None
+    assert _graph_count() == before, "a new batch size triggered a recompilation"
+
+
+def test_compiled_autograd_patterns() -> None:
+    """Second call, new shapes, with and without gradients, and under no_grad."""
+    w = torch.randn(32, requires_grad=True)
+    for shape in ((8, 32), (3, 4, 32), (8, 32)):
+        x = torch.randn(shape)
+        y_ref = NF.rms_norm(x, w, backend="torch")
+        y = NF.rms_norm(x, w, backend="compiled")  # x needs no grad, w does
+        torch.testing.assert_close(y, y_ref)
+        (gw,) = torch.autograd.grad(y.square().sum(), [w])
+        (gw_ref,) = torch.autograd.grad(y_ref.square().sum(), [w])
+        torch.testing.assert_close(gw, gw_ref, rtol=1e-4, atol=1e-4)
+        with torch.no_grad():
+            torch.testing.assert_close(NF.rms_norm(x, w, backend="compiled"), y_ref)
+    one = torch.randn(1, 32)  # a single row uses the reference formula
+    torch.testing.assert_close(
+        NF.rms_norm(one, w, backend="compiled"), NF.rms_norm(one, w, backend="torch")
+    )
+
+
+def test_nothing_is_compiled_at_import() -> None:
+    code = (
+        "import sys, normlab, normlab.functional\n"
+        "from normlab.kernels.cpu import _build\n"
+        "assert 'torch._inductor' not in sys.modules, 'inductor imported at import'\n"
+        "assert not _build._tried, 'C++ kernels built at import'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+
+
+def test_both_backends_are_registered_and_auto_picks_cpp_on_cpu() -> None:
+    assert {"compiled", "cpp"} <= set(backends_for("cpu"))
+    assert "compiled" in backends_for("cuda")
+    expected = "cpp" if cpp.available() else "torch"
+    for dtype in (torch.float32, torch.bfloat16, torch.float16, torch.float64):
+        assert auto_backend(torch.zeros(2, 8, dtype=dtype)) == expected
+
+
+def test_cpp_falls_back_cleanly_without_a_compiler(tmp_path) -> None:
+    code = (
+        "import torch, normlab.functional as NF\n"
+        "from normlab.kernels import auto_backend, cpu\n"
+        "x = torch.randn(4, 16)\n"
+        "assert not cpu.available() and 'compiler' in cpu.build_error()\n"
+        "assert auto_backend(x) == 'torch'\n"
+        "y, ref = NF.rms_norm(x, backend='cpp'), NF.rms_norm(x, backend='torch')\n"
+        "torch.testing.assert_close(y, ref)\n"
+    )
+    env = {
+        **os.environ,
+        "NORMLAB_CXX": "no-such-compiler",
+        "CXX": "no-such-compiler",
+        "PATH": str(tmp_path),  # no g++, c++ or clang++ here
+        "NORMLAB_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+def test_cpp_large_rows_stream_and_split_column_sums() -> None:
+    """Past the cache size the kernels stream their stores; weight and per-sequence modulation
+    gradients are summed over lanes that cut groups of rows."""
+    torch.manual_seed(0)
+    d = 1000  # not a multiple of the 64-byte line
+    rows = -(-cpp.last_level_cache_bytes() // (4 * d)) + 7
+    x = torch.randn(rows, d)
+    assert cpp._stream(x) == 1
+    w = torch.randn(d)
+    for backend_x in (x, x.bfloat16()):
+        outs, grads = _run(
+            lambda b, x, w: (NF.rms_norm(x, w, backend=b),), "cpp", {"x": backend_x, "w": w}
+        )
+        ref_outs, ref_grads = _run(
+            lambda b, x, w: (NF.rms_norm(x, w, backend=b),), "torch", {"x": backend_x, "w": w}
+        )
+        tol = TOL[backend_x.dtype]
+        _close(outs[0], ref_outs[0], tol, "y")
+        _close(grads[0], ref_grads[0], GRAD_TOL[backend_x.dtype], "dx")
+        _close(grads[1], ref_grads[1], (1e-4, 1e-3), "dw")
+    # per sequence modulation with 13 groups of rows: group boundaries fall inside lanes
+    b, t = 13, 50
+    xs = torch.randn(b, t, 64)
+    s, sh = torch.randn(b, 64) * 0.1, torch.randn(b, 1, 64)
+    fn = _ops()["ada_rms_norm"][0]
+    _, grads = _run(fn, "cpp", {"x": xs, "s": s, "t": sh})
+    _, ref = _run(fn, "torch", {"x": xs, "s": s, "t": sh})
+    for a, r in zip(grads, ref, strict=True):
+        _close(a, r, (1e-4, 1e-4), "ada grads")
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+def test_cpp_results_are_deterministic_and_thread_count_invariant() -> None:
+    torch.manual_seed(0)
+    x = torch.randn(300, 256)
+    w = torch.randn(256)
+    threads = torch.get_num_threads()
+    results = []
+    try:
+        for n in (1, 2, 1):
+            torch.set_num_threads(n)
+            xg, wg = x.clone().requires_grad_(), w.clone().requires_grad_()
+            y = NF.rms_norm(xg, wg, backend="cpp")
+            y.backward(torch.ones_like(y))
+            results.append((y.detach(), xg.grad, wg.grad))
+    finally:
+        torch.set_num_threads(threads)
+    for other in results[1:]:
+        for a, b in zip(results[0], other, strict=True):
+            assert torch.equal(a, b)
