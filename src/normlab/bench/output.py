@@ -1,0 +1,192 @@
+"""Benchmark output: a rich table on the terminal; CSV, JSON and a PNG chart on disk.
+
+Every file is written atomically (:mod:`normlab._io`). Columns (CSV and the JSON ``rows``):
+
+==================  ===========================================================================
+op, dim, rows       the op (rms, layer, add_rms, ada_rms) and the [rows, dim] problem
+dtype, mode         input dtype; ``fwd`` or ``fwd+bwd``
+peer                the implementation (see :mod:`normlab.bench.peers`)
+status, note        ``ok``, ``skipped`` (not available here, note says why) or ``error``
+median_ms, min_ms   over the repetitions; one repetition is one forward (or forward + backward)
+model_bytes         the minimum bytes the op moves (:mod:`normlab.bench.bytes_model`)
+gbps                model_bytes / median time
+copy_gbps           median bandwidth of the copies paired with the repetitions
+frac_copy           median over repetitions of (achieved GB/s) / (paired copy GB/s)
+speedup_vs_torch    torch's median time / this median time (same op, D, dtype, mode)
+max_err             max |output − float64 reference| over sampled rows: y for ``fwd``, dx for
+                    ``fwd+bwd``
+reps                repetitions timed
+==================  ===========================================================================
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab.bench.runner import COLUMNS, Result, Row
+
+TARGETS = {"fwd": 0.85, "fwd+bwd": 0.75}  # fraction of copy bandwidth the fast path aims at
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)
+        return f"{value:.{digits}g}" if abs(value) < 1e-2 and value != 0 else f"{value:.{digits}f}"
+    return str(value)
+
+
+def render_table(result: Result, console: Console | None = None) -> None:
+    """Print the rows grouped by op, dtype, D and mode."""
+    console = console or Console()
+    copy = _fmt(result.copy_gbps, 1)
+    table = Table(
+        title=f"normlab bench — {result.config.device}, copy ≈ {copy} GB/s",
+        caption="frac copy: achieved / copy bandwidth in the same run; "
+        f"targets {TARGETS['fwd']} fwd, {TARGETS['fwd+bwd']} fwd+bwd",
+    )
+    for name, justify in (
+        ("op", "left"),
+        ("dtype", "left"),
+        ("D", "right"),
+        ("mode", "left"),
+        ("peer", "left"),
+        ("ms", "right"),
+        ("GB/s", "right"),
+        ("frac copy", "right"),
+        ("× torch", "right"),
+        ("max err", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    previous = None
+    for r in result.rows:
+        key = (r.op, r.dtype, r.dim, r.mode)
+        if previous is not None and key != previous:
+            table.add_section()
+        previous = key
+        if r.status != "ok":
+            table.add_row(r.op, r.dtype, str(r.dim), r.mode, r.peer, r.status, "", "", "", "")
+            continue
+        frac = _fmt(r.frac_copy, 2)
+        if r.peer.startswith("normlab") and r.frac_copy is not None:
+            style = "green" if r.frac_copy >= TARGETS[r.mode] else "yellow"
+            frac = f"[{style}]{frac}[/{style}]"
+        table.add_row(
+            r.op,
+            r.dtype,
+            str(r.dim),
+            r.mode,
+            r.peer,
+            _fmt(r.median_ms, 2),
+            _fmt(r.gbps, 1),
+            frac,
+            _fmt(r.speedup_vs_torch, 2),
+            _fmt(r.max_err, 2),
+        )
+    console.print(table)
+
+
+def csv_text(rows: Sequence[Row]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(COLUMNS), lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow({k: ("" if v is None else v) for k, v in r.as_dict().items()})
+    return buf.getvalue()
+
+
+def metadata(result: Result, command: str | None = None) -> dict[str, Any]:
+    """Where and how the figures were taken."""
+    from normlab.bench.allocator import missing_settings
+
+    cfg = result.config
+    meta: dict[str, Any] = {
+        "command": command,
+        "device": cfg.device,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+        "threads": torch.get_num_threads(),
+        "llc_bytes": result.llc_bytes,
+        "llc_multiple": cfg.llc_multiple,
+        "copy_gbps_median": result.copy_gbps,
+        "reps": cfg.reps,
+        "seconds": result.seconds,
+        "malloc_settings_missing": sorted(missing_settings()),
+    }
+    if cfg.device.startswith("cuda") and torch.cuda.is_available():
+        meta["gpu"] = torch.cuda.get_device_name(torch.device(cfg.device))
+    return meta
+
+
+def plot_png(result: Result) -> bytes:
+    """A bar chart of the fraction of copy bandwidth, one panel per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in result.rows if r.status == "ok" and r.frac_copy is not None]
+    modes = [m for m in ("fwd", "fwd+bwd") if any(r.mode == m for r in rows)] or ["fwd"]
+    peers = list(dict.fromkeys(r.peer for r in rows))
+    groups = list(dict.fromkeys((r.op, r.dtype, r.dim) for r in rows))
+    fig, axes = plt.subplots(
+        len(modes),
+        1,
+        figsize=(max(8.0, 0.55 * len(groups) * max(1, len(peers)) / 3), 4.2 * len(modes)),
+        squeeze=False,
+    )
+    width = 0.8 / max(1, len(peers))
+    for ax, mode in zip(axes[:, 0], modes, strict=True):
+        for i, peer in enumerate(peers):
+            values = {
+                (r.op, r.dtype, r.dim): r.frac_copy
+                for r in rows
+                if r.mode == mode and r.peer == peer
+            }
+            xs = [g + (i - (len(peers) - 1) / 2) * width for g in range(len(groups))]
+            ax.bar(xs, [values.get(g, 0.0) for g in groups], width, label=peer)
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.axhline(TARGETS[mode], color="tab:red", linestyle="--", linewidth=0.8)
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{o}\n{d}\nD={n}" for o, d, n in groups], fontsize=7)
+        ax.set_ylabel("fraction of copy bandwidth")
+        ax.set_title(f"{mode} (dashed: target {TARGETS[mode]})")
+        ax.legend(fontsize=7, ncol=min(4, len(peers)))
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def write_outputs(result: Result, out: Path, command: str | None = None) -> dict[str, Path]:
+    """Write bench.csv, bench.json and bench.png into ``out``; returns their paths."""
+    out = Path(out)
+    paths = {
+        "csv": write_text_atomic(out / "bench.csv", csv_text(result.rows)),
+        "json": write_json_atomic(
+            out / "bench.json",
+            {
+                "meta": metadata(result, command),
+                "columns": list(COLUMNS),
+                "rows": [r.as_dict() for r in result.rows],
+            },
+        ),
+        "png": write_bytes_atomic(out / "bench.png", plot_png(result)),
+    }
+    return paths

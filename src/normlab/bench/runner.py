@@ -1,0 +1,192 @@
+"""Run the benchmark grid: ops × D × dtypes × modes × peers, one result row each."""
+
+from __future__ import annotations
+
+import gc
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from normlab.bench.bytes_model import MODES, OPS, min_bytes
+from normlab.bench.peers import (
+    Unavailable,
+    default_peers,
+    make_problem,
+    max_error,
+    peer_function,
+    run_peer_once,
+)
+from normlab.bench.timing import CopyReference, measure
+from normlab.kernels.cpu.cache import last_level_cache_bytes
+
+DIMS = (768, 2048, 4096, 8192)
+LLC_MULTIPLE = 4.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """What to run. ``rows=None`` sizes each problem to ``llc_multiple`` × the last-level cache."""
+
+    ops: Sequence[str] = OPS
+    dims: Sequence[int] = DIMS
+    dtypes: Sequence[torch.dtype] = (torch.float32, torch.bfloat16)
+    modes: Sequence[str] = MODES
+    peers: Sequence[str] | None = None  # None: every peer available on the device
+    device: str = "cpu"
+    reps: int = 10
+    warmup: int = 1
+    rows: int | None = None
+    llc_multiple: float = LLC_MULTIPLE
+    budget_s: float = 20.0  # per measurement: stop repeating past this (at least 3 reps)
+    sample_rows: int = 256  # rows compared with the float64 reference
+
+
+@dataclass
+class Row:
+    """One measured (or skipped) combination; the columns of the CSV and JSON outputs."""
+
+    op: str
+    dim: int
+    rows: int
+    dtype: str
+    mode: str
+    peer: str
+    status: str = "ok"
+    median_ms: float | None = None
+    min_ms: float | None = None
+    model_bytes: int | None = None
+    gbps: float | None = None
+    copy_gbps: float | None = None
+    frac_copy: float | None = None
+    speedup_vs_torch: float | None = None
+    max_err: float | None = None
+    reps: int = 0
+    note: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+COLUMNS = tuple(Row.__dataclass_fields__)
+
+
+@dataclass
+class Result:
+    config: Config
+    rows: list[Row] = field(default_factory=list)
+    llc_bytes: int = 0
+    copy_gbps: float | None = None
+    seconds: float = 0.0
+
+
+def cache_bytes(device: torch.device) -> int:
+    """The device's last-level cache: CPU L3 (or what the OS reports), GPU L2."""
+    if device.type == "cuda":
+        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or (
+            50 * 1024 * 1024
+        )
+    return last_level_cache_bytes()
+
+
+def rows_for(dim: int, dtype: torch.dtype, llc: int, multiple: float) -> int:
+    """Rows so that one [rows, dim] tensor holds at least ``multiple`` × the cache, in bytes."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return max(1, math.ceil(multiple * llc / (dim * itemsize)))
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def run(config: Config, progress: Callable[[Row], None] | None = None) -> Result:
+    """Measure every combination of ``config``; rows of unavailable peers are kept as skipped."""
+    device = torch.device(config.device)
+    started = time.perf_counter()
+    result = Result(config=config, llc_bytes=cache_bytes(device))
+    peers = list(config.peers) if config.peers is not None else default_peers(device)
+    copy_samples: list[float] = []
+    for dtype in config.dtypes:
+        for dim in config.dims:
+            rows = config.rows or rows_for(dim, dtype, result.llc_bytes, config.llc_multiple)
+            copy = CopyReference(rows * dim, dtype, device)
+            for op in config.ops:
+                problem = make_problem(op, dtype, device, rows, dim)
+                itemsize = problem.tensors["x"].element_size()
+                for mode in config.modes:
+                    nbytes = min_bytes(op, mode, rows, dim, itemsize)
+                    for peer in peers:
+                        row = Row(op, dim, rows, _dtype_name(dtype), mode, peer)
+                        _measure_row(row, peer, problem, mode, nbytes, copy, device, config)
+                        if row.copy_gbps is not None:
+                            copy_samples.append(row.copy_gbps)
+                        result.rows.append(row)
+                        if progress is not None:
+                            progress(row)
+                del problem
+                gc.collect()
+            del copy
+            gc.collect()
+    _fill_speedups(result.rows)
+    if copy_samples:
+        copy_samples.sort()
+        result.copy_gbps = copy_samples[len(copy_samples) // 2]
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _measure_row(
+    row: Row,
+    peer: str,
+    problem,
+    mode: str,
+    nbytes: int,
+    copy: CopyReference,
+    device: torch.device,
+    config: Config,
+) -> None:
+    try:
+        fn = peer_function(peer, problem.op, device)
+        runner = run_peer_once(fn, problem, mode)
+    except Unavailable as err:
+        row.status, row.note = "skipped", str(err)
+        return
+    except Exception as err:  # a peer that fails must not stop the benchmark
+        row.status, row.note = "error", f"{type(err).__name__}: {err}"[:300]
+        return
+    timing = measure(
+        runner.step,
+        nbytes,
+        copy,
+        device,
+        reps=config.reps,
+        warmup=max(0, config.warmup - 1),
+        budget_s=config.budget_s,
+    )
+    row.median_ms = timing.median_s * 1e3
+    row.min_ms = timing.min_s * 1e3
+    row.model_bytes = nbytes
+    row.gbps = nbytes / timing.median_s / 1e9
+    row.copy_gbps = timing.copy_gbps
+    row.frac_copy = timing.fraction
+    row.reps = timing.reps
+    try:
+        row.max_err = max_error(runner, config.sample_rows)
+    except Exception as err:
+        row.note = f"error check failed: {type(err).__name__}: {err}"[:300]
+    del runner
+
+
+def _fill_speedups(rows: list[Row]) -> None:
+    """speedup_vs_torch = torch's median time / the row's median time, same op/D/dtype/mode."""
+    torch_ms = {
+        (r.op, r.dim, r.dtype, r.mode): r.median_ms
+        for r in rows
+        if r.peer == "torch" and r.median_ms is not None
+    }
+    for r in rows:
+        base = torch_ms.get((r.op, r.dim, r.dtype, r.mode))
+        if base is not None and r.median_ms:
+            r.speedup_vs_torch = base / r.median_ms

@@ -1,0 +1,184 @@
+"""``normlab bench``: norm kernels against their peers, as a fraction of copy bandwidth."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import torch
+import typer
+from rich.console import Console
+
+from normlab.bench import allocator
+from normlab.bench.bytes_model import MODES, OPS
+from normlab.bench.output import render_table, write_outputs
+from normlab.bench.runner import DIMS, LLC_MULTIPLE, Config, Row, run
+from normlab.cli.app import app
+
+_DTYPES = {
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+QUICK_DIMS = (4096,)
+QUICK_REPS = 3
+QUICK_PEERS = ("torch", "normlab:auto")
+
+
+def _split(text: str | None, name: str, allowed: tuple[str, ...] | None = None) -> list[str]:
+    if text is None:
+        return []
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise typer.BadParameter(f"{name}: expected a comma-separated list, got {text!r}")
+    if allowed is not None:
+        bad = [t for t in items if t not in allowed]
+        if bad:
+            raise typer.BadParameter(
+                f"{name}: unknown {', '.join(bad)}; expected some of {', '.join(allowed)}"
+            )
+    return items
+
+
+def _dims(text: str | None) -> list[int]:
+    dims = []
+    for item in _split(text, "--dims"):
+        if not item.isdigit() or int(item) < 1:
+            raise typer.BadParameter(f"--dims: expected positive integers, got {item!r}")
+        dims.append(int(item))
+    return dims
+
+
+def _busy_warning() -> str | None:
+    """A note when other processes already load the CPUs (CPU figures then scatter)."""
+    try:
+        load = os.getloadavg()[0]
+    except OSError:
+        return None
+    cores = os.cpu_count() or 1
+    if load < 0.5 * cores:
+        return None
+    return (
+        f"load average {load:.1f} on {cores} cores: other processes compete for the CPUs, so "
+        "figures will scatter (copy-paired ratios and medians damp it; a quiet machine is best)"
+    )
+
+
+def _default_dtypes(device: str) -> list[str]:
+    return ["fp32", "bf16", "fp16"] if device.startswith("cuda") else ["fp32", "bf16"]
+
+
+@app.command()
+def bench(
+    ops: Annotated[
+        str | None, typer.Option(help=f"Ops, comma-separated: {', '.join(OPS)}.")
+    ] = None,
+    dims: Annotated[
+        str | None,
+        typer.Option(help="Feature sizes D, comma-separated (default 768,2048,4096,8192)."),
+    ] = None,
+    dtypes: Annotated[
+        str | None, typer.Option(help="fp32, bf16, fp16 (default fp32,bf16; fp16 too on GPU).")
+    ] = None,
+    modes: Annotated[str | None, typer.Option(help="fwd, fwd+bwd (default both).")] = None,
+    peers: Annotated[
+        str | None,
+        typer.Option(
+            "--peers",
+            "--backends",
+            help="Peers: torch, eager, torch.compile, normlab:auto, normlab:<backend>, liger, "
+            "flash_attn, apex, transformer_engine, quack (default: all available).",
+        ),
+    ] = None,
+    reps: Annotated[
+        int | None, typer.Option(help="Timed repetitions per row (default 10).")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Folder for bench.csv, bench.json, bench.png.")] = Path(
+        "bench-out"
+    ),
+    device: Annotated[str, typer.Option(help="cpu, cuda or cuda:N.")] = "cpu",
+    quick: Annotated[
+        bool,
+        typer.Option(help=f"D={QUICK_DIMS[0]}, {QUICK_REPS} reps, peers torch and normlab:auto."),
+    ] = False,
+    rows: Annotated[
+        int | None,
+        typer.Option(help="Rows per problem (default: sized to 4x the last-level cache)."),
+    ] = None,
+    llc_multiple: Annotated[
+        float, typer.Option(help="Problem size as a multiple of the last-level cache.")
+    ] = LLC_MULTIPLE,
+    threads: Annotated[
+        int | None, typer.Option(help="torch.set_num_threads (default: torch's).")
+    ] = None,
+    allocator_mode: Annotated[
+        str,
+        typer.Option(
+            "--allocator",
+            help="When glibc malloc lacks the MALLOC_* settings: reexec (restart with them), "
+            "warn, or ignore.",
+        ),
+    ] = "reexec",
+) -> None:
+    """Time norms against PyTorch and other kernels, as a fraction of copy bandwidth."""
+    console = Console()
+    if not console.is_terminal:  # a log file gets the whole table, not an 80-column squeeze
+        console = Console(width=160)
+    if allocator_mode not in ("reexec", "warn", "ignore"):
+        raise typer.BadParameter("--allocator: expected reexec, warn or ignore")
+    if not device.startswith("cuda") and allocator_mode != "ignore":
+        message = allocator.warning_text()
+        if message and allocator_mode == "reexec" and allocator.can_reexec():
+            console.print(f"[yellow]restarting with {allocator.settings_line()}[/yellow]")
+            allocator.reexec_with_settings()
+        if message:
+            console.print(f"[yellow]warning:[/yellow] {message}")
+    busy = _busy_warning()
+    if busy:
+        console.print(f"[yellow]warning:[/yellow] {busy}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise typer.BadParameter(f"--device: {device!r} requested but CUDA is not available")
+    if threads is not None:
+        if threads < 1:
+            raise typer.BadParameter("--threads: expected a positive integer")
+        torch.set_num_threads(threads)
+    if reps is not None and reps < 1:
+        raise typer.BadParameter("--reps: expected a positive integer")
+    if rows is not None and rows < 1:
+        raise typer.BadParameter("--rows: expected a positive integer")
+    dtype_names = _split(dtypes, "--dtypes", tuple(_DTYPES)) or _default_dtypes(device)
+    config = Config(
+        ops=_split(ops, "--ops", OPS) or list(OPS),
+        dims=_dims(dims) or list(QUICK_DIMS if quick else DIMS),
+        dtypes=list(dict.fromkeys(_DTYPES[d] for d in dtype_names)),
+        modes=_split(modes, "--modes", MODES) or list(MODES),
+        peers=_split(peers, "--peers") or (list(QUICK_PEERS) if quick else None),
+        device=device,
+        reps=reps or (QUICK_REPS if quick else 10),
+        rows=rows,
+        llc_multiple=llc_multiple,
+        budget_s=5.0 if quick else 20.0,
+    )
+
+    def progress(row: Row) -> None:
+        detail = (
+            f"{row.frac_copy:.2f} of copy, {row.median_ms:.2f} ms"
+            if row.status == "ok" and row.frac_copy is not None
+            else f"{row.status} {row.note}"
+        )
+        console.print(
+            f"  {row.op:<8} {row.dtype:<9} D={row.dim:<5} {row.mode:<8} {row.peer:<22} {detail}",
+            highlight=False,
+        )
+
+    result = run(config, progress=progress)
+    render_table(result, console)
+    command = shlex.join(["normlab", *sys.argv[1:]])
+    paths = write_outputs(result, out, command=command)
+    console.print("wrote " + ", ".join(str(p) for p in paths.values()))
