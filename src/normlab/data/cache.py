@@ -1,0 +1,188 @@
+"""The token cache of an output folder: ``data/tokens.u8`` (train bytes, then validation bytes)
+and ``data/data.json``, built once and memory-mapped by every run.
+
+Tokens are bytes (vocabulary 256), so the cache is the corpus itself, split by file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from normlab._io import write_bytes_atomic, write_json_atomic
+from normlab.data.sources import (
+    SourceFile,
+    list_stdlib_files,
+    list_text_files,
+    read_files,
+    stdlib_root,
+)
+from normlab.data.split import check_val_fraction, split_by_file, split_single
+
+TOKENS_FILE = "tokens.u8"
+INFO_FILE = "data.json"
+STDLIB = "stdlib"
+DEFAULT_MAX_BYTES = 16 * 2**20
+DEFAULT_VAL_FRACTION = 0.05
+VOCAB_SIZE = 256
+
+
+@dataclass(frozen=True)
+class TokenData:
+    """Memory-mapped train and validation bytes, and the cache's ``data.json``."""
+
+    train: np.ndarray
+    val: np.ndarray
+    info: dict[str, Any]
+
+
+def fingerprint(train: bytes, val: bytes) -> str:
+    """``sha256:`` + first 16 hex digits of sha256(len(train) ‖ train ‖ val)."""
+    h = hashlib.sha256(len(train).to_bytes(8, "little"))
+    h.update(train)
+    h.update(val)
+    return "sha256:" + h.hexdigest()[:16]
+
+
+def read_corpus(
+    source: str | Path | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+) -> tuple[bytes, bytes, dict[str, Any]]:
+    """Read and split a corpus; returns (train bytes, validation bytes, description).
+
+    ``source``: ``None`` or ``"stdlib"`` for the interpreter's standard library; a text file (split
+    into a leading train and trailing validation part); or a folder of text files (split by file).
+    At most ``max_bytes`` are read, whole files in sorted order.
+    """
+    val_fraction = check_val_fraction(val_fraction)
+    desc: dict[str, Any] = {"max_bytes": max_bytes, "val_fraction": val_fraction}
+    if source is None or str(source) == STDLIB:
+        root = stdlib_root()
+        paths = list_stdlib_files(root)
+        desc.update(source=STDLIB, source_kind=STDLIB, source_root=str(root))
+    else:
+        path = Path(source).expanduser().resolve()
+        if path.is_file():
+            data = path.read_bytes()[:max_bytes]
+            if len(data) < 2:
+                raise ValueError(f"data: {str(path)!r} has fewer than 2 bytes; expected text")
+            train, val = split_single(data, val_fraction)
+            desc.update(
+                source=str(path),
+                source_kind="file",
+                split="single_file_tail",
+                truncated=path.stat().st_size > max_bytes,
+                n_files_available=1,
+                n_train_files=1,
+                n_val_files=1,
+            )
+            return train, val, desc
+        if not path.is_dir():
+            raise ValueError(f"data: {str(source)!r} is neither a file nor a folder")
+        root = path
+        paths = list_text_files(root)
+        desc.update(source=str(path), source_kind="folder", source_root=str(root))
+    if not paths:
+        raise ValueError(f"data: no text files found under {str(root)!r}")
+    files, truncated = read_files(root, paths, max_bytes)
+    if len(files) == 1:
+        train, val = split_single(files[0].data, val_fraction)
+        n_train_files = n_val_files = 1
+        split = "single_file_tail"
+    else:
+        train_files, val_files = split_by_file(files, val_fraction)
+        train, val = _join(train_files), _join(val_files)
+        n_train_files, n_val_files = len(train_files), len(val_files)
+        split = "by_file"
+    desc.update(
+        split=split,
+        truncated=truncated,
+        n_files_available=len(paths),
+        n_train_files=n_train_files,
+        n_val_files=n_val_files,
+    )
+    return train, val, desc
+
+
+def _join(files: list[SourceFile]) -> bytes:
+    return b"".join(f.data for f in files)
+
+
+def request_key(source: str | Path | None, max_bytes: int, val_fraction: float) -> dict[str, Any]:
+    """What identifies a cache: the source, the cap, the split fraction (and, for the stdlib,
+    the Python version whose library it is)."""
+    src = STDLIB if source is None or str(source) == STDLIB else str(Path(source).resolve())
+    key: dict[str, Any] = {"source": src, "max_bytes": max_bytes, "val_fraction": val_fraction}
+    if src == STDLIB:
+        key["python_version"] = platform.python_version()
+    return key
+
+
+def prepare_tokens(
+    data_dir: Path,
+    source: str | Path | None = None,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    val_fraction: float = DEFAULT_VAL_FRACTION,
+) -> dict[str, Any]:
+    """Build ``data_dir/tokens.u8`` and ``data.json`` once; later calls reuse them.
+
+    Returns the content of ``data.json``. Raises ``ValueError`` naming the field when the folder
+    already holds a cache made from a different request (source, cap, fraction or Python version),
+    since finished runs in the folder were trained on it.
+    """
+    data_dir = Path(data_dir)
+    key = request_key(source, max_bytes, val_fraction)
+    info_path, tokens_path = data_dir / INFO_FILE, data_dir / TOKENS_FILE
+    old: dict[str, Any] | None = None
+    if info_path.exists():
+        old = json.loads(info_path.read_text(encoding="utf-8"))
+        for field, value in key.items():
+            if old.get(field) != value:
+                raise ValueError(
+                    f"data: the cache in {str(data_dir)!r} was built with {field}="
+                    f"{old.get(field)!r}, this run asks for {field}={value!r}; use another --out"
+                )
+        expected_size = old["n_train_tokens"] + old["n_val_tokens"]
+        if tokens_path.exists() and tokens_path.stat().st_size == expected_size:
+            return old
+    train, val, desc = read_corpus(source, max_bytes, val_fraction)
+    fp = fingerprint(train, val)
+    if old is not None and old.get("fingerprint") != fp:
+        raise ValueError(
+            f"data: {str(tokens_path)!r} is missing or damaged and the source now reads as "
+            f"{fp}, not {old.get('fingerprint')}; use another --out"
+        )
+    info = {
+        **desc,
+        "fingerprint": fp,
+        "python_version": platform.python_version(),
+        "n_train_tokens": len(train),
+        "n_val_tokens": len(val),
+    }
+    write_bytes_atomic(tokens_path, train + val)
+    write_json_atomic(info_path, info)
+    return info
+
+
+def load_tokens(data_dir: Path) -> TokenData:
+    """Memory-map a cache made by :func:`prepare_tokens`."""
+    data_dir = Path(data_dir)
+    info_path = data_dir / INFO_FILE
+    if not info_path.exists():
+        raise FileNotFoundError(f"data_dir: no {INFO_FILE} in {str(data_dir)!r}")
+    info = json.loads(info_path.read_text(encoding="utf-8"))
+    tokens = np.memmap(data_dir / TOKENS_FILE, dtype=np.uint8, mode="r")
+    n_train, n_val = info["n_train_tokens"], info["n_val_tokens"]
+    if tokens.shape[0] != n_train + n_val:
+        raise ValueError(
+            f"data_dir: {TOKENS_FILE} holds {tokens.shape[0]} bytes; data.json says "
+            f"{n_train} + {n_val}"
+        )
+    return TokenData(train=tokens[:n_train], val=tokens[n_train:], info=info)
