@@ -2,8 +2,10 @@
 
 The two formulas are written out below (``hf_llama``, ``hf_gemma``); the reference backend
 ("torch") must reproduce them bit for bit in bfloat16 and float16. A backend with its own
-reduction order (compiled, Triton) may round x̂ differently in the last float32 bit, which flips
-a 16-bit rounding now and then: for those, at most 1% of the elements may differ, by one ulp.
+reduction order (compiled, C++, Triton) may round x̂ differently in the last float32 bit, which
+flips a 16-bit rounding now and then: for those, at most 1% of the elements may differ, by at
+most two ulps of the output (in the LLaMA mode a flipped rounding of x̂ is carried through a
+gain |w| < 2, which is worth up to two output ulps).
 The modes really differ (LLaMA rounds x̂ before the gain, Gemma after), on about a quarter of the
 elements, so either rule tells them apart.
 """
@@ -67,7 +69,7 @@ class GemmaRMSNorm(nn.Module):
 
 
 def assert_matches(actual: torch.Tensor, expected: torch.Tensor, backend: str) -> None:
-    """Bit for bit on the reference backend; ≤ 1% of elements off by one ulp on the others."""
+    """Bit for bit on the reference backend; ≤ 1% of elements off by ≤ 2 ulps on the others."""
     assert actual.dtype == expected.dtype and actual.shape == expected.shape
     if backend == "torch":
         assert torch.equal(actual, expected), (
@@ -78,7 +80,7 @@ def assert_matches(actual: torch.Tensor, expected: torch.Tensor, backend: str) -
     ulp = torch.nextafter(expected.abs(), torch.tensor(float("inf"), dtype=expected.dtype))
     ulp = (ulp.float() - e.abs()).abs()
     diff = a != e
-    assert bool(((a - e).abs() <= ulp).all()), "an element is off by more than one ulp"
+    assert bool(((a - e).abs() <= 2 * ulp).all()), "an element is off by more than two ulps"
     assert diff.float().mean().item() <= 0.01, f"{int(diff.sum())} of {a.numel()} elements differ"
 
 
