@@ -855,6 +855,372 @@ void fast_forward(const ForwardArgs& a) {
   }
 }
 
+// ------------------------------------------------------------------------------------------
+// AVX-512 versions of the fast paths (16 float lanes; bfloat16 rounding by vcvtneps2bf16 where
+// the CPU has it, with the rare NaN and subnormal lanes redone in software so that every result
+// stays bit-identical to PyTorch's rounding). The loops mirror fast_forward / fast_backward.
+// ------------------------------------------------------------------------------------------
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512DQ__)
+#define NL_AVX512 1
+
+inline __m512 bf16x16_to_float(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+inline __m256i float_to_bf16x16_soft(__m512 v) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7FFF)), lsb);
+  r = _mm512_srli_epi32(r, 16);
+  const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+  r = _mm512_mask_mov_epi32(r, nan, _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+inline __m256i float_to_bf16x16(__m512 v) {
+#if defined(__AVX512BF16__)
+  const __m256i fast = (__m256i)_mm512_cvtneps_pbh(v);
+  // The instruction flushes subnormals and keeps NaN payloads: redo those lanes in software.
+  const __mmask16 odd = _mm512_fpclass_ps_mask(v, 0x01 | 0x20 | 0x80);
+  if (__builtin_expect(odd == 0, 1)) return fast;
+  return _mm256_mask_blend_epi16(odd, fast, float_to_bf16x16_soft(v));
+#else
+  return float_to_bf16x16_soft(v);
+#endif
+}
+
+template <int DT> struct V16;
+template <> struct V16<kF32> {
+  typedef float T;
+  static constexpr uintptr_t kAlign = 64;
+  static __m512 load(const T* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
+  static void store(T* p, __m512 v, __mmask16 m, bool stream) {
+    if (stream && m == 0xFFFF) _mm512_stream_ps(p, v);
+    else _mm512_mask_storeu_ps(p, m, v);
+  }
+  static __m512 round(__m512 v) { return v; }
+};
+template <> struct V16<kBF16> {
+  typedef uint16_t T;
+  static constexpr uintptr_t kAlign = 32;
+  static __m512 load(const T* p, __mmask16 m) {
+    return bf16x16_to_float(_mm256_maskz_loadu_epi16(m, p));
+  }
+  static void store(T* p, __m512 v, __mmask16 m, bool stream) {
+    const __m256i b = float_to_bf16x16(v);
+    if (stream && m == 0xFFFF) _mm256_stream_si256(reinterpret_cast<__m256i*>(p), b);
+    else _mm256_mask_storeu_epi16(p, m, b);
+  }
+  static __m512 round(__m512 v) { return bf16x16_to_float(float_to_bf16x16(v)); }
+};
+
+inline __mmask16 lanes_left(i64 left) {  // the first min(left, 16) lanes, none when left <= 0
+  return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1u);
+}
+
+template <class T>
+inline bool stream_ok(const T* row, bool stream, uintptr_t align) {
+  return stream && (reinterpret_cast<uintptr_t>(row) % align) == 0;
+}
+
+// Prefetch the 64 elements of row `row` starting at column c (the next row, one block ahead).
+template <class T>
+inline void prefetch_block(const T* base, i64 row, i64 n, i64 c) {
+  if (!base) return;
+  const char* p = reinterpret_cast<const char*>(base + row * n + c);
+  for (i64 o = 0; o < i64(64 * sizeof(T)); o += 64) __builtin_prefetch(p + o, 0, 3);
+}
+
+inline void accumulate(float* acc, __mmask16 m, __m512 v) {  // acc[lanes of m] += v
+  _mm512_mask_storeu_ps(acc, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc), v));
+}
+
+inline float hsum(__m512 a, __m512 b, __m512 c, __m512 d) {
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
+}
+
+template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM>
+void avx_forward(const ForwardArgs& a) {
+  typedef V16<DT> io;
+  typedef typename io::T T;
+  const i64 n = a.dim;
+  const float eps = float(a.eps);
+  const float* gain = static_cast<const float*>(a.gain);
+  const float* bias = static_cast<const float*>(a.bias);
+  const T* x = static_cast<const T*>(a.x);
+  const T* res = static_cast<const T*>(a.res);
+  const T* gate = static_cast<const T*>(a.gate);
+  const T* scale = static_cast<const T*>(a.scale);
+  const T* shift = static_cast<const T*>(a.shift);
+  T* y = static_cast<T*>(a.y);
+  T* h_out = static_cast<T*>(a.h_out);
+  float* mean_out = static_cast<float*>(a.mean_out);
+  float* rstd_out = static_cast<float*>(a.rstd_out);
+  const __m512 one = _mm512_set1_ps(1.0f);
+
+#pragma omp parallel num_threads(int(a.nthreads)) if (a.nthreads > 1)
+  {
+    Buffer<float> hb(SUM != kNoSum ? n : 1);
+    float* const hp = hb.p;
+#pragma omp for schedule(static)
+    for (i64 r = 0; r < a.rows; ++r) {
+      const T* xr = x + r * n;
+      const T* rr = SUM != kNoSum ? res + r * n : nullptr;
+      const T* gr = SUM == kGated ? gate + (r / a.gate_group) * n : nullptr;
+      // h for columns [i, i + 16): x, or the rounded sum (kept in hb for the second pass).
+      auto h_at = [&](i64 i, __mmask16 m) -> __m512 {
+        if constexpr (SUM == kNoSum) {
+          return io::load(xr + i, m);
+        } else {
+          __m512 o = io::load(rr + i, m);
+          if constexpr (SUM == kGated) o = _mm512_mul_ps(io::load(gr + i, m), o);
+          const __m512 v = io::round(_mm512_add_ps(io::load(xr + i, m), o));
+          _mm512_mask_storeu_ps(hp + i, m, v);
+          return v;
+        }
+      };
+      __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+      __m512 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
+      i64 i = 0;
+#if defined(__AVX512BF16__)
+      if constexpr (DT == kBF16 && !CENTRE && SUM == kNoSum) {
+        // Σx² straight from the bf16 pairs: the products are exact in float32 and are summed
+        // in float32 (a subnormal x contributes x² = 0 either way).
+        for (; i + 64 <= n; i += 64) {
+          const __m512bh v0 = (__m512bh)_mm512_loadu_si512(xr + i);
+          const __m512bh v1 = (__m512bh)_mm512_loadu_si512(xr + i + 32);
+          q0 = _mm512_dpbf16_ps(q0, v0, v0);
+          q1 = _mm512_dpbf16_ps(q1, v1, v1);
+        }
+      }
+#endif
+      for (; i + 64 <= n; i += 64) {
+        const __m512 v0 = h_at(i, 0xFFFF), v1 = h_at(i + 16, 0xFFFF);
+        const __m512 v2 = h_at(i + 32, 0xFFFF), v3 = h_at(i + 48, 0xFFFF);
+        if constexpr (CENTRE) {
+          s0 = _mm512_add_ps(s0, v0); s1 = _mm512_add_ps(s1, v1);
+          s2 = _mm512_add_ps(s2, v2); s3 = _mm512_add_ps(s3, v3);
+        } else {
+          q0 = _mm512_add_ps(q0, _mm512_mul_ps(v0, v0));
+          q1 = _mm512_add_ps(q1, _mm512_mul_ps(v1, v1));
+          q2 = _mm512_add_ps(q2, _mm512_mul_ps(v2, v2));
+          q3 = _mm512_add_ps(q3, _mm512_mul_ps(v3, v3));
+        }
+      }
+      for (; i < n; i += 16) {
+        const __m512 v = h_at(i, lanes_left(n - i));
+        if constexpr (CENTRE) s0 = _mm512_add_ps(s0, v);
+        else q0 = _mm512_add_ps(q0, _mm512_mul_ps(v, v));
+      }
+      float mean = 0.0f, rstd;
+      if constexpr (CENTRE) {
+        mean = hsum(s0, s1, s2, s3) / float(n);
+        const __m512 vm = _mm512_set1_ps(mean);
+        __m512 c0 = _mm512_setzero_ps(), c1 = c0;
+        for (i = 0; i < n; i += 32) {
+          const __mmask16 m0 = lanes_left(n - i), m1 = lanes_left(n - i - 16);
+          const __m512 v0 =
+              SUM == kNoSum ? io::load(xr + i, m0) : _mm512_maskz_loadu_ps(m0, hp + i);
+          const __m512 d0 = _mm512_maskz_sub_ps(m0, v0, vm);
+          c0 = _mm512_add_ps(c0, _mm512_mul_ps(d0, d0));
+          if (i + 16 < n) {
+            const __m512 v1 =
+                SUM == kNoSum ? io::load(xr + i + 16, m1) : _mm512_maskz_loadu_ps(m1, hp + i + 16);
+            const __m512 d1 = _mm512_maskz_sub_ps(m1, v1, vm);
+            c1 = _mm512_add_ps(c1, _mm512_mul_ps(d1, d1));
+          }
+        }
+        const __m512 zero = _mm512_setzero_ps();
+        rstd = 1.0f / std::sqrt(hsum(c0, c1, zero, zero) / float(n) + eps);
+      } else {
+        rstd = 1.0f / std::sqrt(hsum(q0, q1, q2, q3) / float(n) + eps);
+      }
+      if (mean_out) mean_out[r] = mean;
+      if (rstd_out) rstd_out[r] = rstd;
+      const T* sr = AFF >= kScale ? scale + (r / a.scale_group) * n : nullptr;
+      const T* tr = AFF == kScaleShift ? shift + (r / a.shift_group) * n : nullptr;
+      const bool next = r + 1 < a.rows;
+      T* yr = y + r * n;
+      T* hr = SUM != kNoSum && h_out ? h_out + r * n : nullptr;
+      const bool y_stream = stream_ok(yr, a.stream != 0, io::kAlign);
+      const bool h_stream = hr && stream_ok(hr, a.stream != 0, io::kAlign);
+      const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
+      for (i = 0; i < n; i += 16) {
+        if (next && (i & 63) == 0) {
+          prefetch_block(x, r + 1, n, i);
+          if (SUM != kNoSum) prefetch_block(res, r + 1, n, i);
+          if (SUM == kGated && a.gate_group == 1) prefetch_block(gate, r + 1, n, i);
+          if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
+          if (AFF == kScaleShift && a.shift_group == 1) prefetch_block(shift, r + 1, n, i);
+        }
+        const __mmask16 m = lanes_left(n - i);
+        __m512 v;
+        if constexpr (SUM == kNoSum) {
+          v = io::load(xr + i, m);
+        } else {
+          v = _mm512_maskz_loadu_ps(m, hp + i);
+          if (hr) io::store(hr + i, v, m, h_stream);
+        }
+        __m512 u = CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+        if constexpr (ROUND) u = io::round(u);
+        if constexpr (AFF == kGain || AFF == kGainBias)
+          u = _mm512_mul_ps(u, _mm512_maskz_loadu_ps(m, gain + i));
+        if constexpr (AFF == kGainBias) u = _mm512_add_ps(u, _mm512_maskz_loadu_ps(m, bias + i));
+        if constexpr (AFF >= kScale) u = _mm512_mul_ps(u, _mm512_add_ps(one, io::load(sr + i, m)));
+        if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + i, m));
+        io::store(yr + i, u, m, y_stream);
+      }
+    }
+    if (a.stream) stream_fence();
+  }
+}
+
+template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM, bool TOKEN>
+void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
+  typedef V16<DT> io;
+  typedef typename io::T T;
+  constexpr bool GATED = SUM == kGated;
+  const i64 n = a.dim;
+  const float* gain = static_cast<const float*>(a.gain);
+  const float* means = static_cast<const float*>(a.mean);
+  const float* rstds = static_cast<const float*>(a.rstd);
+  const T* h = static_cast<const T*>(a.h);
+  const T* dy = static_cast<const T*>(a.dy);
+  const T* dh = static_cast<const T*>(a.dh_in);
+  const T* scale = static_cast<const T*>(a.scale);
+  const T* gate = static_cast<const T*>(a.gate);
+  const T* other = static_cast<const T*>(a.other);
+  T* dx = static_cast<T*>(a.dx);
+  T* dres = static_cast<T*>(a.dres);
+  T* dscale = static_cast<T*>(a.dscale);
+  T* dshift = static_cast<T*>(a.dshift);
+  const Lanes lanes{a.rows, a.lanes};
+  const __m512 one = _mm512_set1_ps(1.0f);
+
+#pragma omp parallel num_threads(int(a.nthreads)) if (a.nthreads > 1)
+  {
+    Buffer<float> accs(5 * n), xb(n), db(n);
+    std::fill(accs.p, accs.p + 5 * n, 0.0f);
+    float* const aw = accs.p;          // Σ dy·q     (gain)
+    float* const ab = accs.p + n;      // Σ dy       (bias)
+    float* const as = accs.p + 2 * n;  // Σ dy·x̂    (scale)
+    float* const at = accs.p + 3 * n;  // Σ dy       (shift)
+    float* const ag = accs.p + 4 * n;  // Σ dh·o     (gate)
+    i64 current[5];
+#pragma omp for schedule(static)
+    for (i64 p = 0; p < a.lanes; ++p) {
+      for (int j = 0; j < 5; ++j) current[j] = -1;
+      const i64 last_row = lanes.begin(p + 1);
+      for (i64 r = lanes.begin(p); r < last_row; ++r) {
+        for (int j = 0; j < 5; ++j) {
+          if (!sums[j].active()) continue;
+          const i64 k = r / sums[j].group;
+          if (k != current[j]) {
+            if (current[j] >= 0) sums[j].flush(lanes, p, current[j], accs.p + j * n);
+            std::fill(accs.p + j * n, accs.p + (j + 1) * n, 0.0f);
+            current[j] = k;
+          }
+        }
+        const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
+        const __m512 vr = _mm512_set1_ps(rstds[r]);
+        const T* hr = h + r * n;
+        const T* gr = dy + r * n;
+        const T* sr = AFF >= kScale ? scale + (r / a.scale_group) * n : nullptr;
+        T* dsc = TOKEN ? dscale + r * n : nullptr;
+        T* dsh = TOKEN && AFF == kScaleShift && dshift ? dshift + r * n : nullptr;
+        const bool stream = a.stream != 0;
+        const bool dsc_stream = TOKEN && stream_ok(dsc, stream, io::kAlign);
+        // x̂ and d̂ = dy·(1 + s)·gain (rounded like x̂) for columns [i, i + 16).
+        auto xhat_at = [&](i64 i, __mmask16 m) -> __m512 {
+          const __m512 v = io::load(hr + i, m);
+          return CENTRE ? _mm512_maskz_mul_ps(m, _mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+        };
+        auto dhat_at = [&](i64 i, __mmask16 m, __m512 g) -> __m512 {
+          __m512 d = g;
+          if constexpr (AFF == kGain || AFF == kGainBias)
+            d = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, gain + i));
+          if constexpr (AFF >= kScale)
+            d = _mm512_mul_ps(g, _mm512_add_ps(one, io::load(sr + i, m)));
+          if constexpr (ROUND) d = io::round(d);
+          return d;
+        };
+        // Pass 1: column sums and the two row sums Σ d̂·x̂, Σ d̂.
+        __m512 dot0 = _mm512_setzero_ps(), dot1 = dot0, tot0 = dot0, tot1 = dot0;
+        for (i64 i = 0; i < n; i += 16) {
+          const __mmask16 m = lanes_left(n - i);
+          const __m512 xh = xhat_at(i, m);
+          const __m512 g = io::load(gr + i, m);
+          if constexpr (AFF == kGain || AFF == kGainBias) {
+            const __m512 q = ROUND ? io::round(xh) : xh;
+            accumulate(aw + i, m, _mm512_mul_ps(g, q));
+          }
+          if constexpr (AFF == kGainBias)
+            accumulate(ab + i, m, g);
+          if constexpr (AFF >= kScale) {
+            if constexpr (TOKEN) {
+              io::store(dsc + i, _mm512_mul_ps(g, xh), m, dsc_stream);
+              if (dsh) io::store(dsh + i, g, m, dsc_stream);
+            } else {
+              accumulate(as + i, m, _mm512_mul_ps(g, xh));
+              if constexpr (AFF == kScaleShift)
+                accumulate(at + i, m, g);
+            }
+          }
+          const __m512 d = dhat_at(i, m, g);
+          _mm512_mask_storeu_ps(xb.p + i, m, xh);
+          _mm512_mask_storeu_ps(db.p + i, m, d);
+          if ((i & 16) == 0) {
+            dot0 = _mm512_add_ps(dot0, _mm512_mul_ps(d, xh));
+            if (CENTRE) tot0 = _mm512_add_ps(tot0, d);
+          } else {
+            dot1 = _mm512_add_ps(dot1, _mm512_mul_ps(d, xh));
+            if (CENTRE) tot1 = _mm512_add_ps(tot1, d);
+          }
+        }
+        const __m512 zero = _mm512_setzero_ps();
+        const float c1 = hsum(dot0, dot1, zero, zero) / float(n);
+        const float c0 = CENTRE ? hsum(tot0, tot1, zero, zero) / float(n) : 0.0f;
+        const __m512 vc1 = _mm512_set1_ps(c1), vc0 = _mm512_set1_ps(c0);
+        // Pass 2: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, plus the incoming dh.
+        const T* gt = GATED ? gate + (r / a.gate_group) * n : nullptr;
+        const T* orow = GATED ? other + r * n : nullptr;
+        const T* dhr = dh ? dh + r * n : nullptr;
+        T* dxr = dx + r * n;
+        T* dor = GATED ? dres + r * n : nullptr;
+        const bool dx_stream = stream_ok(dxr, stream, io::kAlign);
+        const bool do_stream = GATED && stream_ok(dor, stream, io::kAlign);
+        const bool next = r + 1 < a.rows;
+        for (i64 i = 0; i < n; i += 16) {
+          if (next && (i & 63) == 0) {
+            prefetch_block(h, r + 1, n, i);
+            prefetch_block(dy, r + 1, n, i);
+            if (dh) prefetch_block(dh, r + 1, n, i);
+            if (GATED) prefetch_block(other, r + 1, n, i);
+            if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
+            if (GATED && a.gate_group == 1) prefetch_block(gate, r + 1, n, i);
+          }
+          const __mmask16 m = lanes_left(n - i);
+          const __m512 xh = _mm512_maskz_loadu_ps(m, xb.p + i);
+          const __m512 d = _mm512_maskz_loadu_ps(m, db.p + i);
+          __m512 centred = CENTRE ? _mm512_sub_ps(d, vc0) : d;
+          __m512 v = io::round(_mm512_mul_ps(vr, _mm512_sub_ps(centred, _mm512_mul_ps(xh, vc1))));
+          if (dhr) v = io::round(_mm512_add_ps(v, io::load(dhr + i, m)));
+          io::store(dxr + i, v, m, dx_stream);
+          if constexpr (GATED) {
+            io::store(dor + i, _mm512_mul_ps(v, io::load(gt + i, m)), m, do_stream);
+            accumulate(ag + i, m, _mm512_mul_ps(v, io::load(orow + i, m)));
+          }
+        }
+      }
+      for (int j = 0; j < 5; ++j)
+        if (sums[j].active() && current[j] >= 0)
+          sums[j].flush(lanes, p, current[j], accs.p + j * n);
+    }
+    if (a.stream) stream_fence();
+  }
+}
+#endif  // AVX-512
+
 bool try_fast_forward(const ForwardArgs& a) {
   const i64 dt = a.x_dtype;
   if ((dt != kF32 && dt != kBF16) || !a.y || a.y_dtype != dt) return false;
@@ -879,7 +1245,11 @@ bool try_fast_forward(const ForwardArgs& a) {
             constexpr int d = decltype(D)::value, f = decltype(F)::value, s = decltype(S)::value;
             constexpr bool c = decltype(C)::value, r = decltype(R)::value;
             if constexpr (fast_shape<d, c, f, r, s, false>()) {
+#ifdef NL_AVX512
+              avx_forward<d, c, f, r, s>(a);
+#else
               fast_forward<d, c, f, r, s>(a);
+#endif
               return true;
             } else {
               return false;
@@ -1087,7 +1457,11 @@ bool try_fast_backward(const BackwardArgs& a) {
               constexpr int d = decltype(D)::value, f = decltype(F)::value, s = decltype(S)::value;
               constexpr bool c = decltype(C)::value, r = decltype(R)::value, k = decltype(K)::value;
               if constexpr (fast_shape<d, c, f, r, s, k>()) {
+#ifdef NL_AVX512
+                avx_backward<d, c, f, r, s, k>(a, sums);
+#else
                 fast_backward<d, c, f, r, s, k>(a, sums);
+#endif
                 combine_sums<float>(a, sums);
                 return true;
               } else {
