@@ -118,6 +118,7 @@ def test_tiny_bench_run_writes_csv_json_png(tmp_path) -> None:
         assert r["rows"] == 48 and r["dim"] == 64 and r["dtype"] == "float32"
         assert r["median_ms"] > 0 and r["min_ms"] <= r["median_ms"]
         assert r["gbps"] > 0 and r["copy_gbps"] > 0 and r["frac_copy"] > 0
+        assert r["frac_copy_best"] > 0
         assert 0 <= r["max_err"] < 1e-4
         assert r["reps"] >= 1
         if r["peer"] == "torch":

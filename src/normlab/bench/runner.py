@@ -40,7 +40,8 @@ class Config:
     warmup: int = 1
     rows: int | None = None
     llc_multiple: float = LLC_MULTIPLE
-    budget_s: float = 20.0  # per measurement: stop repeating past this (at least 3 reps)
+    budget_s: float = 20.0  # per measurement: stop repeating past this (and min_reps)
+    min_reps: int = 3
     sample_rows: int = 256  # rows compared with the float64 reference
 
 
@@ -61,6 +62,7 @@ class Row:
     gbps: float | None = None
     copy_gbps: float | None = None
     frac_copy: float | None = None
+    frac_copy_best: float | None = None
     speedup_vs_torch: float | None = None
     max_err: float | None = None
     reps: int = 0
@@ -164,6 +166,7 @@ def _measure_row(
         reps=config.reps,
         warmup=max(0, config.warmup - 1),
         budget_s=config.budget_s,
+        min_reps=config.min_reps,
     )
     row.median_ms = timing.median_s * 1e3
     row.min_ms = timing.min_s * 1e3
@@ -171,6 +174,7 @@ def _measure_row(
     row.gbps = nbytes / timing.median_s / 1e9
     row.copy_gbps = timing.copy_gbps
     row.frac_copy = timing.fraction
+    row.frac_copy_best = timing.fraction_best
     row.reps = timing.reps
     try:
         row.max_err = max_error(runner, config.sample_rows)

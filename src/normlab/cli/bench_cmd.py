@@ -163,7 +163,8 @@ def bench(
         reps=reps or (QUICK_REPS if quick else 10),
         rows=rows,
         llc_multiple=llc_multiple,
-        budget_s=5.0 if quick else 20.0,
+        budget_s=2.0 if quick else 20.0,
+        min_reps=1 if quick else 3,
     )
 
     def progress(row: Row) -> None:
