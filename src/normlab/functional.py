@@ -9,6 +9,8 @@ see :mod:`normlab.kernels`). ``out_dtype`` chooses the output dtype; by default 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from normlab._checks import (
@@ -22,7 +24,7 @@ from normlab._checks import (
     modulation_view,
     stats_dtype,
 )
-from normlab.kernels import resolve_backend
+from normlab.kernels import get_default_backend, resolve_backend
 
 __all__ = [
     "ada_layer_norm",
@@ -34,6 +36,18 @@ __all__ = [
     "layer_norm",
     "rms_norm",
 ]
+
+
+def _backend(name: str | None, x: torch.Tensor) -> Any:
+    """The backend for a call: ``name`` (``None``: the default), resolved for ``x``.
+
+    While ``torch.compile`` traces the caller, ``"auto"`` is the reference formula, which fuses
+    into the caller's graph; choosing a native backend would probe its availability (file
+    system, locks) and break the graph.
+    """
+    if torch.compiler.is_compiling() and (name or get_default_backend()) == "auto":
+        name = "torch"
+    return resolve_backend(name, x)
 
 
 def _rms_out_dtype(casting: str, dtype: torch.dtype) -> torch.dtype:
@@ -60,7 +74,7 @@ def layer_norm(
     check_param("bias", bias, x)
     eps = check_eps(eps)
     out = check_out_dtype(out_dtype) or x.dtype
-    return resolve_backend(backend, x).layer_norm(x, weight, bias, eps, out)
+    return _backend(backend, x).layer_norm(x, weight, bias, eps, out)
 
 
 def rms_norm(
@@ -90,9 +104,7 @@ def rms_norm(
     weight_offset = check_finite_number(weight_offset, "weight_offset")
     casting = check_casting(casting)
     out = check_out_dtype(out_dtype) or _rms_out_dtype(casting, x.dtype)
-    return resolve_backend(backend, x).rms_norm(
-        x, weight, eps, weight_offset, casting, out, x.dtype
-    )
+    return _backend(backend, x).rms_norm(x, weight, eps, weight_offset, casting, out, x.dtype)
 
 
 def add_rms_norm(
@@ -121,7 +133,7 @@ def add_rms_norm(
     weight_offset = check_finite_number(weight_offset, "weight_offset")
     casting = check_casting(casting)
     out = check_out_dtype(out_dtype) or _rms_out_dtype(casting, x.dtype)
-    return resolve_backend(backend, x).add_rms_norm(
+    return _backend(backend, x).add_rms_norm(
         x, residual, weight, eps, weight_offset, casting, bool(residual_in_fp32), out
     )
 
@@ -148,7 +160,7 @@ def add_layer_norm(
     check_param("bias", bias, x)
     eps = check_eps(eps)
     out = check_out_dtype(out_dtype) or x.dtype
-    return resolve_backend(backend, x).add_layer_norm(
+    return _backend(backend, x).add_layer_norm(
         x, residual, weight, bias, eps, bool(residual_in_fp32), out
     )
 
@@ -172,7 +184,7 @@ def ada_rms_norm(
     shift_v = None if shift is None else modulation_view("shift", shift, x)
     eps = check_eps(eps)
     out = check_out_dtype(out_dtype) or x.dtype
-    return resolve_backend(backend, x).ada_rms_norm(x, scale_v, shift_v, eps, out)
+    return _backend(backend, x).ada_rms_norm(x, scale_v, shift_v, eps, out)
 
 
 def ada_layer_norm(
@@ -193,7 +205,7 @@ def ada_layer_norm(
     shift_v = None if shift is None else modulation_view("shift", shift, x)
     eps = check_eps(eps)
     out = check_out_dtype(out_dtype) or x.dtype
-    return resolve_backend(backend, x).ada_layer_norm(x, scale_v, shift_v, eps, out)
+    return _backend(backend, x).ada_layer_norm(x, scale_v, shift_v, eps, out)
 
 
 def gated_residual(
@@ -206,7 +218,7 @@ def gated_residual(
     check_input("h", h)
     check_same_shape("out", out, h, x_name="h")
     gate_v = modulation_view("gate", gate, h, x_name="h")
-    return resolve_backend(backend, h).gated_residual(h, out, gate_v)
+    return _backend(backend, h).gated_residual(h, out, gate_v)
 
 
 def gated_add_ada_rms_norm(
@@ -231,6 +243,6 @@ def gated_add_ada_rms_norm(
     shift_v = None if shift is None else modulation_view("shift", shift, h, x_name="h")
     eps = check_eps(eps)
     out_dt = check_out_dtype(out_dtype) or h.dtype
-    return resolve_backend(backend, h).gated_add_ada_rms_norm(
+    return _backend(backend, h).gated_add_ada_rms_norm(
         h, out, gate_v, scale_v, shift_v, eps, out_dt
     )
