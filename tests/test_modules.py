@@ -243,7 +243,6 @@ def test_autocast_bf16_on_cpu(name: str) -> None:
         torch.testing.assert_close(y.float(), want, rtol=2**-5, atol=2**-5)
 
 
-@pytest.mark.filterwarnings("ignore:`torch.jit.script_method` is deprecated:DeprecationWarning")
 @pytest.mark.parametrize("name", ["layernorm", "rmsnorm", "rmsnorm_gemma", "adarms", "adaln_zero"])
 def test_torch_compile_fullgraph(name: str) -> None:
     """fullgraph=True fails on any graph break; the compiled module computes the same."""
