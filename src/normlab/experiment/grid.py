@@ -1,0 +1,128 @@
+"""The grid: one resolved config per (arm, seed), checked to differ only in the factors studied.
+
+Before anything trains, :func:`plan_runs` (1) resolves every run's config, (2) builds each arm's
+model for every seed and checks that the parameters they share start from equal values, and
+(3) compares the resolved configs of the arms and refuses, naming the field, if anything other
+than the norm and the placement differs.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable
+from typing import Any
+
+from normlab.experiment.config import ExperimentConfig
+from normlab.models import build_gpt, check_paired
+from normlab.models.config import GPTConfig
+
+FACTOR_NAMES = ("norm", "placement")
+IDENTITY_FIELDS = ("run_id", "arm", *FACTOR_NAMES)
+PER_ARM_FIELDS = ("n_params", "n_norm_params")
+PER_SEED_FIELDS = ("seed", "init_digest")
+_MISSING = object()
+
+
+def run_id(arm: str, seed: int) -> str:
+    """``<arm>__s<seed>``, e.g. ``rmsnorm-pre__s0``."""
+    return f"{arm}__s{seed}"
+
+
+def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"a": {"b": 1}} → {"a.b": 1}."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def check_only_factors_differ(runs: list[dict[str, Any]], allowed: Iterable[str]) -> None:
+    """Raise ``ValueError`` naming the first field, outside ``allowed``, whose value is not the
+    same in every run (fields are dotted paths, e.g. ``train.lr``)."""
+    allowed = set(allowed)
+    if len(runs) < 2:
+        return
+    ref = flatten(runs[0])
+    for other in runs[1:]:
+        flat = flatten(other)
+        for key in sorted(set(ref) | set(flat)):
+            if key in allowed:
+                continue
+            a, b = ref.get(key, _MISSING), flat.get(key, _MISSING)
+            if a != b:
+                shown = ["(absent)" if v is _MISSING else repr(v) for v in (a, b)]
+                raise ValueError(
+                    f"runs {runs[0]['run_id']!r} and {other['run_id']!r} differ in {key!r} "
+                    f"({shown[0]} vs {shown[1]}); only {', '.join(sorted(allowed))} may differ. "
+                    "Refusing to train an unpaired comparison."
+                )
+
+
+def shared_settings(
+    cfg: ExperimentConfig, device: str, threads: int, data_info: dict[str, Any]
+) -> dict[str, Any]:
+    """Everything a run needs that is the same for every arm and seed."""
+    steps = cfg.resolved_steps()
+    train = cfg.train.model_dump()
+    train.update(steps=steps, tokens=steps * cfg.train.batch_size * cfg.model.context)
+    return {
+        "model": cfg.model.model_dump(),
+        "train": train,
+        "anomaly": cfg.anomaly.model_dump(),
+        "device": device,
+        "threads": threads,
+        "imports": list(cfg.imports),
+        "data": {
+            "fingerprint": data_info["fingerprint"],
+            "python_version": data_info["python_version"],
+            "source": data_info["source"],
+        },
+    }
+
+
+def plan_runs(
+    cfg: ExperimentConfig, device: str, threads: int, data_info: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The resolved config of every run, seed-major (all arms of seed 0, then seed 1, …), with
+    ``init_digest`` (digest of the shared initial parameters) and parameter counts filled in.
+
+    Raises ``ValueError`` if the arms do not share their non-norm parameters with equal initial
+    values, or if their configs differ in anything but the factors under study.
+    """
+    settings = shared_settings(cfg, device, threads, data_info)
+    runs: list[dict[str, Any]] = []
+    for seed in cfg.seed_list():
+        models = {}
+        seed_runs = []
+        for arm, norm, placement in cfg.arms():
+            model = build_gpt(GPTConfig(**settings["model"], norm=norm, placement=placement), seed)
+            models[arm] = model
+            n_params, n_norm_params = model.count_parameters()
+            seed_runs.append(
+                {
+                    "run_id": run_id(arm, seed),
+                    "arm": arm,
+                    "seed": seed,
+                    "norm": norm,
+                    "placement": placement,
+                    **copy.deepcopy(settings),
+                    "n_params": n_params,
+                    "n_norm_params": n_norm_params,
+                }
+            )
+        digest = check_paired(models)
+        for run in seed_runs:
+            run["init_digest"] = digest
+        check_only_factors_differ(seed_runs, IDENTITY_FIELDS + PER_ARM_FIELDS)
+        runs.extend(seed_runs)
+    check_only_factors_differ(runs, IDENTITY_FIELDS + PER_ARM_FIELDS + PER_SEED_FIELDS)
+    return runs
+
+
+def parameter_counts(runs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """{arm: (parameters, parameters inside norms)}."""
+    return {r["arm"]: (r["n_params"], r["n_norm_params"]) for r in runs}

@@ -1,0 +1,335 @@
+"""Run a grid: lock the folder, cache the data, plan and check the runs, train each in its own
+process, skip what is done, record what crashed, then build the report.
+
+Re-running the same command with the same ``--out`` skips every run whose ``summary.json`` says
+``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
+at most the runs in progress.
+
+While ``parallel`` runs train, the next run's worker is already started in standby: it imports,
+maps the data, builds and checks its model, then waits for the signal to train. Process start-up
+is thus hidden behind training (on a spare core), and no run's timing includes it.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import queue
+import shutil
+import time
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from normlab._io import write_json_atomic
+from normlab.data.cache import prepare_tokens
+from normlab.experiment.config import ExperimentConfig
+from normlab.experiment.environment import default_threads, environment, resolve_device
+from normlab.experiment.grid import FACTOR_NAMES, check_only_factors_differ, flatten, plan_runs
+from normlab.experiment.lock import OutputLock
+from normlab.experiment.worker import (
+    DONE_STATUSES,
+    RUN_FILE,
+    SUMMARY_FILE,
+    crashed_summary,
+    read_spec,
+    worker_main,
+)
+
+EXPERIMENT_FILE = "experiment.json"
+RUNS_DIR = "runs"
+WORKER_ENV = {
+    # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
+    # are not page-faulted in afresh on every step.
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": "100000000000",
+}
+
+
+def read_summary(run_dir: Path) -> dict[str, Any] | None:
+    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one)."""
+    path = Path(run_dir) / SUMMARY_FILE
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_done(summary: dict[str, Any] | None) -> bool:
+    return summary is not None and summary.get("status") in DONE_STATUSES
+
+
+def experiment_record(
+    cfg: ExperimentConfig,
+    runs: list[dict[str, Any]],
+    data_info: dict[str, Any],
+    env: dict[str, Any],
+) -> dict[str, Any]:
+    """The content of ``experiment.json`` (see docs/run-format.md)."""
+    values = {"norm": list(cfg.norms), "placement": list(cfg.placements)}
+    varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": values["norm"]}
+    first = runs[0]
+    fixed = {f: v[0] for f, v in values.items() if f not in varied}
+    fixed.update(
+        flatten({k: first[k] for k in ("model", "train", "anomaly", "device", "threads", "data")})
+    )
+    return {
+        "arms": cfg.arm_names(),
+        "baseline_arm": cfg.baseline_arm(),
+        "seeds": cfg.seed_list(),
+        "margin_bpb": cfg.margin_bpb,
+        "target_val_loss": cfg.train.target_val_loss,
+        "varied": varied,
+        "fixed": fixed,
+        "config": cfg.model_dump(mode="json"),
+        "environment": env,
+        "data": data_info,
+        "runs": [r["run_id"] for r in runs],
+        "parameter_counts": {
+            r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs
+        },
+    }
+
+
+@contextmanager
+def worker_environment(threads: int) -> Iterator[None]:
+    """Set the allocator and thread variables for processes started inside the block."""
+    wanted = {**WORKER_ENV, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    saved = {k: os.environ.get(k) for k in wanted}
+    os.environ.update(wanted)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@dataclass
+class _Active:
+    spec: dict[str, Any]
+    run_dir: Path
+    process: Any
+    progress_queue: Any
+    go: Any
+    released: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    step: int = 0
+
+
+def _check_same_run(done_spec: dict[str, Any], planned: dict[str, Any], out: Path) -> None:
+    try:
+        check_only_factors_differ([done_spec, planned], allowed=())
+    except ValueError as err:
+        raise ValueError(
+            f"out: {str(out)!r} already holds the finished run {planned['run_id']!r}, trained "
+            f"with different settings ({err}). Use another --out, or delete the folder."
+        ) from None
+
+
+def _outcome(summary: dict[str, Any]) -> str:
+    status = summary.get("status")
+    if status == "finished":
+        bpb = summary.get("final_val_bpb")
+        return f"[green]finished[/] val bpb {bpb:.3f}" if bpb is not None else "finished"
+    if status == "diverged":
+        return f"[yellow]diverged[/] at step {summary.get('diverged_at')}"
+    return f"[red]crashed[/] {summary.get('error', '')}"
+
+
+def run_grid(
+    runs: list[dict[str, Any]],
+    out: Path,
+    parallel: int = 1,
+    console: Console | None = None,
+    show_progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Train every run of ``runs`` that is not done, each in its own ``spawn`` process, at most
+    ``parallel`` at a time (plus one in standby, see the module docstring). Returns
+    {run_id: summary} for the whole grid."""
+    console = console or Console()
+    out = Path(out)
+    summaries: dict[str, dict[str, Any]] = {}
+    todo: deque[dict[str, Any]] = deque()
+    for spec in runs:
+        run_dir = out / RUNS_DIR / spec["run_id"]
+        summary = read_summary(run_dir)
+        if is_done(summary) and (run_dir / RUN_FILE).exists():
+            _check_same_run(read_spec(run_dir), spec, out)
+            summaries[spec["run_id"]] = summary
+        else:
+            todo.append(spec)
+    if summaries:
+        console.print(f"{len(summaries)} of {len(runs)} runs already done in {out}; skipping them")
+    if not todo:
+        return summaries
+
+    ctx = multiprocessing.get_context("spawn")
+    active: list[_Active] = []
+    columns = (
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("steps"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+    )
+    total_steps = sum(s["train"]["steps"] for s in todo)
+    n_todo = len(todo)
+    with Progress(*columns, console=console, disable=not show_progress) as progress:
+        task = progress.add_task(f"{n_todo} runs", total=total_steps)
+
+        def start(spec: dict[str, Any]) -> None:
+            run_dir = out / RUNS_DIR / spec["run_id"]
+            shutil.rmtree(run_dir, ignore_errors=True)  # unfinished: redo from scratch
+            write_json_atomic(run_dir / RUN_FILE, spec)
+            progress_queue, go = ctx.Queue(), ctx.Event()
+            process = ctx.Process(
+                target=worker_main,
+                args=(str(run_dir), progress_queue, go),
+                name=f"normlab-{spec['run_id']}",
+            )
+            with worker_environment(spec["threads"]):
+                process.start()
+            active.append(_Active(spec, run_dir, process, progress_queue, go))
+
+        def release_waiting() -> None:
+            running = sum(a.released for a in active)
+            for a in active:
+                if running >= parallel:
+                    return
+                if not a.released:
+                    a.go.set()
+                    a.released, a.started = True, time.perf_counter()
+                    running += 1
+
+        def drain(a: _Active) -> None:
+            while True:
+                try:
+                    _, step = a.progress_queue.get_nowait()
+                except queue.Empty:
+                    return
+                progress.advance(task, step - a.step)
+                a.step = step
+
+        def finish(a: _Active) -> None:
+            a.process.join()
+            drain(a)
+            progress.advance(task, a.spec["train"]["steps"] - a.step)
+            summary = read_summary(a.run_dir)
+            if summary is None:
+                code = a.process.exitcode
+                summary = crashed_summary(
+                    a.spec,
+                    f"the worker process exited with code {code} without a summary",
+                    f"exit code {code} (a negative code is the signal that ended it)",
+                )
+                write_json_atomic(a.run_dir / SUMMARY_FILE, summary)
+            summaries[a.spec["run_id"]] = summary
+            finished_here = len(summaries) - (len(runs) - n_todo)
+            progress.update(task, description=f"{finished_here}/{n_todo} runs")
+            progress.console.print(
+                f"{a.spec['run_id']}: {_outcome(summary)} ({time.perf_counter() - a.started:.1f} s)"
+            )
+
+        try:
+            while todo or active:
+                release_waiting()
+                while todo and len(active) < parallel + 1:
+                    start(todo.popleft())
+                release_waiting()
+                for a in list(active):
+                    drain(a)
+                    if not a.process.is_alive():
+                        finish(a)
+                        active.remove(a)
+                time.sleep(0.05)
+        except BaseException:
+            for a in active:
+                a.process.terminate()
+            for a in active:
+                a.process.join(10)
+            raise
+    return {s["run_id"]: summaries[s["run_id"]] for s in runs}
+
+
+def run_experiment(
+    cfg: ExperimentConfig,
+    out: Path,
+    console: Console | None = None,
+    report: bool = True,
+    show_progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Run the whole experiment into ``out`` (see docs/run-format.md) and build its report.
+
+    Holds ``out/.lock`` throughout; raises :class:`normlab.experiment.lock.FolderLockedError` if
+    another command holds it, and ``ValueError`` (naming the field) if the arms would differ in
+    anything but the factors under study.
+    """
+    console = console or Console()
+    out = Path(out)
+    with OutputLock(out):
+        device = resolve_device(cfg.device)
+        threads = cfg.threads or default_threads()
+        started = time.perf_counter()
+        data_info = prepare_tokens(
+            out / "data", cfg.data.path, cfg.data.max_bytes, cfg.data.val_fraction
+        )
+        console.print(
+            f"data: {data_info['source']} ({data_info['fingerprint']}), "
+            f"{data_info['n_train_tokens']:,} train / {data_info['n_val_tokens']:,} val bytes "
+            f"from {data_info['n_train_files']} / {data_info['n_val_files']} files "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        runs = plan_runs(cfg, device, threads, data_info)
+        seen = set()
+        for r in runs:
+            if r["arm"] not in seen:
+                seen.add(r["arm"])
+                console.print(
+                    f"arm {r['arm']}: {r['n_params']:,} parameters "
+                    f"({r['n_norm_params']:,} in norms)"
+                )
+        steps = runs[0]["train"]["steps"]
+        console.print(
+            f"paired: shared parameters equal across arms for every seed; only "
+            f"{' and '.join(FACTOR_NAMES)} differ. {len(runs)} runs × {steps} steps on "
+            f"{device} with {threads} threads"
+        )
+        write_json_atomic(
+            out / EXPERIMENT_FILE,
+            experiment_record(cfg, runs, data_info, environment(device, threads)),
+        )
+        summaries = run_grid(runs, out, cfg.parallel, console, show_progress)
+        if report:
+            build_report_if_available(out, console)
+    return summaries
+
+
+def build_report_if_available(out: Path, console: Console) -> bool:
+    """Call ``normlab.report.build_report(out)`` if that module exists; returns whether it ran."""
+    try:
+        from normlab.report import build_report
+    except ImportError as err:
+        console.print(f"report: not built ({err}); the runs are in {out}")
+        return False
+    build_report(Path(out))
+    console.print(f"report: {Path(out) / 'report.md'} and {Path(out) / 'report.html'}")
+    return True

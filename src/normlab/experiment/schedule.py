@@ -1,0 +1,46 @@
+"""The learning-rate schedule and the optimiser shared by every arm."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from normlab.models.gpt import GPT
+
+
+def lr_at(step: int, peak_lr: float, total_steps: int, warmup: int, min_ratio: float) -> float:
+    """Learning rate of 1-based ``step``: linear warm-up, then cosine decay.
+
+    Warm-up (step ≤ warmup): lr = peak · step / warmup. After it, with progress
+    p = (step − warmup) / (total − warmup): lr = peak · (r + (1 − r) · (1 + cos πp) / 2),
+    r = ``min_ratio``, so it falls from the peak to r · peak at the last step.
+    """
+    if step < 1 or step > total_steps:
+        raise ValueError(f"step: expected 1 <= step <= {total_steps}, got {step}")
+    if warmup > 0 and step <= warmup:
+        return peak_lr * step / warmup
+    decay_steps = total_steps - warmup
+    progress = (step - warmup) / decay_steps if decay_steps > 0 else 1.0
+    return peak_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
+
+
+def make_optimizer(
+    model: GPT, lr: float, weight_decay: float, betas: tuple[float, float]
+) -> torch.optim.Optimizer:
+    """AdamW; weight decay on matrices and embeddings only (not on norms, biases or scalars).
+
+    Uses the fused implementation where this torch and device offer it, else the default one.
+    """
+    norms = set(model.norm_parameter_names())
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (decay if p.dim() >= 2 and name not in norms else no_decay).append(p)
+    groups = [
+        {"params": decay, "weight_decay": weight_decay},
+        {"params": no_decay, "weight_decay": 0.0},
+    ]
+    try:
+        return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return torch.optim.AdamW(groups, lr=lr, betas=betas)

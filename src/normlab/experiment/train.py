@@ -1,0 +1,263 @@
+"""Train one run of the grid from its resolved config (``run.json``), logging every step.
+
+This is the body of a worker process; it knows nothing of the grid. It appends ``train``,
+``eval``, ``layer_grad_norms`` and ``anomaly`` records to ``metrics.jsonl`` (see
+docs/run-format.md) and returns the run's summary. A non-finite loss or gradient stops the run
+with status ``"diverged"``: a result, not an error.
+"""
+
+from __future__ import annotations
+
+import math
+import platform
+import resource
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from normlab._io import append_jsonl
+from normlab.data.batches import TrainBatches, validation_windows
+from normlab.data.cache import load_tokens
+from normlab.experiment.anomaly import SpikeDetector, SpikeRule
+from normlab.experiment.evaluate import bits_per_byte, validation_loss
+from normlab.experiment.schedule import lr_at, make_optimizer
+from normlab.models import GPT, GPTConfig, build_gpt, combined_digest, shared_parameter_digests
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class RunAborted(RuntimeError):
+    """Training stopped from outside (the grid's process is gone); the run stays unfinished."""
+
+
+def gpt_config(spec: dict[str, Any]) -> GPTConfig:
+    """The testbed of a resolved run config."""
+    return GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
+
+
+def _group_grad_norms(model: GPT, groups: dict[str, list[str]]) -> dict[str, float]:
+    params = dict(model.named_parameters())
+    norms = {}
+    for group, names in groups.items():
+        grads = [params[n].grad for n in names if params[n].grad is not None]
+        if grads:
+            norms[group] = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
+            ).item()
+    return norms
+
+
+def warm_up(model: GPT, device: torch.device) -> None:
+    """One forward and backward on a tiny batch, in eval mode, before anything is timed, so that
+    what the norms and torch set up on first use (kernels compiled and cached on disk, lazily
+    initialised libraries) is not charged to the run. Gradients are cleared afterwards."""
+    was_training = model.training
+    model.eval()
+    idx = torch.zeros(1, min(8, model.config.context), dtype=torch.long, device=device)
+    _, loss = model(idx, idx)
+    if loss is not None:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+
+
+def _peak_memory(device: torch.device) -> tuple[int, str]:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if platform.system() == "Darwin" else rss * 1024), "max_rss"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def train_run(
+    spec: dict[str, Any],
+    run_dir: Path,
+    on_step: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    wait_for_start: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Train the run described by ``spec`` (the content of ``run.json``); return its summary.
+
+    The token cache is read from ``run_dir/../../data``. ``on_step(step)`` is called after every
+    step (progress); ``should_stop()`` is polled every step and raises :class:`RunAborted`.
+    ``wait_for_start()``, if given, is called once the run is set up (data mapped, model built
+    and checked, optimiser made) and must return when training may begin; ``wall_s`` and every
+    timing count from then on.
+    """
+    run_dir = Path(run_dir)
+    t = spec["train"]
+    seed = spec["seed"]
+    device = torch.device(spec["device"])
+    torch.set_num_threads(spec["threads"])
+    torch.manual_seed(seed)
+
+    data = load_tokens(run_dir.parent.parent / "data")
+    if data.info["fingerprint"] != spec["data"]["fingerprint"]:
+        raise RuntimeError(
+            f"data: the cache reads as {data.info['fingerprint']}, run.json expects "
+            f"{spec['data']['fingerprint']}"
+        )
+    cfg = gpt_config(spec)
+    model = build_gpt(cfg, seed)
+    digest = combined_digest(shared_parameter_digests(model))
+    if digest != spec["init_digest"]:
+        raise RuntimeError(
+            f"paired init: this worker's shared parameters hash to {digest[:16]}, the grid "
+            f"checked {spec['init_digest'][:16]}"
+        )
+    model.to(device)
+    warm_up(model, device)
+    optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
+    params = list(model.parameters())
+    groups = model.parameter_groups()
+    batches = TrainBatches(data.train, t["batch_size"], cfg.context, seed)
+    windows = validation_windows(data.val, cfg.context, t["eval_windows"])
+    tokens_per_step = t["batch_size"] * cfg.context
+    total_steps = t["steps"]
+    max_norm = t["grad_clip"] if t["grad_clip"] > 0 else math.inf
+    a = spec["anomaly"]
+    loss_spikes = SpikeDetector(SpikeRule(a["window"], a["warmup"], a["loss_z"], a["min_scale"]))
+    grad_spikes = SpikeDetector(SpikeRule(a["window"], a["warmup"], a["grad_z"], a["min_scale"]))
+    metrics = run_dir / METRICS_FILE
+    target = t["target_val_loss"]
+
+    train_time = 0.0
+    losses: list[float] = []
+    throughputs: list[float] = []
+    evals: list[dict[str, Any]] = []
+    counts = {"loss_spike": 0, "grad_spike": 0, "clipped": 0}
+    status, diverged_at, steps_done = "finished", None, 0
+
+    def evaluate(step: int) -> None:
+        val_loss = validation_loss(model, windows, t["batch_size"], device.type)
+        record = {
+            "type": "eval",
+            "step": step,
+            "val_loss": val_loss,
+            "val_bpb": bits_per_byte(val_loss),
+            "tokens_seen": step * tokens_per_step,
+            "elapsed_s": train_time,
+        }
+        append_jsonl(metrics, record)
+        evals.append(record)
+
+    def anomaly(step: int, kind: str, value: float, z: float | None) -> None:
+        append_jsonl(
+            metrics, {"type": "anomaly", "step": step, "kind": kind, "value": value, "z": z}
+        )
+
+    if wait_for_start is not None:
+        wait_for_start()
+    wall_start = time.perf_counter()
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    model.train()
+    evaluate(0)
+    for step in range(1, total_steps + 1):
+        if should_stop is not None and should_stop():
+            raise RunAborted(f"stopped at step {step}: the grid's process is gone")
+        lr = lr_at(step, t["lr"], total_steps, t["warmup"], t["min_lr_ratio"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        started = time.perf_counter()
+        x, y = batches.next()
+        _, loss = model(x.to(device), y.to(device))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        loss_value = loss.item()
+        layer_norms = (
+            _group_grad_norms(model, groups) if step % t["layer_grad_interval"] == 0 else None
+        )
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
+        finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
+        if finite:
+            optimizer.step()
+        _sync(device)
+        step_time = time.perf_counter() - started
+        train_time += step_time
+        steps_done = step
+        clipped = finite and grad_norm > max_norm
+        counts["clipped"] += clipped
+        losses.append(loss_value)
+        if step > t["throughput_warmup"]:
+            throughputs.append(tokens_per_step / step_time)
+        append_jsonl(
+            metrics,
+            {
+                "type": "train",
+                "step": step,
+                "loss": loss_value,
+                "grad_norm": grad_norm,
+                "clipped": clipped,
+                "lr": lr,
+                "step_time_s": step_time,
+                "tokens_seen": step * tokens_per_step,
+            },
+        )
+        if layer_norms is not None:
+            append_jsonl(metrics, {"type": "layer_grad_norms", "step": step, "norms": layer_norms})
+        if not finite:
+            kind = "nonfinite_loss" if not math.isfinite(loss_value) else "nonfinite_grad"
+            anomaly(step, kind, loss_value if kind == "nonfinite_loss" else grad_norm, None)
+            status, diverged_at = "diverged", step
+            break
+        for detector, value, kind in (
+            (loss_spikes, loss_value, "loss_spike"),
+            (grad_spikes, grad_norm, "grad_spike"),
+        ):
+            z = detector.update(value)
+            if detector.is_spike(z):
+                counts[kind] += 1
+                anomaly(step, kind, value, z)
+        if step % t["eval_interval"] == 0 or step == total_steps:
+            evaluate(step)
+        if on_step is not None:
+            on_step(step)
+
+    n_params, n_norm_params = model.count_parameters()
+    peak_bytes, peak_kind = _peak_memory(device)
+    finite_evals = [e for e in evals if e["val_loss"] is not None and math.isfinite(e["val_loss"])]
+    reached = next(
+        (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
+    )
+    tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
+    final = evals[-1] if status == "finished" else None
+    return {
+        "run_id": spec["run_id"],
+        "arm": spec["arm"],
+        "seed": seed,
+        "norm": spec["norm"],
+        "placement": spec["placement"],
+        "status": status,
+        "diverged_at": diverged_at,
+        "steps": steps_done,
+        "tokens": steps_done * tokens_per_step,
+        "n_params": n_params,
+        "n_norm_params": n_norm_params,
+        "final_val_loss": final["val_loss"] if final else None,
+        "final_val_bpb": final["val_bpb"] if final else None,
+        "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+        "final_train_loss": statistics.fmean(tail) if tail else None,
+        "tokens_per_s": statistics.median(throughputs) if throughputs else None,
+        "peak_memory_bytes": peak_bytes,
+        "peak_memory_kind": peak_kind,
+        "target_val_loss": target,
+        "time_to_target_s": reached["elapsed_s"] if reached else None,
+        "tokens_to_target": reached["tokens_seen"] if reached else None,
+        "n_loss_spikes": counts["loss_spike"],
+        "n_grad_spikes": counts["grad_spike"],
+        "n_clipped": counts["clipped"],
+        "wall_s": time.perf_counter() - wall_start,
+        "device": str(device),
+        "torch_version": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "data_fingerprint": data.info["fingerprint"],
+    }

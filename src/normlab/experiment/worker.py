@@ -1,0 +1,102 @@
+"""One run in its own process: train, write ``summary.json``, record a crash as a result.
+
+:func:`worker_main` is the target of a ``spawn`` process started by the runner.
+:func:`execute_run` is the same work in the calling process (used by tests and debugging).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from normlab._io import write_json_atomic
+from normlab.experiment.train import RunAborted, train_run
+
+RUN_FILE = "run.json"
+SUMMARY_FILE = "summary.json"
+DONE_STATUSES = ("finished", "diverged")
+
+SUMMARY_FIELDS = (
+    "run_id", "arm", "seed", "norm", "placement", "status", "diverged_at", "steps", "tokens",
+    "n_params", "n_norm_params", "final_val_loss", "final_val_bpb", "best_val_bpb",
+    "final_train_loss", "tokens_per_s", "peak_memory_bytes", "peak_memory_kind",
+    "target_val_loss", "time_to_target_s", "tokens_to_target", "n_loss_spikes", "n_grad_spikes",
+    "n_clipped", "wall_s", "device", "torch_version", "threads", "data_fingerprint",
+)  # fmt: skip
+
+
+def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, Any]:
+    """The summary of a run that raised: identity from ``spec``, metrics null, the error kept."""
+    summary: dict[str, Any] = dict.fromkeys(SUMMARY_FIELDS)
+    for key in ("run_id", "arm", "seed", "norm", "placement", "n_params", "n_norm_params"):
+        summary[key] = spec.get(key)
+    summary.update(
+        status="crashed",
+        device=spec.get("device"),
+        threads=spec.get("threads"),
+        data_fingerprint=spec.get("data", {}).get("fingerprint"),
+        target_val_loss=spec.get("train", {}).get("target_val_loss"),
+        error=error,
+        traceback=trace,
+    )
+    return summary
+
+
+def read_spec(run_dir: Path) -> dict[str, Any]:
+    return json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+
+
+def execute_run(
+    run_dir: Path,
+    on_step: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    wait_for_start: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Train the run in ``run_dir`` (from its ``run.json``) and write its ``summary.json``.
+
+    The callbacks go to :func:`normlab.experiment.train.train_run`.
+
+    Any exception becomes a ``"crashed"`` summary with the traceback; only :class:`RunAborted`
+    and ``KeyboardInterrupt`` leave the run without a summary (unfinished, redone on a re-run).
+    """
+    run_dir = Path(run_dir)
+    spec = read_spec(run_dir)
+    try:
+        for module in spec.get("imports", []):
+            importlib.import_module(module)
+        summary = train_run(spec, run_dir, on_step, should_stop, wait_for_start)
+    except RunAborted:
+        raise
+    except Exception as err:
+        summary = crashed_summary(spec, f"{type(err).__name__}: {err}", traceback.format_exc())
+    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    return summary
+
+
+def worker_main(run_dir: str, progress: Any, go: Any) -> None:
+    """Process entry point: set the run up, wait until the ``go`` event is set, train, reporting
+    ``("step", n)`` on the ``progress`` queue. Stops if the parent process goes away (the worker
+    would otherwise train on, unsupervised)."""
+    parent = os.getppid()
+
+    def orphaned() -> bool:
+        return os.getppid() != parent
+
+    def on_step(step: int) -> None:
+        progress.put(("step", step))
+
+    def wait_for_start() -> None:
+        while not go.wait(0.5):
+            if orphaned():
+                raise RunAborted("the grid's process is gone")
+
+    try:
+        execute_run(Path(run_dir), on_step, orphaned, wait_for_start)
+    except (RunAborted, KeyboardInterrupt):
+        sys.exit(130)

@@ -1,0 +1,224 @@
+"""The runner: runs in worker processes, divergence as a result, crashes recorded, resume, lock."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from normlab._io import read_jsonl, write_json_atomic
+from normlab.data import prepare_tokens
+from normlab.experiment import (
+    FolderLockedError,
+    OutputLock,
+    execute_run,
+    plan_runs,
+    run_experiment,
+    validate_config,
+)
+from normlab.experiment.runner import WORKER_ENV, is_done, worker_environment
+
+FAULTY_NORMS = '''
+"""Norms that fail on purpose, registered for the runner tests (imported by every worker)."""
+import os
+
+import torch
+from torch import nn
+
+import normlab
+
+
+class ExplodingNorm(nn.Module):
+    def __init__(self, dim, **kw):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        raise RuntimeError("exploding norm: injected failure")
+
+
+class VanishingNorm(nn.Module):
+    def __init__(self, dim, **kw):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x):
+        os._exit(3)
+
+
+class NanAfterThree(nn.Module):
+    """Identity for three training forwards, then NaN: the run diverges at step 4."""
+
+    def __init__(self, dim, **kw):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.calls = 0
+
+    def forward(self, x):
+        if self.training:
+            self.calls += 1
+        y = x * self.weight
+        return y * float("nan") if self.calls > 3 else y
+
+
+for kind, factory in [
+    ("exploding", ExplodingNorm),
+    ("vanishing", VanishingNorm),
+    ("nan_after_three", NanAfterThree),
+]:
+    if kind not in normlab.available_norms():
+        normlab.register_norm(kind, factory)
+'''
+
+MODULE = "normlab_test_faulty_norms"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small folder of text files, plus the faulty-norms module on sys.path (workers inherit
+    the parent's sys.path)."""
+    root = tmp_path_factory.mktemp("corpus")
+    for i in range(12):
+        (root / f"m{i:02d}.py").write_text(
+            "".join(f"def fn_{i}_{j}(x):\n    return x + {j}\n\n" for j in range(60))
+        )
+    helpers = tmp_path_factory.mktemp("helpers")
+    (helpers / f"{MODULE}.py").write_text(FAULTY_NORMS)
+    sys.path.insert(0, str(helpers))
+    return root
+
+
+def tiny_config(corpus: Path, **top: Any) -> dict[str, Any]:
+    return {
+        "seeds": 1,
+        "threads": 1,
+        "imports": [MODULE],
+        "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 16},
+        "train": {
+            "steps": 6,
+            "batch_size": 2,
+            "warmup": 2,
+            "eval_interval": 3,
+            "eval_windows": 4,
+            "layer_grad_interval": 2,
+            "throughput_warmup": 1,
+        },
+        "anomaly": {"window": 3, "warmup": 3},
+        "data": {"path": str(corpus)},
+        **top,
+    }
+
+
+def file_states(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {
+        str(p.relative_to(folder)): (p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_divergence_is_recorded_as_a_result(corpus: Path, tmp_path: Path) -> None:
+    cfg = validate_config(tiny_config(corpus, norms=["nan_after_three"]))
+    info = prepare_tokens(tmp_path / "data", cfg.data.path)
+    (spec,) = plan_runs(cfg, "cpu", 1, info)
+    run_dir = tmp_path / "runs" / spec["run_id"]
+    write_json_atomic(run_dir / "run.json", spec)
+    summary = execute_run(run_dir)
+    assert summary["status"] == "diverged" and summary["diverged_at"] == 4
+    assert summary["steps"] == 4 and summary["final_val_bpb"] is None
+    assert summary["best_val_bpb"] is not None  # the evaluation before divergence
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "diverged"
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    anomalies = [r for r in records if r["type"] == "anomaly"]
+    assert anomalies == [
+        {"type": "anomaly", "step": 4, "kind": "nonfinite_loss", "value": None, "z": None}
+    ]
+    assert is_done(summary)
+
+
+def test_grid_in_workers_then_resume_retrains_nothing_finished(
+    corpus: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    cfg = validate_config(tiny_config(corpus))
+    summaries = run_experiment(cfg, out, report=False, show_progress=False)
+    assert [s["status"] for s in summaries.values()] == ["finished", "finished"]
+    ln, rms = out / "runs" / "layernorm-pre__s0", out / "runs" / "rmsnorm-pre__s0"
+    summary = json.loads((ln / "summary.json").read_text())
+    assert summary["peak_memory_kind"] == "max_rss" and summary["peak_memory_bytes"] > 0
+    assert summary["threads"] == 1 and summary["tokens"] == 6 * 2 * 16
+    assert summary["final_val_bpb"] == pytest.approx(summary["final_val_loss"] / 0.6931471805599453)
+    records = read_jsonl(ln / "metrics.jsonl")
+    kinds = [r["type"] for r in records]
+    assert kinds.count("train") == 6 and kinds.count("eval") == 3  # steps 0, 3, 6
+    assert kinds.count("layer_grad_norms") == 3
+    train = next(r for r in records if r["type"] == "train")
+    assert set(train) == {
+        "type", "step", "loss", "grad_norm", "clipped", "lr", "step_time_s", "tokens_seen"
+    }  # fmt: skip
+    experiment = json.loads((out / "experiment.json").read_text())
+    assert experiment["arms"] == ["layernorm-pre", "rmsnorm-pre"]
+    assert experiment["baseline_arm"] == "layernorm-pre" and experiment["seeds"] == [0]
+    assert experiment["varied"] == {"norm": ["layernorm", "rmsnorm"]}
+    assert experiment["fixed"]["placement"] == "pre"
+    assert experiment["fixed"]["train.lr"] == cfg.train.lr
+    assert experiment["data"]["fingerprint"] == summary["data_fingerprint"]
+
+    # Simulate a grid killed while training rmsnorm: no summary, a torn last metrics line.
+    before = file_states(ln)
+    (rms / "summary.json").unlink()
+    with open(rms / "metrics.jsonl", "a") as f:
+        f.write('{"type": "train", "st')
+    again = run_experiment(cfg, out, report=False, show_progress=False)
+    assert file_states(ln) == before  # the finished run was not touched
+    assert again["rmsnorm-pre__s0"]["status"] == "finished"
+    redone = read_jsonl(rms / "metrics.jsonl")
+    assert [r["type"] for r in redone].count("train") == 6  # redone from scratch, not appended
+    assert '"st' not in (rms / "metrics.jsonl").read_text().splitlines()[-1][-5:]
+
+    # A re-run with other settings must not mix with the finished runs.
+    changed = validate_config(
+        tiny_config(corpus, train={**tiny_config(corpus)["train"], "lr": 0.1})
+    )
+    with pytest.raises(ValueError, match=r"train\.lr"):
+        run_experiment(changed, out, report=False, show_progress=False)
+
+
+def test_a_crash_is_recorded_and_the_grid_goes_on(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cfg = validate_config(tiny_config(corpus, norms=["exploding", "vanishing", "rmsnorm"]))
+    summaries = run_experiment(cfg, out, report=False, show_progress=False)
+    exploding = summaries["exploding-pre__s0"]
+    assert exploding["status"] == "crashed"
+    assert "injected failure" in exploding["error"]
+    assert "Traceback" in exploding["traceback"] and "forward" in exploding["traceback"]
+    vanishing = summaries["vanishing-pre__s0"]
+    assert vanishing["status"] == "crashed" and "code 3" in vanishing["error"]
+    assert summaries["rmsnorm-pre__s0"]["status"] == "finished"
+    on_disk = json.loads((out / "runs" / "exploding-pre__s0" / "summary.json").read_text())
+    assert on_disk["status"] == "crashed"
+    assert not is_done(on_disk)  # a crashed run is redone by the next command
+
+
+def test_the_lock_stops_a_second_command(corpus: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    cfg = validate_config(tiny_config(corpus))
+    with OutputLock(out), pytest.raises(FolderLockedError, match="another normlab command"):
+        run_experiment(cfg, out, report=False, show_progress=False)
+    assert not (out / "experiment.json").exists()
+    with OutputLock(out), pytest.raises(FolderLockedError):  # released: can be taken again
+        OutputLock(out).acquire()
+
+
+def test_workers_get_the_allocator_settings() -> None:
+    saved = {k: os.environ.get(k) for k in WORKER_ENV}
+    with worker_environment(threads=3):
+        for key, value in WORKER_ENV.items():
+            assert os.environ[key] == value
+        assert os.environ["OMP_NUM_THREADS"] == "3"
+    assert {k: os.environ.get(k) for k in WORKER_ENV} == saved
+    assert WORKER_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
