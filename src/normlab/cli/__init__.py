@@ -2,6 +2,7 @@
 
 import normlab.cli.audit_cmd as _audit_cmd  # noqa: F401  (registers the command)
 import normlab.cli.bench_cmd as _bench_cmd  # noqa: F401  (registers the command)
+import normlab.cli.compare_cmd as _compare_cmd  # noqa: F401  (registers the command)
 import normlab.cli.report_cmd as _report_cmd  # noqa: F401  (registers the command)
 from normlab.cli import explain_cmd  # noqa: F401  (registers the command)
 from normlab.cli.app import app

@@ -1,0 +1,137 @@
+"""``normlab compare``: the controlled experiment — only the norm (or placement) differs."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from normlab.cli.app import app
+
+DEFAULT_OUT = Path("normlab-out/compare")
+
+
+def _split(text: str | None) -> list[str] | None:
+    if text is None:
+        return None
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    if not items:
+        raise typer.BadParameter(f"expected a comma-separated list, got {text!r}")
+    return items
+
+
+def parse_seeds(text: str | None) -> int | list[int] | None:
+    """``"3"`` → 3 seeds (0, 1, 2); ``"0,4,7"`` → those seeds."""
+    if text is None:
+        return None
+    try:
+        if "," in text:
+            return [int(t) for t in _split(text) or []]
+        return int(text)
+    except ValueError:
+        raise typer.BadParameter(
+            f"expected a count (e.g. 3) or a comma-separated list of seeds (e.g. 0,1,2), "
+            f"got {text!r}",
+            param_hint="--seeds",
+        ) from None
+
+
+def build_config_dict(config: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The YAML file's content (or {}) with the flags' values laid over it."""
+    from normlab.experiment.config import load_config_file, merge_overrides
+
+    base = load_config_file(config) if config is not None else {}
+    train = base.get("train")
+    if isinstance(train, dict):
+        # --steps and --tokens replace each other, whichever the file gave
+        if overrides.get("train.steps") is not None:
+            base["train"] = {k: v for k, v in train.items() if k != "tokens"}
+        if overrides.get("train.tokens") is not None:
+            base["train"] = {k: v for k, v in train.items() if k != "steps"}
+    return merge_overrides(base, overrides)
+
+
+@app.command()
+def compare(
+    config: Annotated[
+        Path | None, typer.Option("--config", help="YAML experiment file (flags override it).")
+    ] = None,
+    norms: Annotated[
+        str | None, typer.Option(help="Comma list of norms, e.g. layernorm,rmsnorm,dyt.")
+    ] = None,
+    placements: Annotated[
+        str | None, typer.Option(help="Comma list of placements: pre, post, sandwich.")
+    ] = None,
+    seeds: Annotated[
+        str | None, typer.Option(help="Number of paired seeds (3) or a list (0,1,2).")
+    ] = None,
+    steps: Annotated[int | None, typer.Option(help="Training steps per run.")] = None,
+    tokens: Annotated[
+        int | None, typer.Option(help="Training tokens per run (instead of --steps).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
+    warmup: Annotated[int | None, typer.Option(help="Linear warm-up steps.")] = None,
+    batch_size: Annotated[int | None, typer.Option(help="Sequences per step.")] = None,
+    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
+    threads: Annotated[int | None, typer.Option(help="Torch threads per worker.")] = None,
+    parallel: Annotated[
+        int | None, typer.Option(help="Runs trained at once (1 keeps timings clean).")
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(help="A text file or a folder of text files (default: Python's stdlib)."),
+    ] = None,
+    out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
+    report: Annotated[
+        bool, typer.Option("--report/--no-report", help="Build the report after training.")
+    ] = True,
+) -> None:
+    """Train the same small GPT with each norm on the same data, seeds and batches; report which
+    norm to use.
+
+    With no arguments: LayerNorm vs RMSNorm, pre-norm, 3 paired seeds, on this Python's own
+    standard-library source. Re-running with the same --out skips finished runs.
+    """
+    from normlab.experiment.config import ConfigError, validate_config
+    from normlab.experiment.lock import FolderLockedError
+    from normlab.experiment.runner import run_experiment
+
+    console = Console()
+    started = time.perf_counter()
+    overrides = {
+        "norms": _split(norms),
+        "placements": _split(placements),
+        "seeds": parse_seeds(seeds),
+        "train.steps": steps,
+        "train.tokens": tokens,
+        "train.lr": lr,
+        "train.warmup": warmup,
+        "train.batch_size": batch_size,
+        "device": device,
+        "threads": threads,
+        "parallel": parallel,
+        "data.path": data,
+    }
+    try:
+        cfg = validate_config(build_config_dict(config, overrides))
+    except ConfigError as err:
+        console.print(f"[red]error:[/] {err}", highlight=False)
+        raise typer.Exit(2) from None
+    try:
+        summaries = run_experiment(cfg, out, console=console, report=report)
+    except (FolderLockedError, ValueError) as err:
+        console.print(f"[red]error:[/] {err}", highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        console.print(
+            f"interrupted: finished runs are kept in {out}; run the same command to continue"
+        )
+        raise typer.Exit(130) from None
+    counts: dict[str, int] = {}
+    for s in summaries.values():
+        counts[s.get("status", "?")] = counts.get(s.get("status", "?"), 0) + 1
+    shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
+    console.print(f"done in {time.perf_counter() - started:.0f} s: {shown}; results in {out}")
