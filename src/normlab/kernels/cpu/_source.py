@@ -899,6 +899,7 @@ template <> struct V16<kF32> {
     else _mm512_mask_storeu_ps(p, m, v);
   }
   static __m512 round(__m512 v) { return v; }
+  static __m512 round_inner(__m512 v) { return v; }
 };
 template <> struct V16<kBF16> {
   typedef uint16_t T;
@@ -912,6 +913,15 @@ template <> struct V16<kBF16> {
     else _mm256_mask_storeu_epi16(p, m, b);
   }
   static __m512 round(__m512 v) { return bf16x16_to_float(float_to_bf16x16(v)); }
+  // For a rounding inside a sum, not a stored result: may flush a subnormal (|v| < 2^-126) to
+  // zero, which no float32 sum of normal terms can notice.
+  static __m512 round_inner(__m512 v) {
+#if defined(__AVX512BF16__)
+    return bf16x16_to_float((__m256i)_mm512_cvtneps_pbh(v));
+#else
+    return round(v);
+#endif
+  }
 };
 
 inline __mmask16 lanes_left(i64 left) {  // the first min(left, 16) lanes, none when left <= 0
@@ -1045,73 +1055,210 @@ void avx_forward(const ForwardArgs& a) {
       const bool y_stream = stream_ok(yr, a.stream != 0, io::kAlign);
       const bool h_stream = hr && stream_ok(hr, a.stream != 0, io::kAlign);
       const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
-      for (i = 0; i < n; i += 16) {
-        if (next && (i & 63) == 0) {
+      auto out_at = [&](i64 c, __mmask16 m) {
+        __m512 v;
+        if constexpr (SUM == kNoSum) {
+          v = io::load(xr + c, m);
+        } else {
+          v = _mm512_maskz_loadu_ps(m, hp + c);
+          if (hr) io::store(hr + c, v, m, h_stream);
+        }
+        __m512 u = CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+        if constexpr (ROUND) u = io::round(u);
+        if constexpr (AFF == kGain || AFF == kGainBias)
+          u = _mm512_mul_ps(u, _mm512_maskz_loadu_ps(m, gain + c));
+        if constexpr (AFF == kGainBias) u = _mm512_add_ps(u, _mm512_maskz_loadu_ps(m, bias + c));
+        if constexpr (AFF >= kScale) u = _mm512_mul_ps(u, _mm512_add_ps(one, io::load(sr + c, m)));
+        if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + c, m));
+        io::store(yr + c, u, m, y_stream);
+      };
+      for (i = 0; i + 64 <= n; i += 64) {
+        if (next) {  // the next row streams in while this one is written
           prefetch_block(x, r + 1, n, i);
           if (SUM != kNoSum) prefetch_block(res, r + 1, n, i);
           if (SUM == kGated && a.gate_group == 1) prefetch_block(gate, r + 1, n, i);
           if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
           if (AFF == kScaleShift && a.shift_group == 1) prefetch_block(shift, r + 1, n, i);
         }
-        const __mmask16 m = lanes_left(n - i);
-        __m512 v;
-        if constexpr (SUM == kNoSum) {
-          v = io::load(xr + i, m);
-        } else {
-          v = _mm512_maskz_loadu_ps(m, hp + i);
-          if (hr) io::store(hr + i, v, m, h_stream);
-        }
-        __m512 u = CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
-        if constexpr (ROUND) u = io::round(u);
-        if constexpr (AFF == kGain || AFF == kGainBias)
-          u = _mm512_mul_ps(u, _mm512_maskz_loadu_ps(m, gain + i));
-        if constexpr (AFF == kGainBias) u = _mm512_add_ps(u, _mm512_maskz_loadu_ps(m, bias + i));
-        if constexpr (AFF >= kScale) u = _mm512_mul_ps(u, _mm512_add_ps(one, io::load(sr + i, m)));
-        if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + i, m));
-        io::store(yr + i, u, m, y_stream);
+        out_at(i, 0xFFFF);
+        out_at(i + 16, 0xFFFF);
+        out_at(i + 32, 0xFFFF);
+        out_at(i + 48, 0xFFFF);
       }
+      for (; i < n; i += 16) out_at(i, lanes_left(n - i));
     }
     if (a.stream) stream_fence();
   }
 }
 
+// Rows of one backward lane, on one dtype and op shape. Pass 1 runs over R rows at once, so the
+// D-long column-sum rows (dgain, dbias, dscale, dshift) are read and written once per R rows and
+// the row sums Σ d̂·x̂, Σ d̂ stay in registers; d̂ (the costly part: conversion, products and
+// rounding) is kept in a row buffer for pass 2, which recomputes the cheap x̂ from h.
 template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM, bool TOKEN>
-void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
+struct AvxBackward {
   typedef V16<DT> io;
   typedef typename io::T T;
-  constexpr bool GATED = SUM == kGated;
+  static constexpr bool GATED = SUM == kGated;
+  static constexpr bool GAIN = AFF == kGain || AFF == kGainBias;
+
+  const BackwardArgs& a;
+  const i64 n;
+  const float* gain;
+  const float* means;
+  const float* rstds;
+  const T* h;
+  const T* dy;
+  const T* scale;
+  float* acc;   // this thread's [5, n] column sums: gain, bias, scale, shift, gate
+  float* dhat;  // this thread's [R, n] d̂ rows
+  bool stream;
+
+  __m512 xhat_at(i64 r, i64 i, __mmask16 m, __m512 vm, __m512 vr) const {
+    const __m512 v = io::load(h + r * n + i, m);
+    return CENTRE ? _mm512_maskz_mul_ps(m, _mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+  }
+  // d̂ = dy·(1 + s)·gain, rounded like x̂ (zero in masked-off lanes). d̂ only enters sums and
+  // dh = rstd·(d̂ − c0 − x̂·c1), so the rounding may flush a subnormal d̂ (see round_inner).
+  __m512 dhat_at(i64 r, i64 i, __mmask16 m, __m512 g) const {
+    __m512 d = g;
+    if constexpr (GAIN) d = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, gain + i));
+    if constexpr (AFF >= kScale) {
+      const T* sr = scale + (r / a.scale_group) * n;
+      d = _mm512_mul_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), io::load(sr + i, m)));
+    }
+    if constexpr (ROUND) d = io::round_inner(d);
+    return d;
+  }
+
+  // Pass 1 over rows r0 … r0 + R − 1 (one group for every column sum): c0, c1 per row.
+  template <int R>
+  void row_sums(i64 r0, float* c0, float* c1) const {
+    __m512 vm[R], vr[R], dot[R], tot[R];
+    for (int k = 0; k < R; ++k) {
+      vm[k] = _mm512_set1_ps(CENTRE ? means[r0 + k] : 0.0f);
+      vr[k] = _mm512_set1_ps(rstds[r0 + k]);
+      dot[k] = _mm512_setzero_ps();
+      tot[k] = _mm512_setzero_ps();
+    }
+    float* const aw = acc;
+    float* const ab = acc + n;
+    float* const as = acc + 2 * n;
+    float* const at = acc + 3 * n;
+    auto step = [&](i64 i, __mmask16 m) {
+      __m512 sw = _mm512_setzero_ps(), sb = sw, ss = sw, st = sw;
+      for (int k = 0; k < R; ++k) {
+        const i64 r = r0 + k;
+        const __m512 xh = xhat_at(r, i, m, vm[k], vr[k]);
+        const __m512 g = io::load(dy + r * n + i, m);
+        if constexpr (GAIN)
+          sw = _mm512_add_ps(sw, _mm512_mul_ps(g, ROUND ? io::round_inner(xh) : xh));
+        if constexpr (AFF == kGainBias) sb = _mm512_add_ps(sb, g);
+        if constexpr (AFF >= kScale && !TOKEN) ss = _mm512_add_ps(ss, _mm512_mul_ps(g, xh));
+        if constexpr (AFF == kScaleShift && !TOKEN) st = _mm512_add_ps(st, g);
+        if constexpr (TOKEN) {
+          T* dsc = static_cast<T*>(a.dscale) + r * n;
+          const bool s_stream = stream_ok(dsc, stream, io::kAlign);
+          io::store(dsc + i, _mm512_mul_ps(g, xh), m, s_stream);
+          if (AFF == kScaleShift && a.dshift)
+            io::store(static_cast<T*>(a.dshift) + r * n + i, g, m, s_stream);
+        }
+        const __m512 d = dhat_at(r, i, m, g);
+        _mm512_mask_storeu_ps(dhat + k * n + i, m, d);
+        dot[k] = _mm512_add_ps(dot[k], _mm512_mul_ps(d, xh));
+        if constexpr (CENTRE) tot[k] = _mm512_add_ps(tot[k], d);
+      }
+      if constexpr (GAIN) accumulate(aw + i, m, sw);
+      if constexpr (AFF == kGainBias) accumulate(ab + i, m, sb);
+      if constexpr (AFF >= kScale && !TOKEN) accumulate(as + i, m, ss);
+      if constexpr (AFF == kScaleShift && !TOKEN) accumulate(at + i, m, st);
+    };
+    i64 i = 0;
+    for (; i + 16 <= n; i += 16) step(i, 0xFFFF);
+    if (i < n) step(i, lanes_left(n - i));
+    for (int k = 0; k < R; ++k) {
+      c1[k] = _mm512_reduce_add_ps(dot[k]) / float(n);
+      c0[k] = CENTRE ? _mm512_reduce_add_ps(tot[k]) / float(n) : 0.0f;
+    }
+  }
+
+  // Pass 2 over row r: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, + the incoming dh.
+  void row_grad(i64 r, const float* db, float c0, float c1) const {
+    const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
+    const __m512 vr = _mm512_set1_ps(rstds[r]);
+    const __m512 vc1 = _mm512_set1_ps(c1), vc0 = _mm512_set1_ps(c0);
+    const T* dh = a.dh_in ? static_cast<const T*>(a.dh_in) + r * n : nullptr;
+    const T* gt = GATED ? static_cast<const T*>(a.gate) + (r / a.gate_group) * n : nullptr;
+    const T* orow = GATED ? static_cast<const T*>(a.other) + r * n : nullptr;
+    T* dxr = static_cast<T*>(a.dx) + r * n;
+    T* dor = GATED ? static_cast<T*>(a.dres) + r * n : nullptr;
+    const bool dx_stream = stream_ok(dxr, stream, io::kAlign);
+    const bool do_stream = GATED && stream_ok(dor, stream, io::kAlign);
+    float* const ag = acc + 4 * n;
+    const bool next = r + 1 < a.rows;
+    auto step = [&](i64 i, __mmask16 m) {
+      const __m512 xh = xhat_at(r, i, m, vm, vr);
+      const __m512 d = _mm512_maskz_loadu_ps(m, db + i);
+      const __m512 centred = CENTRE ? _mm512_sub_ps(d, vc0) : d;
+      __m512 v = _mm512_mul_ps(vr, _mm512_sub_ps(centred, _mm512_mul_ps(xh, vc1)));
+      if (dh) v = _mm512_add_ps(io::round(v), io::load(dh + i, m));
+      if constexpr (GATED) v = io::round(v);
+      io::store(dxr + i, v, m, dx_stream);  // the store rounds to h's dtype
+      if constexpr (GATED) {
+        io::store(dor + i, _mm512_mul_ps(v, io::load(gt + i, m)), m, do_stream);
+        accumulate(ag + i, m, _mm512_mul_ps(v, io::load(orow + i, m)));
+      }
+    };
+    i64 i = 0;
+    for (; i + 64 <= n; i += 64) {
+      if (next) {  // the next row streams in while this one is written
+        prefetch_block(h, r + 1, n, i);
+        prefetch_block(dy, r + 1, n, i);
+        if (dh) prefetch_block(static_cast<const T*>(a.dh_in), r + 1, n, i);
+        if (GATED) prefetch_block(static_cast<const T*>(a.other), r + 1, n, i);
+        if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
+        if (GATED && a.gate_group == 1) prefetch_block(static_cast<const T*>(a.gate), r + 1, n, i);
+      }
+      step(i, 0xFFFF);
+      step(i + 16, 0xFFFF);
+      step(i + 32, 0xFFFF);
+      step(i + 48, 0xFFFF);
+    }
+    for (; i < n; i += 16) step(i, lanes_left(n - i));
+  }
+};
+
+template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM, bool TOKEN>
+void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
+  typedef AvxBackward<DT, CENTRE, AFF, ROUND, SUM, TOKEN> Kernel;
   const i64 n = a.dim;
-  const float* gain = static_cast<const float*>(a.gain);
-  const float* means = static_cast<const float*>(a.mean);
-  const float* rstds = static_cast<const float*>(a.rstd);
-  const T* h = static_cast<const T*>(a.h);
-  const T* dy = static_cast<const T*>(a.dy);
-  const T* dh = static_cast<const T*>(a.dh_in);
-  const T* scale = static_cast<const T*>(a.scale);
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* other = static_cast<const T*>(a.other);
-  T* dx = static_cast<T*>(a.dx);
-  T* dres = static_cast<T*>(a.dres);
-  T* dscale = static_cast<T*>(a.dscale);
-  T* dshift = static_cast<T*>(a.dshift);
   const Lanes lanes{a.rows, a.lanes};
-  const __m512 one = _mm512_set1_ps(1.0f);
+  constexpr int R = 4;
 
 #pragma omp parallel num_threads(int(a.nthreads)) if (a.nthreads > 1)
   {
-    Buffer<float> accs(5 * n), xb(n), db(n);
+    Buffer<float> accs(5 * n), dhat(R * n);
     std::fill(accs.p, accs.p + 5 * n, 0.0f);
-    float* const aw = accs.p;          // Σ dy·q     (gain)
-    float* const ab = accs.p + n;      // Σ dy       (bias)
-    float* const as = accs.p + 2 * n;  // Σ dy·x̂    (scale)
-    float* const at = accs.p + 3 * n;  // Σ dy       (shift)
-    float* const ag = accs.p + 4 * n;  // Σ dh·o     (gate)
+    const Kernel k{a,
+                   n,
+                   static_cast<const float*>(a.gain),
+                   static_cast<const float*>(a.mean),
+                   static_cast<const float*>(a.rstd),
+                   static_cast<const typename Kernel::T*>(a.h),
+                   static_cast<const typename Kernel::T*>(a.dy),
+                   static_cast<const typename Kernel::T*>(a.scale),
+                   accs.p,
+                   dhat.p,
+                   a.stream != 0};
     i64 current[5];
 #pragma omp for schedule(static)
     for (i64 p = 0; p < a.lanes; ++p) {
       for (int j = 0; j < 5; ++j) current[j] = -1;
       const i64 last_row = lanes.begin(p + 1);
-      for (i64 r = lanes.begin(p); r < last_row; ++r) {
+      i64 r = lanes.begin(p);
+      while (r < last_row) {
+        // Rows r … r + R − 1 go together when they share every column sum's group.
+        i64 take = std::min<i64>(R, last_row - r);
         for (int j = 0; j < 5; ++j) {
           if (!sums[j].active()) continue;
           const i64 k = r / sums[j].group;
@@ -1120,97 +1267,17 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
             std::fill(accs.p + j * n, accs.p + (j + 1) * n, 0.0f);
             current[j] = k;
           }
+          take = std::min(take, (k + 1) * sums[j].group - r);
         }
-        const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
-        const __m512 vr = _mm512_set1_ps(rstds[r]);
-        const T* hr = h + r * n;
-        const T* gr = dy + r * n;
-        const T* sr = AFF >= kScale ? scale + (r / a.scale_group) * n : nullptr;
-        T* dsc = TOKEN ? dscale + r * n : nullptr;
-        T* dsh = TOKEN && AFF == kScaleShift && dshift ? dshift + r * n : nullptr;
-        const bool stream = a.stream != 0;
-        const bool dsc_stream = TOKEN && stream_ok(dsc, stream, io::kAlign);
-        // x̂ and d̂ = dy·(1 + s)·gain (rounded like x̂) for columns [i, i + 16).
-        auto xhat_at = [&](i64 i, __mmask16 m) -> __m512 {
-          const __m512 v = io::load(hr + i, m);
-          return CENTRE ? _mm512_maskz_mul_ps(m, _mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
-        };
-        auto dhat_at = [&](i64 i, __mmask16 m, __m512 g) -> __m512 {
-          __m512 d = g;
-          if constexpr (AFF == kGain || AFF == kGainBias)
-            d = _mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, gain + i));
-          if constexpr (AFF >= kScale)
-            d = _mm512_mul_ps(g, _mm512_add_ps(one, io::load(sr + i, m)));
-          if constexpr (ROUND) d = io::round(d);
-          return d;
-        };
-        // Pass 1: column sums and the two row sums Σ d̂·x̂, Σ d̂.
-        __m512 dot0 = _mm512_setzero_ps(), dot1 = dot0, tot0 = dot0, tot1 = dot0;
-        for (i64 i = 0; i < n; i += 16) {
-          const __mmask16 m = lanes_left(n - i);
-          const __m512 xh = xhat_at(i, m);
-          const __m512 g = io::load(gr + i, m);
-          if constexpr (AFF == kGain || AFF == kGainBias) {
-            const __m512 q = ROUND ? io::round(xh) : xh;
-            accumulate(aw + i, m, _mm512_mul_ps(g, q));
-          }
-          if constexpr (AFF == kGainBias)
-            accumulate(ab + i, m, g);
-          if constexpr (AFF >= kScale) {
-            if constexpr (TOKEN) {
-              io::store(dsc + i, _mm512_mul_ps(g, xh), m, dsc_stream);
-              if (dsh) io::store(dsh + i, g, m, dsc_stream);
-            } else {
-              accumulate(as + i, m, _mm512_mul_ps(g, xh));
-              if constexpr (AFF == kScaleShift)
-                accumulate(at + i, m, g);
-            }
-          }
-          const __m512 d = dhat_at(i, m, g);
-          _mm512_mask_storeu_ps(xb.p + i, m, xh);
-          _mm512_mask_storeu_ps(db.p + i, m, d);
-          if ((i & 16) == 0) {
-            dot0 = _mm512_add_ps(dot0, _mm512_mul_ps(d, xh));
-            if (CENTRE) tot0 = _mm512_add_ps(tot0, d);
-          } else {
-            dot1 = _mm512_add_ps(dot1, _mm512_mul_ps(d, xh));
-            if (CENTRE) tot1 = _mm512_add_ps(tot1, d);
-          }
+        float c0[R], c1[R];
+        if (take == R) {
+          k.template row_sums<R>(r, c0, c1);
+        } else {
+          take = 1;
+          k.template row_sums<1>(r, c0, c1);
         }
-        const __m512 zero = _mm512_setzero_ps();
-        const float c1 = hsum(dot0, dot1, zero, zero) / float(n);
-        const float c0 = CENTRE ? hsum(tot0, tot1, zero, zero) / float(n) : 0.0f;
-        const __m512 vc1 = _mm512_set1_ps(c1), vc0 = _mm512_set1_ps(c0);
-        // Pass 2: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, plus the incoming dh.
-        const T* gt = GATED ? gate + (r / a.gate_group) * n : nullptr;
-        const T* orow = GATED ? other + r * n : nullptr;
-        const T* dhr = dh ? dh + r * n : nullptr;
-        T* dxr = dx + r * n;
-        T* dor = GATED ? dres + r * n : nullptr;
-        const bool dx_stream = stream_ok(dxr, stream, io::kAlign);
-        const bool do_stream = GATED && stream_ok(dor, stream, io::kAlign);
-        const bool next = r + 1 < a.rows;
-        for (i64 i = 0; i < n; i += 16) {
-          if (next && (i & 63) == 0) {
-            prefetch_block(h, r + 1, n, i);
-            prefetch_block(dy, r + 1, n, i);
-            if (dh) prefetch_block(dh, r + 1, n, i);
-            if (GATED) prefetch_block(other, r + 1, n, i);
-            if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
-            if (GATED && a.gate_group == 1) prefetch_block(gate, r + 1, n, i);
-          }
-          const __mmask16 m = lanes_left(n - i);
-          const __m512 xh = _mm512_maskz_loadu_ps(m, xb.p + i);
-          const __m512 d = _mm512_maskz_loadu_ps(m, db.p + i);
-          __m512 centred = CENTRE ? _mm512_sub_ps(d, vc0) : d;
-          __m512 v = io::round(_mm512_mul_ps(vr, _mm512_sub_ps(centred, _mm512_mul_ps(xh, vc1))));
-          if (dhr) v = io::round(_mm512_add_ps(v, io::load(dhr + i, m)));
-          io::store(dxr + i, v, m, dx_stream);
-          if constexpr (GATED) {
-            io::store(dor + i, _mm512_mul_ps(v, io::load(gt + i, m)), m, do_stream);
-            accumulate(ag + i, m, _mm512_mul_ps(v, io::load(orow + i, m)));
-          }
-        }
+        for (i64 q = 0; q < take; ++q) k.row_grad(r + q, dhat.p + q * n, c0[q], c1[q]);
+        r += take;
       }
       for (int j = 0; j < 5; ++j)
         if (sums[j].active() && current[j] >= 0)
