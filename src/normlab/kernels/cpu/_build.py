@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 from normlab.kernels.cpu._source import SOURCE
@@ -143,6 +144,13 @@ def _build_and_load() -> ctypes.CDLL:
             if lib.normlab_abi_version() != ABI_VERSION:
                 errors.append(f"{target}: unexpected ABI version")
                 continue
+            if errors:  # the preferred flags failed: the kernels work, but slower
+                warnings.warn(
+                    "normlab C++ kernels built with fallback flags "
+                    f"{' '.join(flags)!r}; the preferred ones failed:\n" + "\n".join(errors),
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             return lib
     raise RuntimeError("the C++ kernels did not compile:\n" + "\n".join(errors))
 
