@@ -67,6 +67,11 @@ def test_the_current_step_is_not_in_its_own_window() -> None:
     series = [2.0] * 60 + [2.0 * math.exp(0.1)]
     scores = spike_scores(series, SpikeRule(window=50, warmup=50, min_scale=0.01))
     assert scores[-1] == pytest.approx(0.1 / 0.01)
+    # logs [0, 0, 1, 1] then 3: the window's median is 0.5 and its MAD 0.5; had the current
+    # value been in the window (0, 1, 1, 3), the median would be 1 and z smaller
+    series = [1.0, 1.0, math.e, math.e, math.e**3]
+    z = spike_scores(series, SpikeRule(window=4, warmup=0))[-1]
+    assert z == pytest.approx((3 - 0.5) / (1.4826 * 0.5))
     # a run of spikes: the first is judged against clean history, the window then adapts
     series = noisy_loss(n=300) + [20.0] * 5
     assert find_spikes(series)[0] == 300

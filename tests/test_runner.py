@@ -222,3 +222,48 @@ def test_workers_get_the_allocator_settings() -> None:
         assert os.environ["OMP_NUM_THREADS"] == "3"
     assert {k: os.environ.get(k) for k in WORKER_ENV} == saved
     assert WORKER_ENV == {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000"}
+
+
+def test_killing_the_command_loses_no_finished_run(corpus: Path, tmp_path: Path) -> None:
+    """SIGKILL the command while its second run trains: the orphaned worker stops by itself,
+    the lock is free, and a re-run keeps the first run and redoes the second."""
+    import signal
+    import subprocess
+    import time
+
+    config = tiny_config(corpus)
+    config["train"] = {**config["train"], "steps": 1500, "eval_interval": 500}
+    (tmp_path / "exp.yaml").write_text(json.dumps(config))  # JSON is YAML
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-c", "from normlab.cli import main; main()",
+        "compare", "--config", str(tmp_path / "exp.yaml"), "--out", str(out), "--no-report",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    first, second = out / "runs" / "layernorm-pre__s0", out / "runs" / "rmsnorm-pre__s0"
+    try:
+        deadline = time.monotonic() + 240
+        while not (first / "summary.json").exists() or not (second / "metrics.jsonl").exists():
+            assert proc.poll() is None, "the command ended before it could be killed"
+            assert time.monotonic() < deadline, "the first run did not finish in time"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    # the orphaned worker notices within a step and stops without a summary
+    size, stable_since = -1, time.monotonic()
+    while time.monotonic() - stable_since < 3:
+        now = (second / "metrics.jsonl").stat().st_size
+        if now != size:
+            size, stable_since = now, time.monotonic()
+        time.sleep(0.2)
+    assert not (second / "summary.json").exists()
+    before = file_states(first)
+    cfg = validate_config(config)
+    summaries = run_experiment(cfg, out, report=False, show_progress=False)
+    assert file_states(first) == before
+    assert summaries["rmsnorm-pre__s0"]["status"] == "finished"
+    assert summaries["rmsnorm-pre__s0"]["steps"] == 1500
