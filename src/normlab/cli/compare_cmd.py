@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from normlab.cli.app import app
 
@@ -118,12 +119,12 @@ def compare(
     try:
         cfg = validate_config(build_config_dict(config, overrides))
     except ConfigError as err:
-        console.print(f"[red]error:[/] {err}", highlight=False)
+        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(2) from None
     try:
         summaries = run_experiment(cfg, out, console=console, report=report)
     except (FolderLockedError, ValueError) as err:
-        console.print(f"[red]error:[/] {err}", highlight=False)
+        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         console.print(

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -150,7 +151,7 @@ def _outcome(summary: dict[str, Any]) -> str:
         return f"[green]finished[/] val bpb {bpb:.3f}" if bpb is not None else "finished"
     if status == "diverged":
         return f"[yellow]diverged[/] at step {summary.get('diverged_at')}"
-    return f"[red]crashed[/] {summary.get('error', '')}"
+    return f"[red]crashed[/] {escape(str(summary.get('error', '')))}"
 
 
 def run_grid(
@@ -328,7 +329,7 @@ def build_report_if_available(out: Path, console: Console) -> bool:
     try:
         from normlab.report import build_report
     except ImportError as err:
-        console.print(f"report: not built ({err}); the runs are in {out}")
+        console.print(f"report: not built ({escape(str(err))}); the runs are in {out}")
         return False
     build_report(Path(out))
     console.print(f"report: {Path(out) / 'report.md'} and {Path(out) / 'report.html'}")
