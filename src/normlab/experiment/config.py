@@ -143,7 +143,7 @@ class ExperimentConfig(Section):
     )
     seeds: int | list[int] = 3
     baseline: str | None = None
-    margin_bpb: float = Field(0.01, gt=0)
+    margin_bpb: float = Field(0.02, gt=0)
     device: str = "auto"
     threads: int | None = Field(None, ge=1)
     parallel: int = Field(1, ge=1)
