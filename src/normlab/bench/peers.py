@@ -264,6 +264,12 @@ class Runner:
         torch.autograd.backward(list(outs), grads)
         self.last = outs
 
+    def release(self) -> None:
+        """Drop the last outputs and gradients (they hold N·D tensors between measurements)."""
+        self.last = ()
+        for t in self.leaves.values():
+            t.grad = None
+
     def checked_output(self) -> torch.Tensor:
         """What the error check compares: y (forward) or dx (forward and backward)."""
         if self.backward:

@@ -12,6 +12,7 @@ import torch
 
 from normlab.bench.bytes_model import MODES, OPS, min_bytes
 from normlab.bench.peers import (
+    Problem,
     Unavailable,
     default_peers,
     make_problem,
@@ -19,7 +20,7 @@ from normlab.bench.peers import (
     peer_function,
     run_peer_once,
 )
-from normlab.bench.timing import CopyReference, measure
+from normlab.bench.timing import CopyReference, measure_round_robin
 from normlab.kernels.cpu.cache import last_level_cache_bytes
 
 DIMS = (768, 2048, 4096, 8192)
@@ -40,7 +41,7 @@ class Config:
     warmup: int = 1
     rows: int | None = None
     llc_multiple: float = LLC_MULTIPLE
-    budget_s: float = 20.0  # per measurement: stop repeating past this (and min_reps)
+    budget_s: float = 20.0  # per peer and row: stop repeating past this (and min_reps)
     min_reps: int = 3
     sample_rows: int = 256  # rows compared with the float64 reference
 
@@ -119,9 +120,9 @@ def run(config: Config, progress: Callable[[Row], None] | None = None) -> Result
                 itemsize = problem.tensors["x"].element_size()
                 for mode in config.modes:
                     nbytes = min_bytes(op, mode, rows, dim, itemsize)
-                    for peer in peers:
-                        row = Row(op, dim, rows, _dtype_name(dtype), mode, peer)
-                        _measure_row(row, peer, problem, mode, nbytes, copy, device, config)
+                    group = [Row(op, dim, rows, _dtype_name(dtype), mode, p) for p in peers]
+                    _measure_group(group, problem, mode, nbytes, copy, device, config)
+                    for row in group:
                         if row.copy_gbps is not None:
                             copy_samples.append(row.copy_gbps)
                         result.rows.append(row)
@@ -139,27 +140,37 @@ def run(config: Config, progress: Callable[[Row], None] | None = None) -> Result
     return result
 
 
-def _measure_row(
-    row: Row,
-    peer: str,
-    problem,
+def _measure_group(
+    rows: list[Row],
+    problem: Problem,
     mode: str,
     nbytes: int,
     copy: CopyReference,
     device: torch.device,
     config: Config,
 ) -> None:
-    try:
-        fn = peer_function(peer, problem.op, device)
-        runner = run_peer_once(fn, problem, mode)
-    except Unavailable as err:
-        row.status, row.note = "skipped", str(err)
+    """Measure every peer of one (op, D, dtype, mode) round-robin; fill their rows."""
+    runners = {}
+    for row in rows:
+        try:
+            fn = peer_function(row.peer, problem.op, device)
+            runner = run_peer_once(fn, problem, mode)  # compiles, builds, warms caches
+        except Unavailable as err:
+            row.status, row.note = "skipped", str(err)
+            continue
+        except Exception as err:  # a peer that fails must not stop the benchmark
+            row.status, row.note = "error", f"{type(err).__name__}: {err}"[:300]
+            continue
+        try:
+            row.max_err = max_error(runner, config.sample_rows)
+        except Exception as err:
+            row.note = f"error check failed: {type(err).__name__}: {err}"[:300]
+        runner.release()
+        runners[row.peer] = runner
+    if not runners:
         return
-    except Exception as err:  # a peer that fails must not stop the benchmark
-        row.status, row.note = "error", f"{type(err).__name__}: {err}"[:300]
-        return
-    timing = measure(
-        runner.step,
+    timings = measure_round_robin(
+        {name: r.step for name, r in runners.items()},
         nbytes,
         copy,
         device,
@@ -167,20 +178,22 @@ def _measure_row(
         warmup=max(0, config.warmup - 1),
         budget_s=config.budget_s,
         min_reps=config.min_reps,
+        after=lambda name: runners[name].release(),
     )
-    row.median_ms = timing.median_s * 1e3
-    row.min_ms = timing.min_s * 1e3
-    row.model_bytes = nbytes
-    row.gbps = nbytes / timing.median_s / 1e9
-    row.copy_gbps = timing.copy_gbps
-    row.frac_copy = timing.fraction
-    row.frac_copy_best = timing.fraction_best
-    row.reps = timing.reps
-    try:
-        row.max_err = max_error(runner, config.sample_rows)
-    except Exception as err:
-        row.note = f"error check failed: {type(err).__name__}: {err}"[:300]
-    del runner
+    for row in rows:
+        timing = timings.get(row.peer)
+        if timing is None:
+            continue
+        row.median_ms = timing.median_s * 1e3
+        row.min_ms = timing.min_s * 1e3
+        row.model_bytes = nbytes
+        row.gbps = nbytes / timing.median_s / 1e9
+        row.copy_gbps = timing.copy_gbps
+        row.frac_copy = timing.fraction
+        row.frac_copy_best = timing.fraction_best
+        row.reps = timing.reps
+    for runner in runners.values():
+        runner.release()
 
 
 def _fill_speedups(rows: list[Row]) -> None:

@@ -1,9 +1,11 @@
-"""Timing that survives a noisy machine: paired with a copy, repeated, summarised by medians.
+"""Timing that survives a noisy machine: paired with a copy, round-robin, summarised by medians.
 
-Every repetition times a plain copy of the same size right before the candidate, so each
+Every repetition times a plain copy of the same size right before each candidate, so each
 candidate time has its own copy-bandwidth reference taken under the same conditions (memory
-bandwidth of a shared machine drifts by 2x within seconds). The figures a caller gets are
-medians over repetitions: of the time, and of the per-repetition fraction of copy bandwidth.
+bandwidth of a shared machine drifts by 2x within seconds). Candidates that are compared with
+each other are timed in turn within every repetition (:func:`measure_round_robin`), so a slow
+minute slows them all alike. The figures a caller gets are medians over repetitions: of the
+time, and of the per-repetition fraction of copy bandwidth.
 """
 
 from __future__ import annotations
@@ -64,6 +66,55 @@ class CopyReference:
         return self.bytes / statistics.median(self.seconds() for _ in range(reps)) / 1e9
 
 
+def _summary(times: list[float], copies: list[float], model_bytes: int, copy_bytes: int) -> Timing:
+    copy_bw = [copy_bytes / t for t in copies]
+    fractions = [(model_bytes / t) / bw for t, bw in zip(times, copy_bw, strict=True)]
+    return Timing(
+        median_s=statistics.median(times),
+        min_s=min(times),
+        copy_gbps=statistics.median(copy_bw) / 1e9,
+        fraction=statistics.median(fractions),
+        fraction_best=(model_bytes / min(times)) / max(copy_bw),
+        reps=len(times),
+    )
+
+
+def measure_round_robin(
+    fns: dict[str, Callable[[], object]],
+    model_bytes: int,
+    copy: CopyReference,
+    device: torch.device,
+    reps: int,
+    warmup: int = 1,
+    budget_s: float | None = None,
+    min_reps: int = 3,
+    after: Callable[[str], object] | None = None,
+) -> dict[str, Timing]:
+    """Time every candidate ``reps`` times, in turn within each repetition, each after a copy.
+
+    Stops early once ``budget_s`` seconds per candidate have passed and at least ``min_reps``
+    repetitions are in. On a shared machine noise only ever adds time, so besides the medians
+    the fastest candidate over the fastest copy (``fraction_best``) is the least disturbed
+    estimate. ``after(name)`` runs untimed after each call (to free its outputs).
+    """
+    for fn in fns.values():
+        for _ in range(warmup):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    copies: dict[str, list[float]] = {name: [] for name in fns}
+    started = time.perf_counter()
+    for rep in range(max(1, reps)):
+        for name, fn in fns.items():
+            copies[name].append(copy.seconds())
+            times[name].append(time_call(fn, device))
+            if after is not None:
+                after(name)
+        spent = time.perf_counter() - started
+        if budget_s is not None and spent > budget_s * len(fns) and rep + 1 >= min_reps:
+            break
+    return {name: _summary(times[name], copies[name], model_bytes, copy.bytes) for name in fns}
+
+
 def measure(
     fn: Callable[[], object],
     model_bytes: int,
@@ -74,33 +125,7 @@ def measure(
     budget_s: float | None = None,
     min_reps: int = 3,
 ) -> Timing:
-    """Time ``fn`` ``reps`` times, each right after a copy.
-
-    Stops early once ``budget_s`` seconds have passed and at least ``min_reps`` repetitions are
-    in. On a shared machine noise only ever adds time, so besides the medians the fastest
-    candidate over the fastest copy (``fraction_best``) is the least disturbed estimate.
-    """
-    for _ in range(warmup):
-        fn()
-    times: list[float] = []
-    copies: list[float] = []
-    fractions: list[float] = []
-    started = time.perf_counter()
-    for _ in range(max(1, reps)):
-        t_copy = copy.seconds()
-        t = time_call(fn, device)
-        copy_bw = copy.bytes / t_copy
-        times.append(t)
-        copies.append(copy_bw)
-        fractions.append((model_bytes / t) / copy_bw)
-        spent = time.perf_counter() - started
-        if budget_s is not None and spent > budget_s and len(times) >= min_reps:
-            break
-    return Timing(
-        median_s=statistics.median(times),
-        min_s=min(times),
-        copy_gbps=statistics.median(copies) / 1e9,
-        fraction=statistics.median(fractions),
-        fraction_best=(model_bytes / min(times)) / max(copies),
-        reps=len(times),
-    )
+    """Time one candidate ``reps`` times, each right after a copy (see measure_round_robin)."""
+    return measure_round_robin(
+        {"candidate": fn}, model_bytes, copy, device, reps, warmup, budget_s, min_reps
+    )["candidate"]
