@@ -1183,7 +1183,8 @@ struct AvxBackward {
   }
 
   // Pass 2 over row r: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, + the incoming dh.
-  void row_grad(i64 r, const float* db, float c0, float c1) const {
+  // `ahead` is the row to prefetch meanwhile: the same row of the next group of rows.
+  void row_grad(i64 r, const float* db, float c0, float c1, i64 ahead) const {
     const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
     const __m512 vr = _mm512_set1_ps(rstds[r]);
     const __m512 vc1 = _mm512_set1_ps(c1), vc0 = _mm512_set1_ps(c0);
@@ -1195,7 +1196,7 @@ struct AvxBackward {
     const bool dx_stream = stream_ok(dxr, stream, io::kAlign);
     const bool do_stream = GATED && stream_ok(dor, stream, io::kAlign);
     float* const ag = acc + 4 * n;
-    const bool next = r + 1 < a.rows;
+    const bool next = ahead < a.rows;
     auto step = [&](i64 i, __mmask16 m) {
       const __m512 xh = xhat_at(r, i, m, vm, vr);
       const __m512 d = _mm512_maskz_loadu_ps(m, db + i);
@@ -1212,12 +1213,12 @@ struct AvxBackward {
     i64 i = 0;
     for (; i + 64 <= n; i += 64) {
       if (next) {  // the next row streams in while this one is written
-        prefetch_block(h, r + 1, n, i);
-        prefetch_block(dy, r + 1, n, i);
-        if (dh) prefetch_block(static_cast<const T*>(a.dh_in), r + 1, n, i);
-        if (GATED) prefetch_block(static_cast<const T*>(a.other), r + 1, n, i);
-        if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
-        if (GATED && a.gate_group == 1) prefetch_block(static_cast<const T*>(a.gate), r + 1, n, i);
+        prefetch_block(h, ahead, n, i);
+        prefetch_block(dy, ahead, n, i);
+        if (dh) prefetch_block(static_cast<const T*>(a.dh_in), ahead, n, i);
+        if (GATED) prefetch_block(static_cast<const T*>(a.other), ahead, n, i);
+        if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, ahead, n, i);
+        if (GATED && a.gate_group == 1) prefetch_block(static_cast<const T*>(a.gate), ahead, n, i);
       }
       step(i, 0xFFFF);
       step(i + 16, 0xFFFF);
@@ -1276,7 +1277,7 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
           take = 1;
           k.template row_sums<1>(r, c0, c1);
         }
-        for (i64 q = 0; q < take; ++q) k.row_grad(r + q, dhat.p + q * n, c0[q], c1[q]);
+        for (i64 q = 0; q < take; ++q) k.row_grad(r + q, dhat.p + q * n, c0[q], c1[q], r + q + R);
         r += take;
       }
       for (int j = 0; j < 5; ++j)
