@@ -18,6 +18,7 @@ def _atomic(path: str | os.PathLike[str], mode: str, write: Callable[[IO[Any]], 
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp makes 0600; give the usual file mode
         with os.fdopen(fd, mode) as f:
             write(f)
             f.flush()
@@ -27,6 +28,12 @@ def _atomic(path: str | os.PathLike[str], mode: str, write: Callable[[IO[Any]], 
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
