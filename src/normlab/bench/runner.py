@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import math
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -150,6 +151,10 @@ def _measure_group(
     config: Config,
 ) -> None:
     """Measure every peer of one (op, D, dtype, mode) round-robin; fill their rows."""
+    if "torch._dynamo" in sys.modules:
+        # Compiled peers specialise on shape and mode; past dynamo's recompile limit a function
+        # silently runs eagerly. A fresh cache per group keeps every compiled peer compiled.
+        torch._dynamo.reset()
     runners = {}
     for row in rows:
         try:
