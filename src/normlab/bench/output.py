@@ -139,42 +139,38 @@ def metadata(result: Result, command: str | None = None) -> dict[str, Any]:
 
 
 def plot_png(result: Result) -> bytes:
-    """A bar chart of the fraction of copy bandwidth, one panel per mode."""
+    """Bars of the fraction of copy bandwidth: a panel per mode and dtype, a group per op and D."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     rows = [r for r in result.rows if r.status == "ok" and r.frac_copy is not None]
-    modes = [m for m in ("fwd", "fwd+bwd") if any(r.mode == m for r in rows)] or ["fwd"]
+    panels = list(dict.fromkeys((r.mode, r.dtype) for r in rows)) or [("fwd", "")]
     peers = list(dict.fromkeys(r.peer for r in rows))
-    groups = list(dict.fromkeys((r.op, r.dtype, r.dim) for r in rows))
-    fig, axes = plt.subplots(
-        len(modes),
-        1,
-        figsize=(max(8.0, 0.55 * len(groups) * max(1, len(peers)) / 3), 4.2 * len(modes)),
-        squeeze=False,
-    )
+    groups = list(dict.fromkeys((r.op, r.dim) for r in rows))
+    width_in = min(24.0, max(8.0, 0.18 * len(groups) * max(1, len(peers))))
+    fig, axes = plt.subplots(len(panels), 1, figsize=(width_in, 3.2 * len(panels)), squeeze=False)
     width = 0.8 / max(1, len(peers))
-    for ax, mode in zip(axes[:, 0], modes, strict=True):
+    for ax, (mode, dtype) in zip(axes[:, 0], panels, strict=True):
         for i, peer in enumerate(peers):
             values = {
-                (r.op, r.dtype, r.dim): r.frac_copy
+                (r.op, r.dim): r.frac_copy
                 for r in rows
-                if r.mode == mode and r.peer == peer
+                if r.mode == mode and r.dtype == dtype and r.peer == peer
             }
             xs = [g + (i - (len(peers) - 1) / 2) * width for g in range(len(groups))]
             ax.bar(xs, [values.get(g, 0.0) for g in groups], width, label=peer)
         ax.axhline(1.0, color="black", linewidth=0.8)
-        ax.axhline(TARGETS[mode], color="tab:red", linestyle="--", linewidth=0.8)
+        ax.axhline(TARGETS.get(mode, 1.0), color="tab:red", linestyle="--", linewidth=0.8)
         ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"{o}\n{d}\nD={n}" for o, d, n in groups], fontsize=7)
-        ax.set_ylabel("fraction of copy bandwidth")
-        ax.set_title(f"{mode} (dashed: target {TARGETS[mode]})")
-        ax.legend(fontsize=7, ncol=min(4, len(peers)))
+        ax.set_xticklabels([f"{o}\nD={n}" for o, n in groups], fontsize=7)
+        ax.set_ylabel("fraction of copy BW")
+        ax.set_title(f"{dtype} {mode} (dashed: target {TARGETS.get(mode, 1.0)})", fontsize=9)
+        ax.legend(fontsize=7, ncol=min(6, len(peers)))
     fig.tight_layout()
     buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
+    fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
 
