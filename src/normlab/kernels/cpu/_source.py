@@ -24,6 +24,11 @@ Backward, with g = dy (float) and the saved μ, rstd::
     dgain = Σrows g·q, dbias = Σrows g, dscale = Σgroup g·x̂, dshift = Σgroup g,
     dgate = Σgroup dh·o, do = dh·gate; dh adds the incoming gradient of the h output.
 
+Rounding: every stored result (y, h, dx, …) is rounded to its dtype exactly as PyTorch rounds
+it (round to nearest even, subnormals kept). Inside the AVX-512 backward, the "llama" rounding of
+x̂ and d̂ that only enters sums may flush a subnormal (|v| < 2^-126) to zero, which no float32
+sum of normal terms can notice.
+
 Column reductions (dgain, dbias and the modulation gradients of a group of rows) are
 deterministic: rows are cut into a fixed number of contiguous lanes that does not depend on the
 thread count; a lane accumulates its rows in order, writes groups that lie wholly inside it
