@@ -69,7 +69,7 @@ def recommend(
         return Recommendation(
             UNDECIDED,
             "undecided",
-            f"Undecided: the baseline {baseline} has no result ({baseline_problem}), so no arm "
+            f"The baseline {baseline} has no result ({baseline_problem}), so no arm "
             "can be compared with it.",
             " ".join(_arm_detail(v) for v in verdicts.values()),
         )
@@ -103,7 +103,7 @@ def recommend(
         return Recommendation(
             UNDECIDED,
             "undecided",
-            f"Undecided: the evidence cannot tell {', '.join(undecided)} from {baseline} yet; "
+            f"The evidence cannot tell {', '.join(undecided)} from {baseline} yet; "
             f"{how}.",
             details,
         )
