@@ -103,8 +103,7 @@ def recommend(
         return Recommendation(
             UNDECIDED,
             "undecided",
-            f"The evidence cannot tell {', '.join(undecided)} from {baseline} yet; "
-            f"{how}.",
+            f"The evidence cannot tell {', '.join(undecided)} from {baseline} yet; {how}.",
             details,
         )
     phrases = "; ".join(v.reason for v in verdicts.values())
