@@ -273,3 +273,32 @@ def test_cpp_bfloat16_rounding_is_bit_exact_at_the_edges(casting: str) -> None:
     assert torch.equal(got.isnan(), nan)
     assert torch.equal(got[~nan].view(torch.int16), want[~nan].view(torch.int16))
     assert (want[~nan] != 0).any() and (want[~nan].abs() < 1.2e-38).any()  # subnormals occur
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("residual", [False, True])
+def test_cpp_layer_norm_variance_of_mean_dominated_rows(dtype: torch.dtype, residual: bool) -> None:
+    """The C++ LayerNorm takes σ² = Σh²/D − μ² only when μ² ≤ σ²; a row whose mean dwarfs its
+    spread (|μ| = 100σ here, where that formula loses ~13 of float32's 24 bits) takes the centred
+    second pass. Rows of both kinds, in one call, match the float64 reference closely. float32
+    is the telling case: bfloat16 inputs cannot hold a row with μ/σ large enough for the
+    shortcut's error to exceed bfloat16's own rounding of y."""
+    gen = torch.Generator().manual_seed(3)
+    d = 4096 + 48  # a masked tail after the 64-wide blocks
+    z = torch.randn(4, d, generator=gen, dtype=torch.float64)
+    z = (z - z.mean(-1, keepdim=True)) / z.std(-1, unbiased=False, keepdim=True)
+    offsets = torch.tensor([0.0, 0.5, 100.0, -100.0], dtype=torch.float64)[:, None]
+    x = (offsets + z).to(dtype)
+    w = torch.rand(d, generator=gen).to(dtype) + 0.5
+    b = torch.randn(d, generator=gen).to(dtype)
+    r = torch.zeros_like(x) if residual else None
+    with torch.no_grad():
+        if residual:
+            got = NF.add_layer_norm(x, r, w, b, backend="cpp")[0]
+        else:
+            got = NF.layer_norm(x, w, b, backend="cpp")
+        want = NF.layer_norm(x.double(), w.double(), b.double(), backend="torch")
+    tol = 2e-5 if dtype == torch.float32 else 1.6e-2  # one bf16 rounding of y
+    err = ((got.double() - want).abs() / want.abs().clamp_min(1.0)).amax(-1)
+    assert (err <= tol).all(), err

@@ -12,6 +12,9 @@ cache. OpenMP spreads rows over threads.
 Forward, for a row h (h = x, or x + r, or x + g·o, rounded to h's dtype when a sum is formed)::
 
     LayerNorm: μ = Σh/D, σ² = Σ(h − μ)²/D, rstd = 1/sqrt(σ² + ε), x̂ = (h − μ)·rstd
+               (the AVX-512 path reads Σh and Σh² in one pass and uses σ² = Σh²/D − μ² when
+               μ² ≤ σ², which costs at most a bit more than the centred sum; other rows get the
+               centred sum, from cache)
     RMSNorm:   m = Σh²/D,                 rstd = 1/sqrt(m + ε),  x̂ = h·rstd
     q = round(x̂) in the "llama" casting, else x̂
     y = ((q·gain + bias)·(1 + s) + t), each factor optional, stored in y's dtype
@@ -954,36 +957,60 @@ inline float hsum(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a, b), _mm512_add_ps(c, d)));
 }
 
+// Row statistics. RMSNorm: m = Σh²/D. LayerNorm takes Σh and Σh² in the same pass and uses
+// σ² = Σh²/D − μ² when μ² ≤ that σ² (the cancellation then costs at most one bit more than a
+// centred sum: the relative error stays a few float32 ulps); a row whose mean dominates its
+// spread (or that holds inf or NaN) gets the exact second pass σ² = Σ(h − μ)²/D over the row,
+// which is still in L1. Either way rstd = 1/sqrt(σ² + ε).
+template <bool CENTRE>
+inline void row_stats(float sum, float sq, i64 n, float eps, float& mean, float& rstd,
+                      bool& exact_pass) {
+  if constexpr (CENTRE) {
+    mean = sum / float(n);
+    const float var = sq / float(n) - mean * mean;
+    exact_pass = !(mean * mean <= var);
+    rstd = exact_pass ? 0.0f : 1.0f / std::sqrt(var + eps);
+  } else {
+    mean = 0.0f;
+    exact_pass = false;
+    rstd = 1.0f / std::sqrt(sq / float(n) + eps);
+  }
+}
+
 template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM>
 void avx_forward(const ForwardArgs& a) {
   typedef V16<DT> io;
   typedef typename io::T T;
-  const i64 n = a.dim;
-  const float eps = float(a.eps);
-  const float* gain = static_cast<const float*>(a.gain);
-  const float* bias = static_cast<const float*>(a.bias);
-  const T* x = static_cast<const T*>(a.x);
-  const T* res = static_cast<const T*>(a.res);
-  const T* gate = static_cast<const T*>(a.gate);
-  const T* scale = static_cast<const T*>(a.scale);
-  const T* shift = static_cast<const T*>(a.shift);
-  T* y = static_cast<T*>(a.y);
-  T* h_out = static_cast<T*>(a.h_out);
-  float* mean_out = static_cast<float*>(a.mean_out);
-  float* rstd_out = static_cast<float*>(a.rstd_out);
-  const __m512 one = _mm512_set1_ps(1.0f);
 
 #pragma omp parallel num_threads(int(a.nthreads)) if (a.nthreads > 1)
   {
+    // Private copies: an outlined parallel region reaches shared variables through a pointer and
+    // would reload them after every store.
+    const i64 n = a.dim, rows = a.rows;
+    const i64 gate_group = a.gate_group, scale_group = a.scale_group, shift_group = a.shift_group;
+    const float eps = float(a.eps);
+    const float* const gain = static_cast<const float*>(a.gain);
+    const float* const bias = static_cast<const float*>(a.bias);
+    const T* const x = static_cast<const T*>(a.x);
+    const T* const res = static_cast<const T*>(a.res);
+    const T* const gate = static_cast<const T*>(a.gate);
+    const T* const scale = static_cast<const T*>(a.scale);
+    const T* const shift = static_cast<const T*>(a.shift);
+    T* const y = static_cast<T*>(a.y);
+    T* const h_out = static_cast<T*>(a.h_out);
+    float* const mean_out = static_cast<float*>(a.mean_out);
+    float* const rstd_out = static_cast<float*>(a.rstd_out);
+    const bool stream = a.stream != 0;
+    const __m512 one = _mm512_set1_ps(1.0f);
     Buffer<float> hb(SUM != kNoSum ? n : 1);
     float* const hp = hb.p;
 #pragma omp for schedule(static)
-    for (i64 r = 0; r < a.rows; ++r) {
-      const T* xr = x + r * n;
-      const T* rr = SUM != kNoSum ? res + r * n : nullptr;
-      const T* gr = SUM == kGated ? gate + (r / a.gate_group) * n : nullptr;
+    for (i64 r = 0; r < rows; ++r) {
+      const T* const xr = x + r * n;
+      const T* const rr = SUM != kNoSum ? res + r * n : nullptr;
+      const T* const gr = SUM == kGated ? gate + (r / gate_group) * n : nullptr;
       // h for columns [i, i + 16): x, or the rounded sum (kept in hb for the second pass).
-      auto h_at = [&](i64 i, __mmask16 m) -> __m512 {
+      auto h_at = [=](i64 i, __mmask16 m) -> __m512 {
         if constexpr (SUM == kNoSum) {
           return io::load(xr + i, m);
         } else {
@@ -998,14 +1025,19 @@ void avx_forward(const ForwardArgs& a) {
       __m512 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
       i64 i = 0;
 #if defined(__AVX512BF16__)
-      if constexpr (DT == kBF16 && !CENTRE && SUM == kNoSum) {
-        // Σx² straight from the bf16 pairs: the products are exact in float32 and are summed
-        // in float32 (a subnormal x contributes x² = 0 either way).
+      if constexpr (DT == kBF16 && SUM == kNoSum) {
+        // Σx² (and Σx = Σx·1) straight from the bf16 pairs: the products are exact in float32
+        // and are summed in float32 (a subnormal x counts as 0, which no float32 sum notices).
+        const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
         for (; i + 64 <= n; i += 64) {
           const __m512bh v0 = (__m512bh)_mm512_loadu_si512(xr + i);
           const __m512bh v1 = (__m512bh)_mm512_loadu_si512(xr + i + 32);
           q0 = _mm512_dpbf16_ps(q0, v0, v0);
           q1 = _mm512_dpbf16_ps(q1, v1, v1);
+          if constexpr (CENTRE) {
+            s0 = _mm512_dpbf16_ps(s0, v0, ones);
+            s1 = _mm512_dpbf16_ps(s1, v1, ones);
+          }
         }
       }
 #endif
@@ -1015,21 +1047,22 @@ void avx_forward(const ForwardArgs& a) {
         if constexpr (CENTRE) {
           s0 = _mm512_add_ps(s0, v0); s1 = _mm512_add_ps(s1, v1);
           s2 = _mm512_add_ps(s2, v2); s3 = _mm512_add_ps(s3, v3);
-        } else {
-          q0 = _mm512_add_ps(q0, _mm512_mul_ps(v0, v0));
-          q1 = _mm512_add_ps(q1, _mm512_mul_ps(v1, v1));
-          q2 = _mm512_add_ps(q2, _mm512_mul_ps(v2, v2));
-          q3 = _mm512_add_ps(q3, _mm512_mul_ps(v3, v3));
         }
+        q0 = _mm512_add_ps(q0, _mm512_mul_ps(v0, v0));
+        q1 = _mm512_add_ps(q1, _mm512_mul_ps(v1, v1));
+        q2 = _mm512_add_ps(q2, _mm512_mul_ps(v2, v2));
+        q3 = _mm512_add_ps(q3, _mm512_mul_ps(v3, v3));
       }
       for (; i < n; i += 16) {
         const __m512 v = h_at(i, lanes_left(n - i));
         if constexpr (CENTRE) s0 = _mm512_add_ps(s0, v);
-        else q0 = _mm512_add_ps(q0, _mm512_mul_ps(v, v));
+        q0 = _mm512_add_ps(q0, _mm512_mul_ps(v, v));
       }
-      float mean = 0.0f, rstd;
-      if constexpr (CENTRE) {
-        mean = hsum(s0, s1, s2, s3) / float(n);
+      float mean, rstd;
+      bool exact_pass;
+      row_stats<CENTRE>(CENTRE ? hsum(s0, s1, s2, s3) : 0.0f, hsum(q0, q1, q2, q3), n, eps, mean,
+                        rstd, exact_pass);
+      if (CENTRE && exact_pass) {
         const __m512 vm = _mm512_set1_ps(mean);
         __m512 c0 = _mm512_setzero_ps(), c1 = c0;
         for (i = 0; i < n; i += 32) {
@@ -1047,52 +1080,67 @@ void avx_forward(const ForwardArgs& a) {
         }
         const __m512 zero = _mm512_setzero_ps();
         rstd = 1.0f / std::sqrt(hsum(c0, c1, zero, zero) / float(n) + eps);
-      } else {
-        rstd = 1.0f / std::sqrt(hsum(q0, q1, q2, q3) / float(n) + eps);
       }
       if (mean_out) mean_out[r] = mean;
       if (rstd_out) rstd_out[r] = rstd;
-      const T* sr = AFF >= kScale ? scale + (r / a.scale_group) * n : nullptr;
-      const T* tr = AFF == kScaleShift ? shift + (r / a.shift_group) * n : nullptr;
-      const bool next = r + 1 < a.rows;
-      T* yr = y + r * n;
-      T* hr = SUM != kNoSum && h_out ? h_out + r * n : nullptr;
-      const bool y_stream = stream_ok(yr, a.stream != 0, io::kAlign);
-      const bool h_stream = hr && stream_ok(hr, a.stream != 0, io::kAlign);
+      const T* const sr = AFF >= kScale ? scale + (r / scale_group) * n : nullptr;
+      const T* const tr = AFF == kScaleShift ? shift + (r / shift_group) * n : nullptr;
+      const bool next = r + 1 < rows;
+      T* const yr = y + r * n;
+      T* const hr = SUM != kNoSum && h_out ? h_out + r * n : nullptr;
       const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
-      auto out_at = [&](i64 c, __mmask16 m) {
-        __m512 v;
-        if constexpr (SUM == kNoSum) {
-          v = io::load(xr + c, m);
-        } else {
-          v = _mm512_maskz_loadu_ps(m, hp + c);
-          if (hr) io::store(hr + c, v, m, h_stream);
+      // The output pass, with the non-temporal choice fixed outside the loop.
+      auto out_pass = [=](auto y_stream, auto h_stream) {
+        auto out_at = [=](i64 c, __mmask16 m) {
+          __m512 v;
+          if constexpr (SUM == kNoSum) {
+            v = io::load(xr + c, m);
+          } else {
+            v = _mm512_maskz_loadu_ps(m, hp + c);
+            if (hr) io::store(hr + c, v, m, decltype(h_stream)::value);
+          }
+          __m512 u = CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+          if constexpr (ROUND) u = io::round(u);
+          if constexpr (AFF == kGain || AFF == kGainBias)
+            u = _mm512_mul_ps(u, _mm512_maskz_loadu_ps(m, gain + c));
+          if constexpr (AFF == kGainBias)
+            u = _mm512_add_ps(u, _mm512_maskz_loadu_ps(m, bias + c));
+          if constexpr (AFF >= kScale)
+            u = _mm512_mul_ps(u, _mm512_add_ps(one, io::load(sr + c, m)));
+          if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + c, m));
+          io::store(yr + c, u, m, decltype(y_stream)::value);
+        };
+        i64 c = 0;
+        for (; c + 64 <= n; c += 64) {
+          if (next) {  // the next row streams in while this one is written
+            prefetch_block(x, r + 1, n, c);
+            if (SUM != kNoSum) prefetch_block(res, r + 1, n, c);
+            if (SUM == kGated && gate_group == 1) prefetch_block(gate, r + 1, n, c);
+            if (AFF >= kScale && scale_group == 1) prefetch_block(scale, r + 1, n, c);
+            if (AFF == kScaleShift && shift_group == 1) prefetch_block(shift, r + 1, n, c);
+          }
+          out_at(c, 0xFFFF);
+          out_at(c + 16, 0xFFFF);
+          out_at(c + 32, 0xFFFF);
+          out_at(c + 48, 0xFFFF);
         }
-        __m512 u = CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
-        if constexpr (ROUND) u = io::round(u);
-        if constexpr (AFF == kGain || AFF == kGainBias)
-          u = _mm512_mul_ps(u, _mm512_maskz_loadu_ps(m, gain + c));
-        if constexpr (AFF == kGainBias) u = _mm512_add_ps(u, _mm512_maskz_loadu_ps(m, bias + c));
-        if constexpr (AFF >= kScale) u = _mm512_mul_ps(u, _mm512_add_ps(one, io::load(sr + c, m)));
-        if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + c, m));
-        io::store(yr + c, u, m, y_stream);
+        for (; c < n; c += 16) out_at(c, lanes_left(n - c));
       };
-      for (i = 0; i + 64 <= n; i += 64) {
-        if (next) {  // the next row streams in while this one is written
-          prefetch_block(x, r + 1, n, i);
-          if (SUM != kNoSum) prefetch_block(res, r + 1, n, i);
-          if (SUM == kGated && a.gate_group == 1) prefetch_block(gate, r + 1, n, i);
-          if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, r + 1, n, i);
-          if (AFF == kScaleShift && a.shift_group == 1) prefetch_block(shift, r + 1, n, i);
+      const bool y_stream = stream_ok(yr, stream, io::kAlign);
+      const bool h_stream = hr && stream_ok(hr, stream, io::kAlign);
+      on_bool(y_stream, [&](auto ys) {
+        if constexpr (SUM == kNoSum) {
+          out_pass(ys, std::false_type{});
+        } else {
+          on_bool(h_stream, [&](auto hs) {
+            out_pass(ys, hs);
+            return true;
+          });
         }
-        out_at(i, 0xFFFF);
-        out_at(i + 16, 0xFFFF);
-        out_at(i + 32, 0xFFFF);
-        out_at(i + 48, 0xFFFF);
-      }
-      for (; i < n; i += 16) out_at(i, lanes_left(n - i));
+        return true;
+      });
     }
-    if (a.stream) stream_fence();
+    if (stream) stream_fence();
   }
 }
 
