@@ -24,6 +24,8 @@ Backward, with g = dy (float) and the saved μ, rstd::
     d̂ = g·(1 + s)·gain, rounded like x̂ in the "llama" casting
     RMSNorm:   dh = rstd·(d̂ − x̂·Σ(d̂·x̂)/D)
     LayerNorm: dh = rstd·(d̂ − Σd̂/D − x̂·Σ(d̂·x̂)/D)
+    (the AVX-512 path evaluates dh = d̂·rstd − rstd·c0 − (h − μ)·rstd²·c1 with c0 = Σd̂/D and
+    c1 = Σ(d̂·x̂)/D, as two fused multiply-adds)
     dgain = Σrows g·q, dbias = Σrows g, dscale = Σgroup g·x̂, dshift = Σgroup g,
     dgate = Σgroup dh·o, do = dh·gate; dh adds the incoming gradient of the h output.
 
@@ -1236,30 +1238,51 @@ struct AvxBackward {
   }
 
   // Pass 2 over row r: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, + the incoming dh.
+  // Evaluated as dh = d̂·rstd − rstd·c0 − (h − μ)·(rstd²·c1), two fused multiply-adds: x̂ is
+  // never formed, and h − μ keeps LayerNorm free of cancellation.
   // `ahead` is the row to prefetch meanwhile: the same row of the next group of rows.
   void row_grad(i64 r, const float* db, float c0, float c1, i64 ahead) const {
-    const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
-    const __m512 vr = _mm512_set1_ps(rstds[r]);
-    const __m512 vc1 = _mm512_set1_ps(c1), vc0 = _mm512_set1_ps(c0);
-    const T* dh = a.dh_in ? static_cast<const T*>(a.dh_in) + r * n : nullptr;
-    const T* gt = GATED ? static_cast<const T*>(a.gate) + (r / a.gate_group) * n : nullptr;
-    const T* orow = GATED ? static_cast<const T*>(a.other) + r * n : nullptr;
-    T* dxr = static_cast<T*>(a.dx) + r * n;
-    T* dor = GATED ? static_cast<T*>(a.dres) + r * n : nullptr;
+    const T* const dh = a.dh_in ? static_cast<const T*>(a.dh_in) + r * n : nullptr;
+    T* const dxr = static_cast<T*>(a.dx) + r * n;
+    T* const dor = GATED ? static_cast<T*>(a.dres) + r * n : nullptr;
     const bool dx_stream = stream_ok(dxr, stream, io::kAlign);
     const bool do_stream = GATED && stream_ok(dor, stream, io::kAlign);
+    on_bool(dh != nullptr, [&](auto with_dh) {
+      on_bool(dx_stream && (!GATED || do_stream), [&](auto st) {
+        row_grad_loop<decltype(with_dh)::value, decltype(st)::value>(r, db, c0, c1, ahead, dh,
+                                                                     dxr, dor);
+        return true;
+      });
+      return true;
+    });
+  }
+
+  template <bool DH, bool STREAM>
+  void row_grad_loop(i64 r, const float* __restrict db, float c0, float c1, i64 ahead,
+                     const T* __restrict dh, T* __restrict dxr, T* __restrict dor) const {
+    const float rstd = rstds[r];
+    const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
+    const __m512 va = _mm512_set1_ps(rstd), va0 = _mm512_set1_ps(-rstd * c0);
+    const __m512 vb = _mm512_set1_ps(rstd * rstd * c1);
+    const T* __restrict const hr = h + r * n;
+    const T* const gt = GATED ? static_cast<const T*>(a.gate) + (r / a.gate_group) * n : nullptr;
+    const T* const orow = GATED ? static_cast<const T*>(a.other) + r * n : nullptr;
     float* const ag = acc + 4 * n;
-    const bool next = ahead < a.rows;
+    const i64 rows = a.rows, gate_group = a.gate_group, scale_group = a.scale_group;
+    const T* const dh_base = static_cast<const T*>(a.dh_in);
+    const T* const other = static_cast<const T*>(a.other);
+    const T* const gate = static_cast<const T*>(a.gate);
+    const bool next = ahead < rows;
     auto step = [&](i64 i, __mmask16 m) {
-      const __m512 xh = xhat_at(r, i, m, vm, vr);
+      __m512 xc = io::load(hr + i, m);
+      if constexpr (CENTRE) xc = _mm512_sub_ps(xc, vm);
       const __m512 d = _mm512_maskz_loadu_ps(m, db + i);
-      const __m512 centred = CENTRE ? _mm512_sub_ps(d, vc0) : d;
-      __m512 v = _mm512_mul_ps(vr, _mm512_sub_ps(centred, _mm512_mul_ps(xh, vc1)));
-      if (dh) v = _mm512_add_ps(io::round(v), io::load(dh + i, m));
+      __m512 v = _mm512_fnmadd_ps(xc, vb, _mm512_fmadd_ps(d, va, va0));
+      if constexpr (DH) v = _mm512_add_ps(io::round(v), io::load(dh + i, m));
       if constexpr (GATED) v = io::round(v);
-      io::store(dxr + i, v, m, dx_stream);  // the store rounds to h's dtype
+      io::store(dxr + i, v, m, STREAM);  // the store rounds to h's dtype
       if constexpr (GATED) {
-        io::store(dor + i, _mm512_mul_ps(v, io::load(gt + i, m)), m, do_stream);
+        io::store(dor + i, _mm512_mul_ps(v, io::load(gt + i, m)), m, STREAM);
         accumulate(ag + i, m, _mm512_mul_ps(v, io::load(orow + i, m)));
       }
     };
@@ -1268,10 +1291,10 @@ struct AvxBackward {
       if (next) {  // the next row streams in while this one is written
         prefetch_block(h, ahead, n, i);
         prefetch_block(dy, ahead, n, i);
-        if (dh) prefetch_block(static_cast<const T*>(a.dh_in), ahead, n, i);
-        if (GATED) prefetch_block(static_cast<const T*>(a.other), ahead, n, i);
-        if (AFF >= kScale && a.scale_group == 1) prefetch_block(scale, ahead, n, i);
-        if (GATED && a.gate_group == 1) prefetch_block(static_cast<const T*>(a.gate), ahead, n, i);
+        if (DH) prefetch_block(dh_base, ahead, n, i);
+        if (GATED) prefetch_block(other, ahead, n, i);
+        if (AFF >= kScale && scale_group == 1) prefetch_block(scale, ahead, n, i);
+        if (GATED && gate_group == 1) prefetch_block(gate, ahead, n, i);
       }
       step(i, 0xFFFF);
       step(i + 16, 0xFFFF);
