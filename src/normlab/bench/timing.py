@@ -50,10 +50,15 @@ class Timing:
 
 
 class CopyReference:
-    """A copy of ``numel`` elements of ``dtype`` on ``device``: the bandwidth yardstick."""
+    """A copy of ``numel`` elements of ``dtype`` on ``device``: the bandwidth yardstick.
+
+    The source holds random values, like the inputs of the ops it is compared with: pages of one
+    repeated value can be merged or compressed by a virtual machine's host, which would make the
+    yardstick faster than any real tensor can be read."""
 
     def __init__(self, numel: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.src = torch.ones(numel, dtype=dtype, device=device)
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        self.src = torch.randn(numel, generator=gen).to(device=device, dtype=dtype)
         self.dst = torch.empty_like(self.src)
         self.bytes = 2 * numel * self.src.element_size()
 
