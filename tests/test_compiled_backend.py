@@ -252,6 +252,72 @@ def test_cpp_results_are_deterministic_and_thread_count_invariant() -> None:
 
 
 @pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("name", list(_ops()))
+def test_cpp_blocks_and_tail_match_reference(name: str, dtype: torch.dtype) -> None:
+    """D = 224: three 64-column blocks and a 32-column tail. bfloat16 runs the blocks in the
+    interleaved order its widening instructions give, with the gain, the d̂ rows and the column
+    sums kept in that order and put back when stored; the tail runs in column order."""
+    fn, names = _ops()[name]
+    tensors = _tensors(names, (2, 5, 224), dtype, seed=4)
+    outs, grads = _run(fn, "cpp", tensors)
+    ref_outs, ref_grads = _run(fn, "torch", tensors)
+    for i, (a, b) in enumerate(zip(outs, ref_outs, strict=True)):
+        _close(a, b, TOL[dtype], f"cpp {name} output {i}")
+    for key, a, b in zip(tensors, grads, ref_grads, strict=True):
+        _close(a, b, GRAD_TOL[dtype], f"cpp {name} grad of {key}")
+
+
+def _assert_bf16_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None:
+    """Within one bfloat16 rounding of the float64 value, subnormals included: a flushed
+    subnormal (a zero where |want| exceeds one subnormal step) fails."""
+    want = want.detach().double()
+    err = (got.double() - want).abs()
+    tol = 2.0**-8 * want.abs() + 2.0**-133
+    assert (err <= tol).all(), f"{what}: worst excess {(err - tol).max():.3g}"
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+def test_cpp_bfloat16_zero_and_subnormal_results_are_not_flushed() -> None:
+    """The kernels convert 32 results at a time with an instruction that flushes subnormals to
+    zero; a group holding a ±0 or NaN result is redone exactly. Outputs here mix exact zeros and
+    subnormals with normal values in y, in the residual sum h and in dx."""
+    gen = torch.Generator().manual_seed(5)
+    d = 128  # two blocks
+    tiny = 2.0**-130
+
+    # LayerNorm: y = x̂·w + b with a tiny gain (subnormal y), a zero row and a zero bias;
+    # rows of magnitude 1e18 (rstd ~ 1e-18) turn dy ~ 1e-21 into subnormal dx.
+    x = torch.randn(6, d, generator=gen)
+    x[1] = 0.0
+    x[4:] *= 1e18
+    w = torch.full((d,), 3 * tiny)
+    w[::3] = 1.0
+    b = torch.zeros(d)
+    dy = torch.randn(6, d, generator=gen) * 1e-21
+    xb, wb, bb, dyb = (t.bfloat16() for t in (x, w, b, dy))
+    xg = xb.clone().requires_grad_()
+    y = NF.layer_norm(xg, wb, bb, backend="cpp")
+    (dx,) = torch.autograd.grad(y, xg, dyb)
+    x64 = xb.double().requires_grad_()
+    want = NF.layer_norm(x64, wb.double(), bb.double(), backend="torch")
+    (dx_want,) = torch.autograd.grad(want, x64, dyb.double())
+    _assert_bf16_close(y, want, "layer_norm y")
+    _assert_bf16_close(dx[4:], dx_want[4:], "layer_norm dx of large rows")
+    for t in (want, dx_want[4:]):  # the case under test occurs
+        assert ((t.abs() > 2.0**-133) & (t.abs() < 2.0**-126)).any()
+
+    # Residual sum of subnormal inputs: h = x + r is exact, zero where r = −x.
+    xs = (torch.randn(4, d, generator=gen) * tiny).bfloat16()
+    rs = (torch.randn(4, d, generator=gen) * tiny).bfloat16()
+    rs[:, :40] = -xs[:, :40]
+    _, h = NF.add_rms_norm(xs, rs, torch.ones(d).bfloat16(), backend="cpp")
+    h_want = (xs.double() + rs.double()).bfloat16()
+    assert torch.equal(h.view(torch.int16), h_want.view(torch.int16))
+    assert (h_want[:, :40] == 0).all() and (h_want[:, 40:] != 0).any()
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
 @pytest.mark.parametrize("casting", ["llama", "gemma"])
 def test_cpp_bfloat16_rounding_is_bit_exact_at_the_edges(casting: str) -> None:
     """Subnormal and infinite results round exactly as PyTorch rounds them (the hardware bf16

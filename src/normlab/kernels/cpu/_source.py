@@ -24,8 +24,8 @@ Backward, with g = dy (float) and the saved μ, rstd::
     d̂ = g·(1 + s)·gain, rounded like x̂ in the "llama" casting
     RMSNorm:   dh = rstd·(d̂ − x̂·Σ(d̂·x̂)/D)
     LayerNorm: dh = rstd·(d̂ − Σd̂/D − x̂·Σ(d̂·x̂)/D)
-    (the AVX-512 path evaluates dh = d̂·rstd − rstd·c0 − (h − μ)·rstd²·c1 with c0 = Σd̂/D and
-    c1 = Σ(d̂·x̂)/D, as two fused multiply-adds)
+    (the AVX-512 path evaluates dh = (d̂ − (h − μ)·(rstd·c1))·rstd − rstd·c0 with c0 = Σd̂/D
+    and c1 = Σ(d̂·x̂)/D, as two fused multiply-adds; no rstd² that could underflow)
     dgain = Σrows g·q, dbias = Σrows g, dscale = Σgroup g·x̂, dshift = Σgroup g,
     dgate = Σgroup dh·o, do = dh·gate; dh adds the incoming gradient of the h output.
 
@@ -899,10 +899,21 @@ inline __m256i float_to_bf16x16(__m512 v) {
 #endif
 }
 
+// A group of 32 columns as two float vectors (Pair: a holds positions 0–15, b 16–31) in the
+// order that is cheapest for the dtype. float32 keeps the column order. bfloat16 widens a group
+// with vpunpck{l,h}wd, which interleave inside 128-bit lanes, so position q holds column
+// 8·((q mod 16) div 4) + 4·(q div 16) + q mod 4; one vpermw restores the order when the group
+// is stored. Everything in between is elementwise, so the kernels keep their float rows (gain,
+// bias, the h and d̂ buffers, column sums) in the same order: see permute_groups.
+struct Pair {
+  __m512 a, b;
+};
+
 template <int DT> struct V16;
 template <> struct V16<kF32> {
   typedef float T;
   static constexpr uintptr_t kAlign = 64;
+  static constexpr bool kPermuted = false;
   static __m512 load(const T* p, __mmask16 m) { return _mm512_maskz_loadu_ps(m, p); }
   static void store(T* p, __m512 v, __mmask16 m, bool stream) {
     if (stream && m == 0xFFFF) _mm512_stream_ps(p, v);
@@ -910,10 +921,22 @@ template <> struct V16<kF32> {
   }
   static __m512 round(__m512 v) { return v; }
   static __m512 round_inner(__m512 v) { return v; }
+  static Pair load32(const T* p) { return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)}; }
+  static Pair round32(Pair v) { return v; }
+  static Pair round32_inner(Pair v) { return v; }
+  static bool store32(T* p, Pair v, bool stream) {
+    store32_exact(p, v, stream);
+    return true;
+  }
+  static void store32_exact(T* p, Pair v, bool stream) {
+    store(p, v.a, 0xFFFF, stream);
+    store(p + 16, v.b, 0xFFFF, stream);
+  }
 };
 template <> struct V16<kBF16> {
   typedef uint16_t T;
   static constexpr uintptr_t kAlign = 32;
+  static constexpr bool kPermuted = true;
   static __m512 load(const T* p, __mmask16 m) {
     return bf16x16_to_float(_mm256_maskz_loadu_epi16(m, p));
   }
@@ -932,7 +955,100 @@ template <> struct V16<kBF16> {
     return round(v);
 #endif
   }
+
+  // Group order <-> column order of 32 bf16 words.
+  static __m512i to_columns(__m512i w) {
+    const __m512i order = _mm512_set_epi16(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24, 11, 10,
+                                           9, 8, 23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3,
+                                           2, 1, 0);
+    return _mm512_permutexvar_epi16(order, w);
+  }
+  static Pair widen(__m512i w) {  // 32 words in column order -> a Pair in group order
+    const __m512i z = _mm512_setzero_si512();
+    return {_mm512_castsi512_ps(_mm512_unpacklo_epi16(z, w)),
+            _mm512_castsi512_ps(_mm512_unpackhi_epi16(z, w))};
+  }
+  static Pair load32(const T* p) { return widen(_mm512_loadu_si512(p)); }
+  // The 32 values rounded to bf16 as words in group order (fast: may flush subnormals and keep
+  // NaN payloads), and the exact conversion.
+  static __m512i narrow_fast(Pair v) {
+#if defined(__AVX512BF16__)
+    return (__m512i)_mm512_cvtne2ps_pbh(v.b, v.a);
+#else
+    return narrow_exact(v);
+#endif
+  }
+  static __m512i narrow_exact(Pair v) {
+    return _mm512_inserti64x4(_mm512_castsi256_si512(float_to_bf16x16(v.a)),
+                              float_to_bf16x16(v.b), 1);
+  }
+  // True when a word is ±0 or NaN: (w & 0x7FFF) − 1, unsigned, exceeds 0x7F7F exactly then.
+  // Only such words can differ from the exact conversion (a flushed subnormal reads as zero,
+  // also when an earlier fast rounding flushed it), so one test replaces a check of every input.
+  static bool suspect(__m512i w) {
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+    return _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)),
+                                   _mm512_set1_epi16(0x7F7F)) != 0;
+  }
+  static Pair round32_inner(Pair v) { return widen(to_columns(narrow_fast(v))); }
+  static Pair round32(Pair v) {  // exact, for results that are stored or added to
+    const __m512i w = narrow_fast(v);
+    if (__builtin_expect(suspect(w), 0)) return {round(v.a), round(v.b)};
+    return widen(to_columns(w));
+  }
+  static void put(T* p, __m512i w, bool stream) {  // 32 words in column order
+    if (!stream) {
+      _mm512_storeu_si512(p, w);
+    } else if ((reinterpret_cast<uintptr_t>(p) & 63) == 0) {
+      _mm512_stream_si512(reinterpret_cast<__m512i*>(p), w);
+    } else {  // 32-byte aligned (stream_ok): two half-width streaming stores
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p), _mm512_castsi512_si256(w));
+      _mm256_stream_si256(reinterpret_cast<__m256i*>(p + 16), _mm512_extracti64x4_epi64(w, 1));
+    }
+  }
+  // Stores the group and returns true, unless a result is ±0 or NaN: then it stores nothing and
+  // returns false, for the caller to redo the group exactly (store32_exact, after recomputing
+  // anything that round32_inner may have flushed).
+  static bool store32(T* p, Pair v, bool stream) {
+    const __m512i w = narrow_fast(v);
+    if (__builtin_expect(suspect(w), 0)) return false;
+    put(p, to_columns(w), stream);
+    return true;
+  }
+  static void store32_exact(T* p, Pair v, bool stream) {
+    put(p, to_columns(narrow_exact(v)), stream);
+  }
 };
+
+// Reorders the first `groups` 32-column groups of a float row between column order and group
+// order (to_groups) or back; the tail stays in column order. A no-op for float32 rows.
+template <int DT>
+void permute_groups(float* row, i64 groups, bool to_groups) {
+  if constexpr (V16<DT>::kPermuted) {
+    // Column c sits at position ((c >> 2) & 1)·16 + (c >> 3)·4 + (c & 3) of its group.
+    const __m512i to_pos = _mm512_set_epi32(27, 26, 25, 24, 19, 18, 17, 16, 11, 10, 9, 8, 3, 2,
+                                            1, 0);   // a: position j holds column σ(j)
+    const __m512i to_pos_b = _mm512_set_epi32(31, 30, 29, 28, 23, 22, 21, 20, 15, 14, 13, 12, 7,
+                                              6, 5, 4);  // b: position 16 + j
+    const __m512i to_col_lo = _mm512_set_epi32(23, 22, 21, 20, 7, 6, 5, 4, 19, 18, 17, 16, 3,
+                                               2, 1, 0);  // columns 0–15 from positions
+    const __m512i to_col_hi = _mm512_set_epi32(31, 30, 29, 28, 15, 14, 13, 12, 27, 26, 25, 24,
+                                               11, 10, 9, 8);  // columns 16–31
+    for (i64 g = 0; g < groups; ++g) {
+      float* v = row + 32 * g;
+      const __m512 lo = _mm512_loadu_ps(v), hi = _mm512_loadu_ps(v + 16);
+      if (to_groups) {
+        _mm512_storeu_ps(v, _mm512_permutex2var_ps(lo, to_pos, hi));
+        _mm512_storeu_ps(v + 16, _mm512_permutex2var_ps(lo, to_pos_b, hi));
+      } else {
+        _mm512_storeu_ps(v, _mm512_permutex2var_ps(lo, to_col_lo, hi));
+        _mm512_storeu_ps(v + 16, _mm512_permutex2var_ps(lo, to_col_hi, hi));
+      }
+    }
+  } else {
+    (void)row; (void)groups; (void)to_groups;
+  }
+}
 
 inline __mmask16 lanes_left(i64 left) {  // the first min(left, 16) lanes, none when left <= 0
   return left >= 16 ? __mmask16(0xFFFF) : left <= 0 ? __mmask16(0) : __mmask16((1u << left) - 1u);
@@ -985,16 +1101,33 @@ template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM>
 void avx_forward(const ForwardArgs& a) {
   typedef V16<DT> io;
   typedef typename io::T T;
+  // Blocks of 64 columns run as two 32-column groups in the dtype's group order (see Pair),
+  // with gain and bias reordered to match; the columns after the last block run 16 at a time.
+  const i64 blocks = a.dim / 64;
+  Buffer<float> gain_groups(io::kPermuted && a.gain ? a.dim : 1);
+  Buffer<float> bias_groups(io::kPermuted && a.bias ? a.dim : 1);
+  const float* gain_row = static_cast<const float*>(a.gain);
+  const float* bias_row = static_cast<const float*>(a.bias);
+  if (io::kPermuted && gain_row) {
+    std::memcpy(gain_groups.p, gain_row, sizeof(float) * size_t(a.dim));
+    permute_groups<DT>(gain_groups.p, 2 * blocks, true);
+    gain_row = gain_groups.p;
+  }
+  if (io::kPermuted && bias_row) {
+    std::memcpy(bias_groups.p, bias_row, sizeof(float) * size_t(a.dim));
+    permute_groups<DT>(bias_groups.p, 2 * blocks, true);
+    bias_row = bias_groups.p;
+  }
 
 #pragma omp parallel num_threads(int(a.nthreads)) if (a.nthreads > 1)
   {
     // Private copies: an outlined parallel region reaches shared variables through a pointer and
     // would reload them after every store.
-    const i64 n = a.dim, rows = a.rows;
+    const i64 n = a.dim, rows = a.rows, n64 = 64 * blocks;
     const i64 gate_group = a.gate_group, scale_group = a.scale_group, shift_group = a.shift_group;
     const float eps = float(a.eps);
-    const float* const gain = static_cast<const float*>(a.gain);
-    const float* const bias = static_cast<const float*>(a.bias);
+    const float* const gain = gain_row;
+    const float* const bias = bias_row;
     const T* const x = static_cast<const T*>(a.x);
     const T* const res = static_cast<const T*>(a.res);
     const T* const gate = static_cast<const T*>(a.gate);
@@ -1007,13 +1140,13 @@ void avx_forward(const ForwardArgs& a) {
     const bool stream = a.stream != 0;
     const __m512 one = _mm512_set1_ps(1.0f);
     Buffer<float> hb(SUM != kNoSum ? n : 1);
-    float* const hp = hb.p;
+    float* const hp = hb.p;  // the rounded sum h, in group order on the blocks
 #pragma omp for schedule(static)
     for (i64 r = 0; r < rows; ++r) {
       const T* const xr = x + r * n;
       const T* const rr = SUM != kNoSum ? res + r * n : nullptr;
       const T* const gr = SUM == kGated ? gate + (r / gate_group) * n : nullptr;
-      // h for columns [i, i + 16): x, or the rounded sum (kept in hb for the second pass).
+      // h for 16 columns of the tail: x, or the rounded sum (kept in hb for the second pass).
       auto h_at = [=](i64 i, __mmask16 m) -> __m512 {
         if constexpr (SUM == kNoSum) {
           return io::load(xr + i, m);
@@ -1025,6 +1158,23 @@ void avx_forward(const ForwardArgs& a) {
           return v;
         }
       };
+      // The same for a 32-column group, in group order.
+      auto h32 = [=](i64 i) -> Pair {
+        if constexpr (SUM == kNoSum) {
+          return io::load32(xr + i);
+        } else {
+          Pair o = io::load32(rr + i);
+          if constexpr (SUM == kGated) {
+            const Pair g = io::load32(gr + i);
+            o = {_mm512_mul_ps(g.a, o.a), _mm512_mul_ps(g.b, o.b)};
+          }
+          const Pair v0 = io::load32(xr + i);
+          const Pair v = io::round32({_mm512_add_ps(v0.a, o.a), _mm512_add_ps(v0.b, o.b)});
+          _mm512_storeu_ps(hp + i, v.a);
+          _mm512_storeu_ps(hp + i + 16, v.b);
+          return v;
+        }
+      };
       __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
       __m512 q0 = s0, q1 = s0, q2 = s0, q3 = s0;
       i64 i = 0;
@@ -1032,30 +1182,36 @@ void avx_forward(const ForwardArgs& a) {
       if constexpr (DT == kBF16 && SUM == kNoSum) {
         // Σx² (and Σx = Σx·1) straight from the bf16 pairs: the products are exact in float32
         // and are summed in float32 (a subnormal x counts as 0, which no float32 sum notices).
+        // Four independent accumulators: the instruction's latency, not its throughput, would
+        // bound a loop with fewer.
         const __m512bh ones = (__m512bh)_mm512_set1_epi16(0x3F80);
+        auto dot_block = [&](i64 c, __m512& q, __m512& s) {
+          const __m512bh v = (__m512bh)_mm512_loadu_si512(xr + c);
+          q = _mm512_dpbf16_ps(q, v, v);
+          if constexpr (CENTRE) s = _mm512_dpbf16_ps(s, v, ones);
+        };
+        for (; i + 128 <= n; i += 128) {
+          dot_block(i, q0, s0);
+          dot_block(i + 32, q1, s1);
+          dot_block(i + 64, q2, s2);
+          dot_block(i + 96, q3, s3);
+        }
         for (; i + 64 <= n; i += 64) {
-          const __m512bh v0 = (__m512bh)_mm512_loadu_si512(xr + i);
-          const __m512bh v1 = (__m512bh)_mm512_loadu_si512(xr + i + 32);
-          q0 = _mm512_dpbf16_ps(q0, v0, v0);
-          q1 = _mm512_dpbf16_ps(q1, v1, v1);
-          if constexpr (CENTRE) {
-            s0 = _mm512_dpbf16_ps(s0, v0, ones);
-            s1 = _mm512_dpbf16_ps(s1, v1, ones);
-          }
+          dot_block(i, q0, s0);
+          dot_block(i + 32, q1, s1);
         }
       }
 #endif
       for (; i + 64 <= n; i += 64) {
-        const __m512 v0 = h_at(i, 0xFFFF), v1 = h_at(i + 16, 0xFFFF);
-        const __m512 v2 = h_at(i + 32, 0xFFFF), v3 = h_at(i + 48, 0xFFFF);
+        const Pair v0 = h32(i), v1 = h32(i + 32);
         if constexpr (CENTRE) {
-          s0 = _mm512_add_ps(s0, v0); s1 = _mm512_add_ps(s1, v1);
-          s2 = _mm512_add_ps(s2, v2); s3 = _mm512_add_ps(s3, v3);
+          s0 = _mm512_add_ps(s0, v0.a); s1 = _mm512_add_ps(s1, v0.b);
+          s2 = _mm512_add_ps(s2, v1.a); s3 = _mm512_add_ps(s3, v1.b);
         }
-        q0 = _mm512_add_ps(q0, _mm512_mul_ps(v0, v0));
-        q1 = _mm512_add_ps(q1, _mm512_mul_ps(v1, v1));
-        q2 = _mm512_add_ps(q2, _mm512_mul_ps(v2, v2));
-        q3 = _mm512_add_ps(q3, _mm512_mul_ps(v3, v3));
+        q0 = _mm512_add_ps(q0, _mm512_mul_ps(v0.a, v0.a));
+        q1 = _mm512_add_ps(q1, _mm512_mul_ps(v0.b, v0.b));
+        q2 = _mm512_add_ps(q2, _mm512_mul_ps(v1.a, v1.a));
+        q3 = _mm512_add_ps(q3, _mm512_mul_ps(v1.b, v1.b));
       }
       for (; i < n; i += 16) {
         const __m512 v = h_at(i, lanes_left(n - i));
@@ -1066,7 +1222,7 @@ void avx_forward(const ForwardArgs& a) {
       bool exact_pass;
       row_stats<CENTRE>(CENTRE ? hsum(s0, s1, s2, s3) : 0.0f, hsum(q0, q1, q2, q3), n, eps, mean,
                         rstd, exact_pass);
-      if (CENTRE && exact_pass) {
+      if (CENTRE && exact_pass) {  // (column order does not matter to a sum)
         const __m512 vm = _mm512_set1_ps(mean);
         __m512 c0 = _mm512_setzero_ps(), c1 = c0;
         for (i = 0; i < n; i += 32) {
@@ -1095,15 +1251,29 @@ void avx_forward(const ForwardArgs& a) {
       const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
       // The output pass, with the non-temporal choice fixed outside the loop.
       auto out_pass = [=](auto y_stream, auto h_stream) {
+        constexpr bool ys = decltype(y_stream)::value, hs = decltype(h_stream)::value;
+        (void)hs;  // unused without a residual sum
+        auto normed = [=](__m512 v) {  // x̂
+          return CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+        };
+        // ((x̂ rounded or not) · gain + bias) · (1 + s) + t; s, t in the same order as u
+        auto affine = [=](__m512 u, const float* g, const float* b, __m512 s, __m512 t) {
+          if constexpr (AFF == kGain || AFF == kGainBias) u = _mm512_mul_ps(u, _mm512_loadu_ps(g));
+          if constexpr (AFF == kGainBias) u = _mm512_add_ps(u, _mm512_loadu_ps(b));
+          if constexpr (AFF >= kScale) u = _mm512_mul_ps(u, _mm512_add_ps(one, s));
+          if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, t);
+          return u;
+        };
+        // Tail: 16 columns in column order, any mask, exact.
         auto out_at = [=](i64 c, __mmask16 m) {
           __m512 v;
           if constexpr (SUM == kNoSum) {
             v = io::load(xr + c, m);
           } else {
             v = _mm512_maskz_loadu_ps(m, hp + c);
-            if (hr) io::store(hr + c, v, m, decltype(h_stream)::value);
+            if (hr) io::store(hr + c, v, m, hs);
           }
-          __m512 u = CENTRE ? _mm512_mul_ps(_mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
+          __m512 u = normed(v);
           if constexpr (ROUND) u = io::round(u);
           if constexpr (AFF == kGain || AFF == kGainBias)
             u = _mm512_mul_ps(u, _mm512_maskz_loadu_ps(m, gain + c));
@@ -1112,10 +1282,36 @@ void avx_forward(const ForwardArgs& a) {
           if constexpr (AFF >= kScale)
             u = _mm512_mul_ps(u, _mm512_add_ps(one, io::load(sr + c, m)));
           if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + c, m));
-          io::store(yr + c, u, m, decltype(y_stream)::value);
+          io::store(yr + c, u, m, ys);
+        };
+        // Blocks: a 32-column group in group order. A group with a ±0 or NaN result (or a
+        // subnormal the fast rounding flushed) is recomputed with exact rounding.
+        auto out32 = [=](i64 c) {
+          Pair v;
+          if constexpr (SUM == kNoSum) {
+            v = io::load32(xr + c);
+          } else {
+            v = {_mm512_loadu_ps(hp + c), _mm512_loadu_ps(hp + c + 16)};
+            if (hr && !io::store32(hr + c, v, hs)) io::store32_exact(hr + c, v, hs);
+          }
+          Pair s{}, t{};
+          if constexpr (AFF >= kScale) s = io::load32(sr + c);
+          if constexpr (AFF == kScaleShift) t = io::load32(tr + c);
+          Pair u{normed(v.a), normed(v.b)};
+          const Pair x_hat = u;
+          if constexpr (ROUND) u = io::round32_inner(u);
+          u = {affine(u.a, gain + c, bias + c, s.a, t.a),
+               affine(u.b, gain + c + 16, bias + c + 16, s.b, t.b)};
+          if (__builtin_expect(!io::store32(yr + c, u, ys), 0)) {
+            u = x_hat;
+            if constexpr (ROUND) u = {io::round(u.a), io::round(u.b)};
+            u = {affine(u.a, gain + c, bias + c, s.a, t.a),
+                 affine(u.b, gain + c + 16, bias + c + 16, s.b, t.b)};
+            io::store32_exact(yr + c, u, ys);
+          }
         };
         i64 c = 0;
-        for (; c + 64 <= n; c += 64) {
+        for (; c < n64; c += 64) {
           if (next) {  // the next row streams in while this one is written
             prefetch_block(x, r + 1, n, c);
             if (SUM != kNoSum) prefetch_block(res, r + 1, n, c);
@@ -1123,10 +1319,8 @@ void avx_forward(const ForwardArgs& a) {
             if (AFF >= kScale && scale_group == 1) prefetch_block(scale, r + 1, n, c);
             if (AFF == kScaleShift && shift_group == 1) prefetch_block(shift, r + 1, n, c);
           }
-          out_at(c, 0xFFFF);
-          out_at(c + 16, 0xFFFF);
-          out_at(c + 32, 0xFFFF);
-          out_at(c + 48, 0xFFFF);
+          out32(c);
+          out32(c + 32);
         }
         for (; c < n; c += 16) out_at(c, lanes_left(n - c));
       };
@@ -1152,6 +1346,9 @@ void avx_forward(const ForwardArgs& a) {
 // D-long column-sum rows (dgain, dbias, dscale, dshift) are read and written once per R rows and
 // the row sums Σ d̂·x̂, Σ d̂ stay in registers; d̂ (the costly part: conversion, products and
 // rounding) is kept in a row buffer for pass 2, which recomputes the cheap x̂ from h.
+// Blocks of 64 columns run as two 32-column groups in the dtype's group order (see Pair): the
+// gain, the d̂ rows and the column sums are kept in that order, and the sums are put back in
+// column order before they leave the thread (permute_groups). The tail runs 16 columns at a time.
 template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM, bool TOKEN>
 struct AvxBackward {
   typedef V16<DT> io;
@@ -1161,7 +1358,8 @@ struct AvxBackward {
 
   const BackwardArgs& a;
   const i64 n;
-  const float* gain;
+  const i64 n64;       // columns in whole 64-column blocks
+  const float* gain;   // in group order on the blocks
   const float* means;
   const float* rstds;
   const T* h;
@@ -1171,6 +1369,7 @@ struct AvxBackward {
   float* dhat;  // this thread's [R, n] d̂ rows
   bool stream;
 
+  // Tail: 16 columns in column order, any mask.
   __m512 xhat_at(i64 r, i64 i, __mmask16 m, __m512 vm, __m512 vr) const {
     const __m512 v = io::load(h + r * n + i, m);
     return CENTRE ? _mm512_maskz_mul_ps(m, _mm512_sub_ps(v, vm), vr) : _mm512_mul_ps(v, vr);
@@ -1202,6 +1401,70 @@ struct AvxBackward {
     float* const ab = acc + n;
     float* const as = acc + 2 * n;
     float* const at = acc + 3 * n;
+    const __m512 one = _mm512_set1_ps(1.0f);
+    // Blocks: one 32-column group of every row, in group order.
+    auto step32 = [&](i64 i) {
+      Pair sw{_mm512_setzero_ps(), _mm512_setzero_ps()}, sb = sw, ss = sw, st = sw;
+      Pair gain_v = sw;
+      if constexpr (GAIN) gain_v = {_mm512_loadu_ps(gain + i), _mm512_loadu_ps(gain + i + 16)};
+      for (int k = 0; k < R; ++k) {
+        const i64 r = r0 + k;
+        Pair xh = io::load32(h + r * n + i);
+        if constexpr (CENTRE) xh = {_mm512_sub_ps(xh.a, vm[k]), _mm512_sub_ps(xh.b, vm[k])};
+        xh = {_mm512_mul_ps(xh.a, vr[k]), _mm512_mul_ps(xh.b, vr[k])};
+        const Pair g = io::load32(dy + r * n + i);
+        if constexpr (GAIN) {
+          const Pair q = ROUND ? io::round32_inner(xh) : xh;
+          sw = {_mm512_add_ps(sw.a, _mm512_mul_ps(g.a, q.a)),
+                _mm512_add_ps(sw.b, _mm512_mul_ps(g.b, q.b))};
+        }
+        if constexpr (AFF == kGainBias) sb = {_mm512_add_ps(sb.a, g.a), _mm512_add_ps(sb.b, g.b)};
+        const Pair gx{_mm512_mul_ps(g.a, xh.a), _mm512_mul_ps(g.b, xh.b)};
+        if constexpr (AFF >= kScale && !TOKEN)
+          ss = {_mm512_add_ps(ss.a, gx.a), _mm512_add_ps(ss.b, gx.b)};
+        if constexpr (AFF == kScaleShift && !TOKEN)
+          st = {_mm512_add_ps(st.a, g.a), _mm512_add_ps(st.b, g.b)};
+        if constexpr (TOKEN) {
+          T* dsc = static_cast<T*>(a.dscale) + r * n;
+          const bool s_stream = stream_ok(dsc, stream, io::kAlign);
+          if (!io::store32(dsc + i, gx, s_stream)) io::store32_exact(dsc + i, gx, s_stream);
+          if (AFF == kScaleShift && a.dshift) {
+            T* dsh = static_cast<T*>(a.dshift) + r * n + i;
+            if (!io::store32(dsh, g, s_stream)) io::store32_exact(dsh, g, s_stream);
+          }
+        }
+        Pair d = g;
+        if constexpr (GAIN) d = {_mm512_mul_ps(g.a, gain_v.a), _mm512_mul_ps(g.b, gain_v.b)};
+        if constexpr (AFF >= kScale) {
+          const Pair s = io::load32(scale + (r / a.scale_group) * n + i);
+          d = {_mm512_mul_ps(g.a, _mm512_add_ps(one, s.a)),
+               _mm512_mul_ps(g.b, _mm512_add_ps(one, s.b))};
+        }
+        if constexpr (ROUND) d = io::round32_inner(d);
+        _mm512_storeu_ps(dhat + k * n + i, d.a);
+        _mm512_storeu_ps(dhat + k * n + i + 16, d.b);
+        dot[k] = _mm512_add_ps(dot[k], _mm512_add_ps(_mm512_mul_ps(d.a, xh.a),
+                                                     _mm512_mul_ps(d.b, xh.b)));
+        if constexpr (CENTRE) tot[k] = _mm512_add_ps(tot[k], _mm512_add_ps(d.a, d.b));
+      }
+      if constexpr (GAIN) {
+        accumulate(aw + i, 0xFFFF, sw.a);
+        accumulate(aw + i + 16, 0xFFFF, sw.b);
+      }
+      if constexpr (AFF == kGainBias) {
+        accumulate(ab + i, 0xFFFF, sb.a);
+        accumulate(ab + i + 16, 0xFFFF, sb.b);
+      }
+      if constexpr (AFF >= kScale && !TOKEN) {
+        accumulate(as + i, 0xFFFF, ss.a);
+        accumulate(as + i + 16, 0xFFFF, ss.b);
+      }
+      if constexpr (AFF == kScaleShift && !TOKEN) {
+        accumulate(at + i, 0xFFFF, st.a);
+        accumulate(at + i + 16, 0xFFFF, st.b);
+      }
+    };
+    // Tail: 16 columns of every row, in column order.
     auto step = [&](i64 i, __mmask16 m) {
       __m512 sw = _mm512_setzero_ps(), sb = sw, ss = sw, st = sw;
       for (int k = 0; k < R; ++k) {
@@ -1231,6 +1494,7 @@ struct AvxBackward {
       if constexpr (AFF == kScaleShift && !TOKEN) accumulate(at + i, m, st);
     };
     i64 i = 0;
+    for (; i < n64; i += 32) step32(i);
     for (; i + 16 <= n; i += 16) step(i, 0xFFFF);
     if (i < n) step(i, lanes_left(n - i));
     for (int k = 0; k < R; ++k) {
@@ -1240,8 +1504,9 @@ struct AvxBackward {
   }
 
   // Pass 2 over row r: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, + the incoming dh.
-  // Evaluated as dh = d̂·rstd − rstd·c0 − (h − μ)·(rstd²·c1), two fused multiply-adds: x̂ is
-  // never formed, and h − μ keeps LayerNorm free of cancellation.
+  // Evaluated as dh = (d̂ − (h − μ)·(rstd·c1))·rstd − rstd·c0, two fused multiply-adds: x̂ is
+  // never formed, h − μ keeps LayerNorm free of cancellation, and no factor is rstd², which
+  // underflows float32 for rows of magnitude beyond ~1e19.
   // `ahead` is the row to prefetch meanwhile: the same row of the next group of rows.
   void row_grad(i64 r, const float* db, float c0, float c1, i64 ahead) const {
     const T* const dh = a.dh_in ? static_cast<const T*>(a.dh_in) + r * n : nullptr;
@@ -1265,7 +1530,7 @@ struct AvxBackward {
     const float rstd = rstds[r];
     const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
     const __m512 va = _mm512_set1_ps(rstd), va0 = _mm512_set1_ps(-rstd * c0);
-    const __m512 vb = _mm512_set1_ps(rstd * rstd * c1);
+    const __m512 vb = _mm512_set1_ps(rstd * c1);
     const T* __restrict const hr = h + r * n;
     const T* const gt = GATED ? static_cast<const T*>(a.gate) + (r / a.gate_group) * n : nullptr;
     const T* const orow = GATED ? static_cast<const T*>(a.other) + r * n : nullptr;
@@ -1275,11 +1540,13 @@ struct AvxBackward {
     const T* const other = static_cast<const T*>(a.other);
     const T* const gate = static_cast<const T*>(a.gate);
     const bool next = ahead < rows;
+    auto grad = [&](__m512 hv, __m512 d) {  // before rounding and the incoming gradient
+      if constexpr (CENTRE) hv = _mm512_sub_ps(hv, vm);
+      return _mm512_fmadd_ps(_mm512_fnmadd_ps(hv, vb, d), va, va0);
+    };
+    // Tail: 16 columns in column order, any mask.
     auto step = [&](i64 i, __mmask16 m) {
-      __m512 xc = io::load(hr + i, m);
-      if constexpr (CENTRE) xc = _mm512_sub_ps(xc, vm);
-      const __m512 d = _mm512_maskz_loadu_ps(m, db + i);
-      __m512 v = _mm512_fnmadd_ps(xc, vb, _mm512_fmadd_ps(d, va, va0));
+      __m512 v = grad(io::load(hr + i, m), _mm512_maskz_loadu_ps(m, db + i));
       if constexpr (DH) v = _mm512_add_ps(io::round(v), io::load(dh + i, m));
       if constexpr (GATED) v = io::round(v);
       io::store(dxr + i, v, m, STREAM);  // the store rounds to h's dtype
@@ -1288,8 +1555,29 @@ struct AvxBackward {
         accumulate(ag + i, m, _mm512_mul_ps(v, io::load(orow + i, m)));
       }
     };
+    // Blocks: a 32-column group in group order.
+    auto put32 = [&](T* p, Pair v) {
+      if (!io::store32(p, v, STREAM)) io::store32_exact(p, v, STREAM);
+    };
+    auto step32 = [&](i64 i) {
+      const Pair hv = io::load32(hr + i);
+      Pair v{grad(hv.a, _mm512_loadu_ps(db + i)), grad(hv.b, _mm512_loadu_ps(db + i + 16))};
+      if constexpr (DH) {
+        const Pair d = io::load32(dh + i);
+        v = io::round32(v);
+        v = {_mm512_add_ps(v.a, d.a), _mm512_add_ps(v.b, d.b)};
+      }
+      if constexpr (GATED) v = io::round32(v);
+      put32(dxr + i, v);
+      if constexpr (GATED) {
+        const Pair g = io::load32(gt + i), o = io::load32(orow + i);
+        put32(dor + i, {_mm512_mul_ps(v.a, g.a), _mm512_mul_ps(v.b, g.b)});
+        accumulate(ag + i, 0xFFFF, _mm512_mul_ps(v.a, o.a));
+        accumulate(ag + i + 16, 0xFFFF, _mm512_mul_ps(v.b, o.b));
+      }
+    };
     i64 i = 0;
-    for (; i + 64 <= n; i += 64) {
+    for (; i < n64; i += 64) {
       if (next) {  // the next row streams in while this one is written
         prefetch_block(h, ahead, n, i);
         prefetch_block(dy, ahead, n, i);
@@ -1298,10 +1586,8 @@ struct AvxBackward {
         if (AFF >= kScale && scale_group == 1) prefetch_block(scale, ahead, n, i);
         if (GATED && gate_group == 1) prefetch_block(gate, ahead, n, i);
       }
-      step(i, 0xFFFF);
-      step(i + 16, 0xFFFF);
-      step(i + 32, 0xFFFF);
-      step(i + 48, 0xFFFF);
+      step32(i);
+      step32(i + 32);
     }
     for (; i < n; i += 16) step(i, lanes_left(n - i));
   }
@@ -1311,8 +1597,16 @@ template <int DT, bool CENTRE, int AFF, bool ROUND, int SUM, bool TOKEN>
 void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
   typedef AvxBackward<DT, CENTRE, AFF, ROUND, SUM, TOKEN> Kernel;
   const i64 n = a.dim;
+  const i64 groups = 2 * (n / 64);
   const Lanes lanes{a.rows, a.lanes};
   constexpr int R = 4;
+  Buffer<float> gain_groups(V16<DT>::kPermuted && a.gain ? n : 1);
+  const float* gain = static_cast<const float*>(a.gain);
+  if (V16<DT>::kPermuted && gain) {
+    std::memcpy(gain_groups.p, gain, sizeof(float) * size_t(n));
+    permute_groups<DT>(gain_groups.p, groups, true);
+    gain = gain_groups.p;
+  }
 
 #pragma omp parallel num_threads(int(a.nthreads)) if (a.nthreads > 1)
   {
@@ -1320,7 +1614,8 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
     std::fill(accs.p, accs.p + 5 * n, 0.0f);
     const Kernel k{a,
                    n,
-                   static_cast<const float*>(a.gain),
+                   32 * groups,
+                   gain,
                    static_cast<const float*>(a.mean),
                    static_cast<const float*>(a.rstd),
                    static_cast<const typename Kernel::T*>(a.h),
@@ -1330,6 +1625,10 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
                    dhat.p,
                    a.stream != 0};
     i64 current[5];
+    auto flush = [&](int j, i64 p) {  // column sum j of group current[j], back in column order
+      permute_groups<DT>(accs.p + j * n, groups, false);
+      sums[j].flush(lanes, p, current[j], accs.p + j * n);
+    };
 #pragma omp for schedule(static)
     for (i64 p = 0; p < a.lanes; ++p) {
       for (int j = 0; j < 5; ++j) current[j] = -1;
@@ -1340,13 +1639,13 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
         i64 take = std::min<i64>(R, last_row - r);
         for (int j = 0; j < 5; ++j) {
           if (!sums[j].active()) continue;
-          const i64 k = r / sums[j].group;
-          if (k != current[j]) {
-            if (current[j] >= 0) sums[j].flush(lanes, p, current[j], accs.p + j * n);
+          const i64 g = r / sums[j].group;
+          if (g != current[j]) {
+            if (current[j] >= 0) flush(j, p);
             std::fill(accs.p + j * n, accs.p + (j + 1) * n, 0.0f);
-            current[j] = k;
+            current[j] = g;
           }
-          take = std::min(take, (k + 1) * sums[j].group - r);
+          take = std::min(take, (g + 1) * sums[j].group - r);
         }
         float c0[R], c1[R];
         if (take == R) {
@@ -1359,8 +1658,7 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
         r += take;
       }
       for (int j = 0; j < 5; ++j)
-        if (sums[j].active() && current[j] >= 0)
-          sums[j].flush(lanes, p, current[j], accs.p + j * n);
+        if (sums[j].active() && current[j] >= 0) flush(j, p);
     }
     if (a.stream) stream_fence();
   }
