@@ -1069,6 +1069,12 @@ inline void prefetch_block(const T* base, i64 row, i64 n, i64 c) {
   for (i64 o = 0; o < i64(64 * sizeof(T)); o += 64) _mm_prefetch(p + o, _MM_HINT_T1);
 }
 
+template <class T>
+inline void prefetch_group(const T* p) {  // the 32 elements at p, into L2
+  const char* c = reinterpret_cast<const char*>(p);
+  for (i64 o = 0; o < i64(32 * sizeof(T)); o += 64) _mm_prefetch(c + o, _MM_HINT_T1);
+}
+
 inline void accumulate(float* acc, __mmask16 m, __m512 v) {  // acc[lanes of m] += v
   _mm512_mask_storeu_ps(acc, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, acc), v));
 }
@@ -1368,6 +1374,10 @@ struct AvxBackward {
   float* acc;   // this thread's [5, n] column sums: gain, bias, scale, shift, gate
   float* dhat;  // this thread's [R, n] d̂ rows
   bool stream;
+  // Rows of 4 KiB or more: each starts a new page, where the hardware prefetchers stop, so pass 1
+  // prefetches the next group of rows itself (pass 2 then prefetches nothing). Shorter rows
+  // leave it to the hardware and pass 2 prefetches the next group's rows a block at a time.
+  bool prefetch_in_sums;
 
   // Tail: 16 columns in column order, any mask.
   __m512 xhat_at(i64 r, i64 i, __mmask16 m, __m512 vm, __m512 vr) const {
@@ -1406,6 +1416,12 @@ struct AvxBackward {
     auto step32 = [&](i64 i) {
       Pair sw{_mm512_setzero_ps(), _mm512_setzero_ps()}, sb = sw, ss = sw, st = sw;
       Pair gain_v = sw;
+      if (prefetch_in_sums && r0 + 2 * R <= a.rows) {  // the next group's rows, this group
+        for (int k = 0; k < R; ++k) {
+          prefetch_group(h + (r0 + R + k) * n + i);
+          prefetch_group(dy + (r0 + R + k) * n + i);
+        }
+      }
       if constexpr (GAIN) gain_v = {_mm512_loadu_ps(gain + i), _mm512_loadu_ps(gain + i + 16)};
       for (int k = 0; k < R; ++k) {
         const i64 r = r0 + k;
@@ -1623,7 +1639,8 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
                    static_cast<const typename Kernel::T*>(a.scale),
                    accs.p,
                    dhat.p,
-                   a.stream != 0};
+                   a.stream != 0,
+                   n * i64(sizeof(typename Kernel::T)) >= 4096};
     i64 current[5];
     auto flush = [&](int j, i64 p) {  // column sum j of group current[j], back in column order
       permute_groups<DT>(accs.p + j * n, groups, false);
@@ -1654,7 +1671,10 @@ void avx_backward(const BackwardArgs& a, GroupSum<float>* sums) {
           take = 1;
           k.template row_sums<1>(r, c0, c1);
         }
-        for (i64 q = 0; q < take; ++q) k.row_grad(r + q, dhat.p + q * n, c0[q], c1[q], r + q + R);
+        for (i64 q = 0; q < take; ++q) {
+          const i64 ahead = k.prefetch_in_sums ? a.rows : r + q + R;  // a.rows: none
+          k.row_grad(r + q, dhat.p + q * n, c0[q], c1[q], ahead);
+        }
         r += take;
       }
       for (int j = 0; j < 5; ++j)
