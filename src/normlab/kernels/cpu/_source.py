@@ -1397,7 +1397,16 @@ struct AvxBackward {
     return d;
   }
 
+#if defined(__AVX512BF16__)
+  static constexpr bool kWordDot = DT == kBF16 && ROUND && !CENTRE;
+#else
+  static constexpr bool kWordDot = false;
+#endif
+
   // Pass 1 over rows r0 … r0 + R − 1 (one group for every column sum): c0, c1 per row.
+  // With kWordDot (RMSNorm, "llama" casting, bf16) the blocks take Σd̂·x̂ as rstd·Σd̂·h with one
+  // bf16 dot-product instruction per group: d̂ (rounded to bf16) and h are bf16 values, so the
+  // products are exact and are summed in float32 (in `tot`, which RMSNorm does not use).
   template <int R>
   void row_sums(i64 r0, float* c0, float* c1) const {
     __m512 vm[R], vr[R], dot[R], tot[R];
@@ -1425,7 +1434,10 @@ struct AvxBackward {
       if constexpr (GAIN) gain_v = {_mm512_loadu_ps(gain + i), _mm512_loadu_ps(gain + i + 16)};
       for (int k = 0; k < R; ++k) {
         const i64 r = r0 + k;
-        Pair xh = io::load32(h + r * n + i);
+        const __m512i h_words = _mm512_loadu_si512(h + r * n + i);
+        Pair xh;
+        if constexpr (io::kPermuted) xh = io::widen(h_words);
+        else xh = io::load32(h + r * n + i);
         if constexpr (CENTRE) xh = {_mm512_sub_ps(xh.a, vm[k]), _mm512_sub_ps(xh.b, vm[k])};
         xh = {_mm512_mul_ps(xh.a, vr[k]), _mm512_mul_ps(xh.b, vr[k])};
         const Pair g = io::load32(dy + r * n + i);
@@ -1456,11 +1468,19 @@ struct AvxBackward {
           d = {_mm512_mul_ps(g.a, _mm512_add_ps(one, s.a)),
                _mm512_mul_ps(g.b, _mm512_add_ps(one, s.b))};
         }
-        if constexpr (ROUND) d = io::round32_inner(d);
+        if constexpr (kWordDot) {
+#if defined(__AVX512BF16__)
+          const __m512i d_words = io::to_columns(io::narrow_fast(d));
+          d = io::widen(d_words);
+          tot[k] = _mm512_dpbf16_ps(tot[k], (__m512bh)d_words, (__m512bh)h_words);
+#endif
+        } else {
+          if constexpr (ROUND) d = io::round32_inner(d);
+          dot[k] = _mm512_add_ps(dot[k], _mm512_add_ps(_mm512_mul_ps(d.a, xh.a),
+                                                       _mm512_mul_ps(d.b, xh.b)));
+        }
         _mm512_storeu_ps(dhat + k * n + i, d.a);
         _mm512_storeu_ps(dhat + k * n + i + 16, d.b);
-        dot[k] = _mm512_add_ps(dot[k], _mm512_add_ps(_mm512_mul_ps(d.a, xh.a),
-                                                     _mm512_mul_ps(d.b, xh.b)));
         if constexpr (CENTRE) tot[k] = _mm512_add_ps(tot[k], _mm512_add_ps(d.a, d.b));
       }
       if constexpr (GAIN) {
@@ -1514,7 +1534,9 @@ struct AvxBackward {
     for (; i + 16 <= n; i += 16) step(i, 0xFFFF);
     if (i < n) step(i, lanes_left(n - i));
     for (int k = 0; k < R; ++k) {
-      c1[k] = _mm512_reduce_add_ps(dot[k]) / float(n);
+      float d_xhat = _mm512_reduce_add_ps(dot[k]);
+      if constexpr (kWordDot) d_xhat += rstds[r0 + k] * _mm512_reduce_add_ps(tot[k]);
+      c1[k] = d_xhat / float(n);
       c0[k] = CENTRE ? _mm512_reduce_add_ps(tot[k]) / float(n) : 0.0f;
     }
   }
