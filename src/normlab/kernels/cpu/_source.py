@@ -30,9 +30,17 @@ Backward, with g = dy (float) and the saved μ, rstd::
     dgate = Σgroup dh·o, do = dh·gate; dh adds the incoming gradient of the h output.
 
 Rounding: every stored result (y, h, dx, …) is rounded to its dtype exactly as PyTorch rounds
-it (round to nearest even, subnormals kept). Inside the AVX-512 backward, the "llama" rounding of
-x̂ and d̂ that only enters sums may flush a subnormal (|v| < 2^-126) to zero, which no float32
-sum of normal terms can notice.
+it (round to nearest even, subnormals kept; a NaN stays NaN, its bit pattern not fixed, as
+between PyTorch's own vectorised and scalar conversions). Inside the AVX-512 backward, the "llama" rounding of
+x̂ and d̂ may flush a subnormal (|v| < 2^-126) to zero: that changes a float32 sum of normal
+terms by less than one ulp, and dh by at most rstd·2^-126.
+
+bfloat16 on AVX-512: a block of 64 columns runs as two groups of 32, widened to float with
+in-lane unpack instructions, so a group's values sit in an interleaved order (see Pair); gain,
+bias, the h and d̂ row buffers and the column sums are kept in that order, and one word permute
+restores column order when a group is stored. A store converts 32 values with one instruction,
+which flushes subnormals to zero; a group in which any result word is ±0 (the only words whose
+value such a conversion can get wrong) is converted again exactly.
 
 Column reductions (dgain, dbias and the modulation gradients of a group of rows) are
 deterministic: rows are cut into a fixed number of contiguous lanes that does not depend on the
@@ -924,6 +932,10 @@ template <> struct V16<kF32> {
   static Pair load32(const T* p) { return {_mm512_loadu_ps(p), _mm512_loadu_ps(p + 16)}; }
   static Pair round32(Pair v) { return v; }
   static Pair round32_inner(Pair v) { return v; }
+  static Pair round32_store(Pair v, T* p, bool stream) {
+    if (p) store32_exact(p, v, stream);
+    return v;
+  }
   static bool store32(T* p, Pair v, bool stream) {
     store32_exact(p, v, stream);
     return true;
@@ -982,19 +994,30 @@ template <> struct V16<kBF16> {
     return _mm512_inserti64x4(_mm512_castsi256_si512(float_to_bf16x16(v.a)),
                               float_to_bf16x16(v.b), 1);
   }
-  // True when a word is ±0 or NaN: (w & 0x7FFF) − 1, unsigned, exceeds 0x7F7F exactly then.
-  // Only such words can differ from the exact conversion (a flushed subnormal reads as zero,
-  // also when an earlier fast rounding flushed it), so one test replaces a check of every input.
+  // True when a word is ±0. Only such words can differ in value from the exact conversion (a
+  // flushed subnormal reads as zero, also when an earlier fast rounding flushed it), so one test
+  // replaces a check of every input. A NaN stays a NaN (quieted, sign and high payload bits
+  // kept; PyTorch's own vectorised and scalar conversions also write different NaN patterns).
   static bool suspect(__m512i w) {
-    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
-    return _mm512_cmpgt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)),
-                                   _mm512_set1_epi16(0x7F7F)) != 0;
+    return _mm512_testn_epi16_mask(w, _mm512_set1_epi16(0x7FFF)) != 0;
   }
   static Pair round32_inner(Pair v) { return widen(to_columns(narrow_fast(v))); }
   static Pair round32(Pair v) {  // exact, for results that are stored or added to
     const __m512i w = narrow_fast(v);
     if (__builtin_expect(suspect(w), 0)) return {round(v.a), round(v.b)};
     return widen(to_columns(w));
+  }
+  // round32, also storing the rounded group at p (when p is not null) from the same conversion.
+  static Pair round32_store(Pair v, T* p, bool stream) {
+    const __m512i w = narrow_fast(v);
+    if (__builtin_expect(suspect(w), 0)) {
+      const Pair exact{round(v.a), round(v.b)};
+      if (p) store32_exact(p, exact, stream);
+      return exact;
+    }
+    const __m512i columns = to_columns(w);
+    if (p) put(p, columns, stream);
+    return widen(columns);
   }
   static void put(T* p, __m512i w, bool stream) {  // 32 words in column order
     if (!stream) {
@@ -1006,7 +1029,7 @@ template <> struct V16<kBF16> {
       _mm256_stream_si256(reinterpret_cast<__m256i*>(p + 16), _mm512_extracti64x4_epi64(w, 1));
     }
   }
-  // Stores the group and returns true, unless a result is ±0 or NaN: then it stores nothing and
+  // Stores the group and returns true, unless a result is ±0: then it stores nothing and
   // returns false, for the caller to redo the group exactly (store32_exact, after recomputing
   // anything that round32_inner may have flushed).
   static bool store32(T* p, Pair v, bool stream) {
@@ -1152,6 +1175,8 @@ void avx_forward(const ForwardArgs& a) {
       const T* const xr = x + r * n;
       const T* const rr = SUM != kNoSum ? res + r * n : nullptr;
       const T* const gr = SUM == kGated ? gate + (r / gate_group) * n : nullptr;
+      T* const hr = SUM != kNoSum && h_out ? h_out + r * n : nullptr;
+      const bool h_stream = hr && stream_ok(hr, stream, io::kAlign);
       // h for 16 columns of the tail: x, or the rounded sum (kept in hb for the second pass).
       auto h_at = [=](i64 i, __mmask16 m) -> __m512 {
         if constexpr (SUM == kNoSum) {
@@ -1164,7 +1189,8 @@ void avx_forward(const ForwardArgs& a) {
           return v;
         }
       };
-      // The same for a 32-column group, in group order.
+      // The same for a 32-column group, in group order; the blocks of h are stored here, from
+      // the conversion that rounds them.
       auto h32 = [=](i64 i) -> Pair {
         if constexpr (SUM == kNoSum) {
           return io::load32(xr + i);
@@ -1175,7 +1201,8 @@ void avx_forward(const ForwardArgs& a) {
             o = {_mm512_mul_ps(g.a, o.a), _mm512_mul_ps(g.b, o.b)};
           }
           const Pair v0 = io::load32(xr + i);
-          const Pair v = io::round32({_mm512_add_ps(v0.a, o.a), _mm512_add_ps(v0.b, o.b)});
+          const Pair v = io::round32_store({_mm512_add_ps(v0.a, o.a), _mm512_add_ps(v0.b, o.b)},
+                                           hr ? hr + i : nullptr, h_stream);
           _mm512_storeu_ps(hp + i, v.a);
           _mm512_storeu_ps(hp + i + 16, v.b);
           return v;
@@ -1253,7 +1280,6 @@ void avx_forward(const ForwardArgs& a) {
       const T* const tr = AFF == kScaleShift ? shift + (r / shift_group) * n : nullptr;
       const bool next = r + 1 < rows;
       T* const yr = y + r * n;
-      T* const hr = SUM != kNoSum && h_out ? h_out + r * n : nullptr;
       const __m512 vm = _mm512_set1_ps(mean), vr = _mm512_set1_ps(rstd);
       // The output pass, with the non-temporal choice fixed outside the loop.
       auto out_pass = [=](auto y_stream, auto h_stream) {
@@ -1290,15 +1316,14 @@ void avx_forward(const ForwardArgs& a) {
           if constexpr (AFF == kScaleShift) u = _mm512_add_ps(u, io::load(tr + c, m));
           io::store(yr + c, u, m, ys);
         };
-        // Blocks: a 32-column group in group order. A group with a ±0 or NaN result (or a
+        // Blocks: a 32-column group in group order. A group with a ±0 result (or a
         // subnormal the fast rounding flushed) is recomputed with exact rounding.
         auto out32 = [=](i64 c) {
           Pair v;
           if constexpr (SUM == kNoSum) {
             v = io::load32(xr + c);
           } else {
-            v = {_mm512_loadu_ps(hp + c), _mm512_loadu_ps(hp + c + 16)};
-            if (hr && !io::store32(hr + c, v, hs)) io::store32_exact(hr + c, v, hs);
+            v = {_mm512_loadu_ps(hp + c), _mm512_loadu_ps(hp + c + 16)};  // h: stored already
           }
           Pair s{}, t{};
           if constexpr (AFF >= kScale) s = io::load32(sr + c);
@@ -1331,7 +1356,6 @@ void avx_forward(const ForwardArgs& a) {
         for (; c < n; c += 16) out_at(c, lanes_left(n - c));
       };
       const bool y_stream = stream_ok(yr, stream, io::kAlign);
-      const bool h_stream = hr && stream_ok(hr, stream, io::kAlign);
       on_bool(y_stream, [&](auto ys) {
         if constexpr (SUM == kNoSum) {
           out_pass(ys, std::false_type{});
