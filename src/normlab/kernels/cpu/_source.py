@@ -31,9 +31,9 @@ Backward, with g = dy (float) and the saved μ, rstd::
 
 Rounding: every stored result (y, h, dx, …) is rounded to its dtype exactly as PyTorch rounds
 it (round to nearest even, subnormals kept; a NaN stays NaN, its bit pattern not fixed, as
-between PyTorch's own vectorised and scalar conversions). Inside the AVX-512 backward, the "llama" rounding of
-x̂ and d̂ may flush a subnormal (|v| < 2^-126) to zero: that changes a float32 sum of normal
-terms by less than one ulp, and dh by at most rstd·2^-126.
+between PyTorch's own vectorised and scalar conversions). Inside the AVX-512 backward, the
+"llama" rounding of x̂ and d̂ may flush a subnormal (|v| < 2^-126) to zero: that changes a
+float32 sum of normal terms by less than one ulp, and dh by at most rstd·2^-126.
 
 bfloat16 on AVX-512: a block of 64 columns runs as two groups of 32, widened to float with
 in-lane unpack instructions, so a group's values sit in an interleaved order (see Pair); gain,
