@@ -318,6 +318,34 @@ def test_cpp_bfloat16_zero_and_subnormal_results_are_not_flushed() -> None:
 
 
 @pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+def test_cpp_bfloat16_llama_rounding_keeps_infinite_products_and_huge_rows() -> None:
+    """The "llama" casting rounds x̂ to bf16 before the gain. A subnormal x̂ times an infinite
+    gain is infinite (a fast rounding that flushed x̂ would give NaN). Rows of magnitude 2^60 with
+    gradients of 2^70 keep finite gradients (sums of d̂·h instead of d̂·x̂ would overflow)."""
+    d = 128
+    x = torch.ones(2, d)
+    x[:, 5] = 2.0**-127
+    w = torch.ones(d)
+    w[5] = float("inf")
+    with torch.no_grad():
+        got = NF.rms_norm(x.bfloat16(), w.bfloat16(), backend="cpp")
+        want = NF.rms_norm(x.bfloat16(), w.bfloat16(), backend="torch")
+    assert got[:, 5].isinf().all() and not got.isnan().any()
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+    gen = torch.Generator().manual_seed(6)
+    xb = (torch.randn(4, d, generator=gen) * 2.0**60).bfloat16()
+    dy = (torch.randn(4, d, generator=gen) * 2.0**70).bfloat16()
+    wb = (torch.rand(d, generator=gen) + 0.5).bfloat16()
+    xg = xb.clone().requires_grad_()
+    (dx,) = torch.autograd.grad(NF.rms_norm(xg, wb, backend="cpp"), xg, dy)
+    x64 = xb.double().requires_grad_()
+    (dx_want,) = torch.autograd.grad(NF.rms_norm(x64, wb.double(), backend="torch"), x64, dy)
+    assert dx.isfinite().all()
+    _close(dx, dx_want.to(dx.dtype), GRAD_TOL[torch.bfloat16], "dx of huge rows")
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
 @pytest.mark.parametrize("casting", ["llama", "gemma"])
 def test_cpp_bfloat16_rounding_is_bit_exact_at_the_edges(casting: str) -> None:
     """Subnormal and infinite results round exactly as PyTorch rounds them (the hardware bf16

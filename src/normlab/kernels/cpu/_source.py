@@ -32,8 +32,8 @@ Backward, with g = dy (float) and the saved μ, rstd::
 Rounding: every stored result (y, h, dx, …) is rounded to its dtype exactly as PyTorch rounds
 it (round to nearest even, subnormals kept; a NaN stays NaN, its bit pattern not fixed, as
 between PyTorch's own vectorised and scalar conversions). Inside the AVX-512 backward, the
-"llama" rounding of x̂ and d̂ may flush a subnormal (|v| < 2^-126) to zero: that changes a
-float32 sum of normal terms by less than one ulp, and dh by at most rstd·2^-126.
+"llama" rounding of x̂ and d̂ may flush a subnormal (|v| < 2^-126) to zero, which drops the terms
+that have it as a factor: at most |dy|·2^-126 per row from dgain, and rstd·2^-126 from dh.
 
 bfloat16 on AVX-512: a block of 64 columns runs as two groups of 32, widened to float with
 in-lane unpack instructions, so a group's values sit in an interleaved order (see Pair); gain,
@@ -940,6 +940,7 @@ template <> struct V16<kF32> {
     store32_exact(p, v, stream);
     return true;
   }
+  static bool store32_strict(T* p, Pair v, bool stream) { return store32(p, v, stream); }
   static void store32_exact(T* p, Pair v, bool stream) {
     store(p, v.a, 0xFFFF, stream);
     store(p + 16, v.b, 0xFFFF, stream);
@@ -1040,6 +1041,18 @@ template <> struct V16<kBF16> {
   }
   static void store32_exact(T* p, Pair v, bool stream) {
     put(p, to_columns(narrow_exact(v)), stream);
+  }
+  // store32 that also declines a NaN word: after round32_inner, a flushed subnormal times an
+  // infinite gain reads as NaN where the exact product is infinite.
+  static bool store32_strict(T* p, Pair v, bool stream) {
+    const __m512i w = narrow_fast(v);
+    const __m512i mag = _mm512_and_si512(w, _mm512_set1_epi16(0x7FFF));
+    // (w & 0x7FFF) − 1, unsigned, exceeds 0x7F7F exactly for ±0 and NaN.
+    if (__builtin_expect(_mm512_cmpgt_epu16_mask(_mm512_sub_epi16(mag, _mm512_set1_epi16(1)),
+                                                 _mm512_set1_epi16(0x7F7F)) != 0, 0))
+      return false;
+    put(p, to_columns(w), stream);
+    return true;
   }
 };
 
@@ -1333,7 +1346,9 @@ void avx_forward(const ForwardArgs& a) {
           if constexpr (ROUND) u = io::round32_inner(u);
           u = {affine(u.a, gain + c, bias + c, s.a, t.a),
                affine(u.b, gain + c + 16, bias + c + 16, s.b, t.b)};
-          if (__builtin_expect(!io::store32(yr + c, u, ys), 0)) {
+          const bool stored =
+              ROUND ? io::store32_strict(yr + c, u, ys) : io::store32(yr + c, u, ys);
+          if (__builtin_expect(!stored, 0)) {
             u = x_hat;
             if constexpr (ROUND) u = {io::round(u.a), io::round(u.b)};
             u = {affine(u.a, gain + c, bias + c, s.a, t.a),
@@ -1421,16 +1436,7 @@ struct AvxBackward {
     return d;
   }
 
-#if defined(__AVX512BF16__)
-  static constexpr bool kWordDot = DT == kBF16 && ROUND && !CENTRE;
-#else
-  static constexpr bool kWordDot = false;
-#endif
-
   // Pass 1 over rows r0 … r0 + R − 1 (one group for every column sum): c0, c1 per row.
-  // With kWordDot (RMSNorm, "llama" casting, bf16) the blocks take Σd̂·x̂ as rstd·Σd̂·h with one
-  // bf16 dot-product instruction per group: d̂ (rounded to bf16) and h are bf16 values, so the
-  // products are exact and are summed in float32 (in `tot`, which RMSNorm does not use).
   template <int R>
   void row_sums(i64 r0, float* c0, float* c1) const {
     __m512 vm[R], vr[R], dot[R], tot[R];
@@ -1458,10 +1464,7 @@ struct AvxBackward {
       if constexpr (GAIN) gain_v = {_mm512_loadu_ps(gain + i), _mm512_loadu_ps(gain + i + 16)};
       for (int k = 0; k < R; ++k) {
         const i64 r = r0 + k;
-        const __m512i h_words = _mm512_loadu_si512(h + r * n + i);
-        Pair xh;
-        if constexpr (io::kPermuted) xh = io::widen(h_words);
-        else xh = io::load32(h + r * n + i);
+        Pair xh = io::load32(h + r * n + i);
         if constexpr (CENTRE) xh = {_mm512_sub_ps(xh.a, vm[k]), _mm512_sub_ps(xh.b, vm[k])};
         xh = {_mm512_mul_ps(xh.a, vr[k]), _mm512_mul_ps(xh.b, vr[k])};
         const Pair g = io::load32(dy + r * n + i);
@@ -1481,8 +1484,9 @@ struct AvxBackward {
           const bool s_stream = stream_ok(dsc, stream, io::kAlign);
           if (!io::store32(dsc + i, gx, s_stream)) io::store32_exact(dsc + i, gx, s_stream);
           if (AFF == kScaleShift && a.dshift) {
-            T* dsh = static_cast<T*>(a.dshift) + r * n + i;
-            if (!io::store32(dsh, g, s_stream)) io::store32_exact(dsh, g, s_stream);
+            T* dsh = static_cast<T*>(a.dshift) + r * n;
+            const bool t_stream = stream_ok(dsh, stream, io::kAlign);
+            if (!io::store32(dsh + i, g, t_stream)) io::store32_exact(dsh + i, g, t_stream);
           }
         }
         Pair d = g;
@@ -1492,19 +1496,11 @@ struct AvxBackward {
           d = {_mm512_mul_ps(g.a, _mm512_add_ps(one, s.a)),
                _mm512_mul_ps(g.b, _mm512_add_ps(one, s.b))};
         }
-        if constexpr (kWordDot) {
-#if defined(__AVX512BF16__)
-          const __m512i d_words = io::to_columns(io::narrow_fast(d));
-          d = io::widen(d_words);
-          tot[k] = _mm512_dpbf16_ps(tot[k], (__m512bh)d_words, (__m512bh)h_words);
-#endif
-        } else {
-          if constexpr (ROUND) d = io::round32_inner(d);
-          dot[k] = _mm512_add_ps(dot[k], _mm512_add_ps(_mm512_mul_ps(d.a, xh.a),
-                                                       _mm512_mul_ps(d.b, xh.b)));
-        }
+        if constexpr (ROUND) d = io::round32_inner(d);
         _mm512_storeu_ps(dhat + k * n + i, d.a);
         _mm512_storeu_ps(dhat + k * n + i + 16, d.b);
+        dot[k] = _mm512_add_ps(dot[k], _mm512_add_ps(_mm512_mul_ps(d.a, xh.a),
+                                                     _mm512_mul_ps(d.b, xh.b)));
         if constexpr (CENTRE) tot[k] = _mm512_add_ps(tot[k], _mm512_add_ps(d.a, d.b));
       }
       if constexpr (GAIN) {
@@ -1540,8 +1536,10 @@ struct AvxBackward {
           T* dsc = static_cast<T*>(a.dscale) + r * n;
           const bool s_stream = stream_ok(dsc, stream, io::kAlign);
           io::store(dsc + i, _mm512_mul_ps(g, xh), m, s_stream);
-          if (AFF == kScaleShift && a.dshift)
-            io::store(static_cast<T*>(a.dshift) + r * n + i, g, m, s_stream);
+          if (AFF == kScaleShift && a.dshift) {
+            T* dsh = static_cast<T*>(a.dshift) + r * n;
+            io::store(dsh + i, g, m, stream_ok(dsh, stream, io::kAlign));
+          }
         }
         const __m512 d = dhat_at(r, i, m, g);
         _mm512_mask_storeu_ps(dhat + k * n + i, m, d);
@@ -1558,9 +1556,7 @@ struct AvxBackward {
     for (; i + 16 <= n; i += 16) step(i, 0xFFFF);
     if (i < n) step(i, lanes_left(n - i));
     for (int k = 0; k < R; ++k) {
-      float d_xhat = _mm512_reduce_add_ps(dot[k]);
-      if constexpr (kWordDot) d_xhat += rstds[r0 + k] * _mm512_reduce_add_ps(tot[k]);
-      c1[k] = d_xhat / float(n);
+      c1[k] = _mm512_reduce_add_ps(dot[k]) / float(n);
       c0[k] = CENTRE ? _mm512_reduce_add_ps(tot[k]) / float(n) : 0.0f;
     }
   }
