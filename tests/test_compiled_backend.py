@@ -280,7 +280,7 @@ def _assert_bf16_close(got: torch.Tensor, want: torch.Tensor, what: str) -> None
 @pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
 def test_cpp_bfloat16_zero_and_subnormal_results_are_not_flushed() -> None:
     """The kernels convert 32 results at a time with an instruction that flushes subnormals to
-    zero; a group holding a ±0 or NaN result is redone exactly. Outputs here mix exact zeros and
+    zero; a group holding a ±0 result is redone exactly. Outputs here mix exact zeros and
     subnormals with normal values in y, in the residual sum h and in dx."""
     gen = torch.Generator().manual_seed(5)
     d = 128  # two blocks
