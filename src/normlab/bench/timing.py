@@ -118,19 +118,3 @@ def measure_round_robin(
         if budget_s is not None and spent > budget_s * len(fns) and rep + 1 >= min_reps:
             break
     return {name: _summary(times[name], copies[name], model_bytes, copy.bytes) for name in fns}
-
-
-def measure(
-    fn: Callable[[], object],
-    model_bytes: int,
-    copy: CopyReference,
-    device: torch.device,
-    reps: int,
-    warmup: int = 1,
-    budget_s: float | None = None,
-    min_reps: int = 3,
-) -> Timing:
-    """Time one candidate ``reps`` times, each right after a copy (see measure_round_robin)."""
-    return measure_round_robin(
-        {"candidate": fn}, model_bytes, copy, device, reps, warmup, budget_s, min_reps
-    )["candidate"]
