@@ -598,6 +598,44 @@ def test_op_fake_tensor_shapes() -> None:
     assert mean.shape == (6,) and rstd.shape == (6,)
 
 
+def _second_derivative_cases() -> dict[str, tuple[Callable[..., object], list[torch.Tensor]]]:
+    x, r, w = _randn(3, 4, 24), _randn(3, 4, 24, seed=1), _randn(24, seed=2)
+    b, seq, tok = _randn(24, seed=3), _randn(3, 24, scale=0.3, seed=4), _randn(3, 4, 24, seed=5)
+    return {
+        "rms_gemma": (lambda x, w, backend: F.rms_norm(x, w, 1e-6, 1.0, "gemma", backend=backend),
+                      [x, w]),
+        "add_layer": (lambda x, r, w, b, backend: F.add_layer_norm(x, r, w, b, backend=backend),
+                      [x, r, w, b]),
+        "gated_ada": (lambda h, o, g, s, t, backend: F.gated_add_ada_rms_norm(
+                          h, o, g, s, t, backend=backend), [x, r, seq, seq * 0.5, tok]),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("case", ["rms_gemma", "add_layer", "gated_ada"])
+def test_op_second_derivatives_match_the_reference(case: str) -> None:
+    """A gradient penalty through the custom op: with create_graph=True its backward builds the
+    gradients as a graph (the Triton kernels' outputs carry none), so the penalty's own
+    gradient is as close to float64 truth as the reference backend's."""
+    fn, inputs = _second_derivative_cases()[case]
+
+    def penalised(backend: str, cast: torch.dtype | None = None) -> tuple[torch.Tensor, ...]:
+        leaves = [(t.to(cast) if cast else t).detach().requires_grad_(True) for t in inputs]
+        outs = fn(*leaves, backend=backend)
+        outs = outs if isinstance(outs, tuple) else (outs,)
+        first = torch.autograd.grad(sum(o.pow(3).sum() for o in outs), leaves, create_graph=True)
+        penalty = sum(g.square().sum() for g in first if g is not None)
+        return torch.autograd.grad(sum(o.sum() for o in outs) + penalty, leaves)
+
+    truth = penalised("torch", cast=torch.float64)
+    for i, (got, ref, true) in enumerate(
+        zip(penalised("triton"), penalised("torch"), truth, strict=True)
+    ):
+        err = (got.double() - true).abs().max().item()
+        err_ref = (ref.double() - true).abs().max().item()
+        bound = 2 * err_ref + 8 * _eps(torch.float32) * true.abs().max().item()
+        assert err <= bound, f"{case} input {i}: error {err:.3g} > {bound:.3g}"
+
+
 def _block_step(h, o, mod):
     g, s, t = mod.chunk(3, dim=-1)
     y, h_new = F.gated_add_ada_rms_norm(h, o, g, s, t, backend="triton")

@@ -38,6 +38,7 @@ import torch
 
 from normlab._checks import stats_dtype
 from normlab.kernels import reference
+from normlab.kernels.formula import graph_gradients
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,13 @@ def _gain(weight: torch.Tensor | None, offset: float, sd: torch.dtype) -> torch.
 # Autograd
 # ----------------------------------------------------------------------------------------------
 class _FusedNorm(torch.autograd.Function):
-    """Forward and backward both by the provider; μ and rstd are saved from the forward."""
+    """Forward and backward both by the provider; μ and rstd are saved from the forward.
+
+    The provider's backward returns plain tensors. When the caller asks for a gradient graph
+    (``create_graph=True``: gradient penalties, Hessian-vector products), the gradients are
+    built instead by differentiating the reference formula with autograd, so that second
+    derivatives are exact (see :func:`_graph_gradients`).
+    """
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -202,10 +209,11 @@ class _FusedNorm(torch.autograd.Function):
         normed = x if h is None else h
         ctx.set_materialize_grads(False)
         ctx.provider, ctx.spec, ctx.eps, ctx.groups = provider, spec, eps, groups
+        ctx.offset = offset
         ctx.dtypes = tuple(
             None if t is None else t.dtype for t in (x, res, gate, weight, bias, scale, shift)
         )
-        ctx.save_for_backward(normed, mean, rstd, ops.gain, res, gate, scale)
+        ctx.save_for_backward(normed, mean, rstd, ops.gain, res, gate, scale, weight)
         if spec.out_dtype is None:
             return h
         return y if spec.h_dtype is None else (y, h)
@@ -213,7 +221,7 @@ class _FusedNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: torch.Tensor | None) -> Any:  # type: ignore[override]
         spec: FusedSpec = ctx.spec
-        normed, mean, rstd, gain, res, gate, scale = ctx.saved_tensors
+        normed, mean, rstd, gain, res, gate, scale, weight = ctx.saved_tensors
         if spec.out_dtype is None:
             dy, dh = None, grads[0]
         else:
@@ -222,6 +230,8 @@ class _FusedNorm(torch.autograd.Function):
         n, d = normed.shape
         dy = None if dy is None else _flat(dy, n, d)
         dh = None if dh is None else _flat(dh, n, d)
+        if torch.is_grad_enabled():  # create_graph=True: the gradients must be a graph
+            return (None,) * 5 + _graph_gradients(ctx, normed, weight, res, gate, scale, dy, dh)
         need = ctx.needs_input_grad[5:]
         dtypes = ctx.dtypes
         needs = Needs(*(dt if flag else None for dt, flag in zip(dtypes, need, strict=True)))
@@ -252,6 +262,39 @@ class _FusedNorm(torch.autograd.Function):
             g.scale,
             g.shift,
         )
+
+
+def _graph_gradients(
+    ctx: Any,
+    normed: torch.Tensor,
+    weight: torch.Tensor | None,
+    res: torch.Tensor | None,
+    gate: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    dy: torch.Tensor | None,
+    dh: torch.Tensor | None,
+) -> tuple[torch.Tensor | None, ...]:
+    """:func:`~normlab.kernels.formula.graph_gradients` for this function's saved state."""
+    spec: FusedSpec = ctx.spec
+    n = normed.shape[0]
+    return graph_gradients(
+        normed,
+        dy,
+        dh,
+        weight=weight,
+        offset=ctx.offset,
+        scale=scale,
+        gate=gate if spec.gated else None,
+        other=res if spec.gated else None,
+        eps=ctx.eps,
+        centre=spec.centre,
+        hat_round=spec.hat_round,
+        out_dtype=spec.out_dtype,
+        k_gate=n // ctx.groups[0],
+        k_shift=n // ctx.groups[2],
+        needs=ctx.needs_input_grad[5:],
+        dtypes=ctx.dtypes,
+    )
 
 
 def _needs_autograd(tensors: tuple[torch.Tensor | None, ...]) -> bool:

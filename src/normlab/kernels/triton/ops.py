@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from normlab.kernels.formula import graph_gradients
 from normlab.kernels.triton import launch
 
 _N_TENSOR_INPUTS = 7  # x, addend, gate, weight, bias, scale, shift
@@ -203,7 +204,7 @@ def _fused_norm_backward_fake(
 
 def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]) -> None:
     x, addend, gate, weight, bias, scale, shift = inputs[:_N_TENSOR_INPUTS]
-    kind, _eps, offset, round_dtype, _out_dtype, h_dtype = inputs[_N_TENSOR_INPUTS:]
+    kind, eps, offset, round_dtype, out_dtype, h_dtype = inputs[_N_TENSOR_INPUTS:]
     _y, h, mean, rstd = output
     needs = [bool(v) for v in ctx.needs_input_grad[:_N_TENSOR_INPUTS]]
     hn = None if kind == "none" else (h if h_dtype is not None else x)
@@ -215,6 +216,7 @@ def _setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor, ...]
     ctx.set_materialize_grads(False)  # an unused y or h sends None, not a tensor of zeros
     ctx.needs = needs
     ctx.stores_h = h_dtype is not None
+    ctx.eps, ctx.out_dtype = eps, out_dtype  # for a backward that builds a graph
     ctx.meta = {
         "kind": kind,
         "weight_offset": offset,
@@ -236,6 +238,8 @@ def _backward(
     meta = ctx.meta
     dy = None if meta["kind"] == "none" else dy
     dh = dh if ctx.stores_h else None
+    if torch.is_grad_enabled():  # create_graph=True: the gradients must be a graph
+        return (*_graph_backward(ctx, dy, dh), None, None, None, None, None, None)
     grads = fused_norm_backward(
         dy, dh, hn, mean, rstd, weight, scale, addend_values, gate, **meta, needs=ctx.needs
     )
@@ -260,6 +264,44 @@ def _backward(
         for grad, spec in zip(grads, layout.values(), strict=True)
     )
     return (*tensor_grads, None, None, None, None, None, None)
+
+
+def _graph_backward(ctx: Any, dy: Tensor | None, dh: Tensor | None) -> tuple[Tensor | None, ...]:
+    """The tensor inputs' gradients as a differentiable graph (see
+    :func:`~normlab.kernels.formula.graph_gradients`): the Triton backward's outputs carry
+    no graph, so a second derivative goes through the reference formula instead."""
+    hn, _mean, _rstd, weight, scale, addend_values, gate = ctx.saved_tensors
+    meta = ctx.meta
+    normed = hn if hn is not None else dh  # kind "none": the gated sum alone, no norm
+    if normed is None:
+        return (None,) * _N_TENSOR_INPUTS
+    dtypes = (
+        meta["x_dtype"],
+        meta["addend_dtype"],
+        None if gate is None else gate.dtype,
+        None if weight is None else weight.dtype,
+        meta["bias_dtype"],
+        None if scale is None else scale.dtype,
+        meta["shift_dtype"],
+    )
+    return graph_gradients(
+        normed,
+        dy,
+        dh,
+        weight=weight,
+        offset=meta["weight_offset"],
+        scale=scale,
+        gate=gate,
+        other=addend_values,
+        eps=ctx.eps,
+        centre=meta["kind"] == "layer",
+        hat_round=meta["round_dtype"],
+        out_dtype=None if meta["kind"] == "none" else ctx.out_dtype,
+        k_gate=1 if gate is None else gate.shape[0],
+        k_shift=max(1, meta["shift_rows"]),
+        needs=ctx.needs,
+        dtypes=dtypes,
+    )
 
 
 torch.library.register_autograd("normlab::fused_norm", _backward, setup_context=_setup_context)
