@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import numpy as np
 import pytest
 import torch
 
@@ -111,6 +112,13 @@ def test_eps_must_be_finite_and_positive(name: str, eps: float) -> None:
 @pytest.mark.parametrize("eps", ["1e-5", torch.tensor(1e-5), None, True])
 def test_eps_must_be_a_number(eps: object) -> None:
     expect_error(TypeError, lambda: NF.rms_norm(x_(2, D), eps=eps), "eps", type(eps).__name__)
+
+
+@pytest.mark.parametrize("eps", [np.float32(1e-5), np.float64(1e-5), np.int64(1), 1])
+def test_eps_accepts_numpy_and_python_reals(eps: object) -> None:
+    x = x_(2, D)
+    torch.testing.assert_close(NF.rms_norm(x, eps=eps), NF.rms_norm(x, eps=float(eps)))
+    assert normlab.RMSNorm(D, eps=eps).eps == float(eps)
 
 
 @pytest.mark.parametrize("casting", ["bf16", "LLAMA", "", None])
@@ -227,6 +235,11 @@ def test_conditional_module_shapes(cls: type[torch.nn.Module]) -> None:
     expect_error(ValueError, lambda: norm(x, x_(2, 4, 4)), "cond", "(2, 4, 4)")
     expect_error(ValueError, lambda: norm(x_(2, 3, D + 1), x_(2, 4)), "x", f"{D + 1}")
     expect_error(TypeError, lambda: norm(x, torch.ones(2, 4, dtype=torch.int64)), "cond")
+    cond16 = x_(2, 4).bfloat16()
+    expect_error(TypeError, lambda: norm(x, cond16), "cond", "torch.bfloat16", "torch.float32")
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # autocast picks the Linear's dtypes
+        y, _ = norm(x, cond16)
+    assert y.shape == x.shape
     expect_error(ValueError, lambda: norm(x, torch.ones(2, 4, device="meta")), "cond", "meta")
 
 

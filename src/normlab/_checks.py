@@ -8,6 +8,7 @@ nothing on the hot path and trace cleanly under ``torch.compile``.
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Sequence
 
 import torch
@@ -38,8 +39,9 @@ def check_input(name: str, x: object) -> torch.Tensor:
 
 
 def check_eps(eps: object, name: str = "eps") -> float:
-    """``eps`` must be a finite real number > 0 (bool is rejected)."""
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)):
+    """``eps`` must be a finite real number > 0: a Python or NumPy int or float (bool and
+    tensors are rejected)."""
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"{name}: expected a float > 0, got {type(eps).__name__} {eps!r}")
     if not math.isfinite(eps) or eps <= 0:
         raise ValueError(f"{name}: expected a finite float > 0, got {eps!r}")

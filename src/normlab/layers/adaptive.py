@@ -9,6 +9,16 @@ from normlab import functional as F
 from normlab._checks import check_cond, check_dim, check_eps, check_input, check_last_dim
 
 
+def _check_cond_dtype(cond: torch.Tensor, modulation: nn.Linear) -> None:
+    """cond must have the modulation Linear's dtype, unless autocast chooses the dtypes."""
+    weight = modulation.weight
+    if cond.dtype != weight.dtype and not torch.is_autocast_enabled(cond.device.type):
+        raise TypeError(
+            f"cond: dtype {cond.dtype} differs from the modulation Linear's {weight.dtype}; "
+            f"expected cond in {weight.dtype} (cast it, or run under torch.autocast)"
+        )
+
+
 def _broadcastable_gate(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """A per-sequence gate [B, D] for x of shape [B, T, D] gets a token axis: [B, 1, D]."""
     return gate.unsqueeze(-2) if x.dim() >= 3 and gate.dim() == x.dim() - 1 else gate
@@ -52,6 +62,7 @@ class AdaRMSNorm(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         check_last_dim(check_input("x", x), self.dim, "dim")
         check_cond(cond, x, self.cond_dim)
+        _check_cond_dtype(cond, self.modulation)
         mod = self.modulation(cond)
         if self.gate:
             scale, shift, gate = mod.chunk(3, dim=-1)
@@ -95,6 +106,7 @@ class AdaLayerNormZero(nn.Module):
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         check_last_dim(check_input("x", x), self.dim, "dim")
         check_cond(cond, x, self.cond_dim)
+        _check_cond_dtype(cond, self.modulation)
         shift, scale, gate = self.modulation(self.act(cond)).chunk(3, dim=-1)
         y = F.ada_layer_norm(x, scale, shift, self.eps)
         return y, _broadcastable_gate(gate, x)
