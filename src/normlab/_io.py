@@ -46,9 +46,14 @@ def write_text_atomic(path: str | os.PathLike[str], text: str) -> Path:
     return write_bytes_atomic(path, text.encode("utf-8"))
 
 
+def json_text(obj: Any, indent: int | None = 2) -> str:
+    """``obj`` as JSON text ending in a newline; non-finite floats become null."""
+    return json.dumps(_finite(obj), indent=indent, allow_nan=False) + "\n"
+
+
 def write_json_atomic(path: str | os.PathLike[str], obj: Any, indent: int | None = 2) -> Path:
     """Write ``obj`` as JSON (non-finite floats as null) to ``path`` atomically."""
-    return write_text_atomic(path, json.dumps(_finite(obj), indent=indent, allow_nan=False) + "\n")
+    return write_text_atomic(path, json_text(obj, indent))
 
 
 def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:

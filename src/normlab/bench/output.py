@@ -1,6 +1,9 @@
 """Benchmark output: a rich table on the terminal; CSV, JSON and a PNG chart on disk.
 
-Every file is written atomically (:mod:`normlab._io`). Columns (CSV and the JSON ``rows``):
+The three files are written as one set (:func:`write_outputs`): each is first written in full
+to a hidden staging file (atomically, :mod:`normlab._io`), and only once all are staged are they
+renamed into place; a chart that cannot be drawn (no row has data) removes an older
+``bench.png`` rather than leaving it beside new figures. Columns (CSV and the JSON ``rows``):
 
 ==================  ===========================================================================
 op, dim, rows       the op (rms, layer, add_rms, ada_rms) and the [rows, dim] problem
@@ -26,8 +29,11 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import platform
+import secrets
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +41,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab._io import json_text, write_bytes_atomic
 from normlab.bench.runner import COLUMNS, Result, Row
 
 TARGETS = {"fwd": 0.85, "fwd+bwd": 0.75}  # fraction of copy bandwidth the fast path aims at
@@ -138,15 +144,20 @@ def metadata(result: Result, command: str | None = None) -> dict[str, Any]:
     return meta
 
 
-def plot_png(result: Result) -> bytes:
-    """Bars of the fraction of copy bandwidth: a panel per mode and dtype, a group per op and D."""
+def plot_png(result: Result) -> bytes | None:
+    """Bars of the fraction of copy bandwidth: a panel per mode and dtype, a group per op and D.
+
+    ``None`` when no row has a measured fraction (every peer skipped or failed): no chart.
+    """
+    rows = [r for r in result.rows if r.status == "ok" and r.frac_copy is not None]
+    if not rows:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in result.rows if r.status == "ok" and r.frac_copy is not None]
-    panels = list(dict.fromkeys((r.mode, r.dtype) for r in rows)) or [("fwd", "")]
+    panels = list(dict.fromkeys((r.mode, r.dtype) for r in rows))
     peers = list(dict.fromkeys(r.peer for r in rows))
     groups = list(dict.fromkeys((r.op, r.dim) for r in rows))
     width_in = min(24.0, max(8.0, 0.18 * len(groups) * max(1, len(peers))))
@@ -167,7 +178,7 @@ def plot_png(result: Result) -> bytes:
         ax.set_xticklabels([f"{o}\nD={n}" for o, n in groups], fontsize=7)
         ax.set_ylabel("fraction of copy BW")
         ax.set_title(f"{dtype} {mode} (dashed: target {TARGETS.get(mode, 1.0)})", fontsize=9)
-        ax.legend(fontsize=7, ncol=min(6, len(peers)))
+        ax.legend(fontsize=7, ncol=max(1, min(6, len(peers))))
     fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=100)
@@ -175,19 +186,99 @@ def plot_png(result: Result) -> bytes:
     return buf.getvalue()
 
 
-def write_outputs(result: Result, out: Path, command: str | None = None) -> dict[str, Path]:
-    """Write bench.csv, bench.json and bench.png into ``out``; returns their paths."""
+OUTPUT_NAMES = {"csv": "bench.csv", "json": "bench.json", "png": "bench.png"}
+
+
+def check_out_dir(out: str | os.PathLike[str]) -> Path:
+    """Create ``out`` (a folder) if needed and make sure files can be written in it.
+
+    Run before any measurement, so a bad ``--out`` costs nothing. Raises ``ValueError`` naming
+    ``out`` when it is a file, cannot be created or is not writable.
+    """
     out = Path(out)
-    paths = {
-        "csv": write_text_atomic(out / "bench.csv", csv_text(result.rows)),
-        "json": write_json_atomic(
-            out / "bench.json",
-            {
-                "meta": metadata(result, command),
-                "columns": list(COLUMNS),
-                "rows": [r.as_dict() for r in result.rows],
-            },
-        ),
-        "png": write_bytes_atomic(out / "bench.png", plot_png(result)),
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"out: {str(out)!r} exists and is not a folder; expected a folder path")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".bench-write-test.{os.getpid()}.{secrets.token_hex(4)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ValueError(
+            f"out: cannot write into {str(out)!r} ({reason}); expected a writable folder path"
+        ) from None
+    return out
+
+
+@dataclass
+class Written:
+    """What :func:`write_outputs` wrote: the paths by kind, and why a file is missing."""
+
+    paths: dict[str, Path]
+    notes: list[str] = field(default_factory=list)
+
+
+def _json_text(result: Result, command: str | None) -> str:
+    payload = {
+        "meta": metadata(result, command),
+        "columns": list(COLUMNS),
+        "rows": [r.as_dict() for r in result.rows],
     }
-    return paths
+    return json_text(payload)
+
+
+def _chart(result: Result) -> tuple[bytes | None, str]:
+    """The PNG, or None and why: a chart that fails to draw must not lose the figures."""
+    try:
+        png = plot_png(result)
+    except Exception as err:  # matplotlib missing or failing: keep the CSV and JSON
+        return None, f"drawing failed ({type(err).__name__}: {err})"[:300]
+    if png is None:
+        return None, "no row has a measured result (every peer skipped or failed)"
+    return png, ""
+
+
+def _stage(out: Path, files: dict[str, bytes]) -> dict[str, Path]:
+    """Write each file in full to a hidden staging name in ``out``; returns kind → staged path."""
+    token = f"{os.getpid()}.{secrets.token_hex(4)}"
+    staged: dict[str, Path] = {}
+    try:
+        for kind, data in files.items():
+            path = out / f".{OUTPUT_NAMES[kind]}.{token}.staged"
+            staged[kind] = write_bytes_atomic(path, data)
+    except BaseException:
+        for path in staged.values():
+            path.unlink(missing_ok=True)
+        raise
+    return staged
+
+
+def write_outputs(result: Result, out: Path, command: str | None = None) -> Written:
+    """Write bench.csv, bench.json and bench.png into ``out`` as one consistent set.
+
+    Everything is rendered first, then staged, then renamed into place, so an error leaves the
+    folder as it was. With no chart to draw an older bench.png is removed.
+    """
+    out = check_out_dir(out)
+    notes: list[str] = []
+    files = {
+        "csv": csv_text(result.rows).encode("utf-8"),
+        "json": _json_text(result, command).encode("utf-8"),
+    }
+    png, why_no_chart = _chart(result)
+    if png is None:
+        notes.append(f"no chart: {why_no_chart}")
+    else:
+        files["png"] = png
+    staged = _stage(out, files)
+    paths = {kind: out / OUTPUT_NAMES[kind] for kind in staged}
+    try:
+        for kind, path in staged.items():
+            os.replace(path, paths[kind])
+    finally:
+        for path in staged.values():  # left over only if a rename failed
+            path.unlink(missing_ok=True)
+    if png is None:
+        (out / OUTPUT_NAMES["png"]).unlink(missing_ok=True)
+    return Written(paths=paths, notes=notes)

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import normlab.functional as NF
-from normlab.kernels import backends_for
+from normlab.kernels import available_backends, backends_for
 
 EPS = 1e-6
 
@@ -208,6 +208,28 @@ def _quack(op: str) -> Callable[..., Outputs]:
 # ----------------------------------------------------------------------------------------------
 EXTERNAL = ("liger", "flash_attn", "apex", "transformer_engine", "quack")
 BUILTIN = ("torch", "eager", "torch.compile")
+# normlab backends that register only where their dependencies and device exist: still valid
+# peer names elsewhere (their rows are kept as skipped, with the reason)
+OPTIONAL_BACKENDS = ("triton",)
+
+
+def known_peers() -> list[str]:
+    """Every valid peer name, whether or not it can run here."""
+    backends = dict.fromkeys([*available_backends(), *OPTIONAL_BACKENDS])
+    return [*BUILTIN, *(f"normlab:{b}" for b in backends), *EXTERNAL]
+
+
+def check_peer_names(names: object) -> list[str]:
+    """``names`` must be a non-empty list of :func:`known_peers`; ``ValueError`` names ``peers``."""
+    known = known_peers()
+    if isinstance(names, str) or not isinstance(names, Sequence) or not names:
+        raise ValueError(f"peers: expected a non-empty list of peer names, got {names!r}")
+    bad = [n for n in names if n not in known]
+    if bad:
+        raise ValueError(
+            f"peers: unknown peer {', '.join(map(repr, bad))}; expected some of {', '.join(known)}"
+        )
+    return list(names)
 
 
 def default_peers(device: torch.device) -> list[str]:

@@ -15,6 +15,7 @@ from normlab.bench.bytes_model import MODES, OPS, min_bytes
 from normlab.bench.peers import (
     Problem,
     Unavailable,
+    check_peer_names,
     default_peers,
     make_problem,
     max_error,
@@ -26,6 +27,8 @@ from normlab.kernels.cpu.cache import last_level_cache_bytes
 
 DIMS = (768, 2048, 4096, 8192)
 LLC_MULTIPLE = 4.0
+MAX_LLC_MULTIPLE = 1000.0  # past this one tensor of a problem is tens of GB
+DEVICE_TYPES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,93 @@ class Config:
     budget_s: float = 20.0  # per peer and row: stop repeating past this (and min_reps)
     min_reps: int = 3
     sample_rows: int = 256  # rows compared with the float64 reference
+
+    def __post_init__(self) -> None:
+        check_config(self)
+
+
+def _positive_int(value: object, name: str, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name}: expected an integer >= {minimum}, got {value!r}")
+
+
+def _choices(values: Sequence[object], name: str, allowed: Sequence[object]) -> None:
+    if isinstance(values, str) or not values:
+        raise ValueError(f"{name}: expected a non-empty list, got {values!r}")
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        raise ValueError(
+            f"{name}: unknown {', '.join(map(str, bad))}; expected some of "
+            f"{', '.join(map(str, allowed))}"
+        )
+
+
+def parse_device(device: object) -> torch.device:
+    """``device`` as a torch.device of a type the benchmark runs on (``cpu``, ``cuda[:N]``).
+
+    Raises ``ValueError`` naming ``device`` for an unparsable or unsupported device. Whether
+    CUDA is present is checked by :func:`check_device_available`.
+    """
+    if not isinstance(device, (str, torch.device)):
+        raise ValueError(f"device: expected cpu, cuda or cuda:N, got {device!r}")
+    try:
+        parsed = torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device: expected cpu, cuda or cuda:N, got {device!r}") from None
+    if parsed.type not in DEVICE_TYPES:
+        raise ValueError(f"device: expected cpu, cuda or cuda:N, got {device!r}")
+    return parsed
+
+
+def check_device_available(device: object) -> torch.device:
+    """:func:`parse_device`, and CUDA (the GPU index) present when a CUDA device is asked."""
+    parsed = parse_device(device)
+    if parsed.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device: {device!r} requested but CUDA is not available")
+        count = torch.cuda.device_count()
+        if parsed.index is not None and parsed.index >= count:
+            raise ValueError(
+                f"device: {device!r} requested but only {count} CUDA device(s) exist "
+                f"(expected cuda:0 … cuda:{count - 1})"
+            )
+    return parsed
+
+
+def check_config(config: Config) -> None:
+    """Every field in range, before any work; ``ValueError`` names the field at fault."""
+    _choices(config.ops, "ops", OPS)
+    _choices(config.modes, "modes", MODES)
+    _choices(config.dtypes, "dtypes", (torch.float32, torch.bfloat16, torch.float16))
+    if isinstance(config.dims, str) or not config.dims:
+        raise ValueError(f"dims: expected a non-empty list of integers >= 1, got {config.dims!r}")
+    for dim in config.dims:
+        _positive_int(dim, "dims")
+    if config.peers is not None:
+        check_peer_names(config.peers)
+    parse_device(config.device)
+    _positive_int(config.reps, "reps")
+    _positive_int(config.warmup, "warmup", minimum=0)
+    _positive_int(config.min_reps, "min_reps")
+    _positive_int(config.sample_rows, "sample_rows")
+    if config.rows is not None:
+        _positive_int(config.rows, "rows")
+    multiple = config.llc_multiple
+    if (
+        isinstance(multiple, bool)
+        or not isinstance(multiple, (int, float))
+        or not 0 < multiple <= MAX_LLC_MULTIPLE  # also rejects NaN
+    ):
+        raise ValueError(
+            f"llc_multiple: expected a number > 0 and <= {MAX_LLC_MULTIPLE:g}, got {multiple!r}"
+        )
+    budget = config.budget_s
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, (int, float))
+        or not 0 < budget < math.inf
+    ):
+        raise ValueError(f"budget_s: expected a finite number of seconds > 0, got {budget!r}")
 
 
 @dataclass
@@ -106,8 +196,11 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 
 def run(config: Config, progress: Callable[[Row], None] | None = None) -> Result:
-    """Measure every combination of ``config``; rows of unavailable peers are kept as skipped."""
-    device = torch.device(config.device)
+    """Measure every combination of ``config``; rows of unavailable peers are kept as skipped.
+
+    Raises ``ValueError`` naming ``device`` when the device is not present here.
+    """
+    device = check_device_available(config.device)
     started = time.perf_counter()
     result = Result(config=config, llc_bytes=cache_bytes(device))
     peers = list(config.peers) if config.peers is not None else default_peers(device)

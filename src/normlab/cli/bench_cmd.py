@@ -14,8 +14,17 @@ from rich.console import Console
 
 from normlab.bench import allocator
 from normlab.bench.bytes_model import MODES, OPS
-from normlab.bench.output import render_table, write_outputs
-from normlab.bench.runner import DIMS, LLC_MULTIPLE, Config, Row, run
+from normlab.bench.output import check_out_dir, render_table, write_outputs
+from normlab.bench.peers import known_peers
+from normlab.bench.runner import (
+    DIMS,
+    LLC_MULTIPLE,
+    MAX_LLC_MULTIPLE,
+    Config,
+    Row,
+    check_device_available,
+    run,
+)
 from normlab.cli.app import app
 
 _DTYPES = {
@@ -36,12 +45,13 @@ def _split(text: str | None, name: str, allowed: tuple[str, ...] | None = None) 
         return []
     items = [t.strip() for t in text.split(",") if t.strip()]
     if not items:
-        raise typer.BadParameter(f"{name}: expected a comma-separated list, got {text!r}")
+        raise typer.BadParameter(f"expected a comma-separated list, got {text!r}", param_hint=name)
     if allowed is not None:
         bad = [t for t in items if t not in allowed]
         if bad:
             raise typer.BadParameter(
-                f"{name}: unknown {', '.join(bad)}; expected some of {', '.join(allowed)}"
+                f"unknown {', '.join(bad)}; expected some of {', '.join(allowed)}",
+                param_hint=name,
             )
     return items
 
@@ -50,9 +60,24 @@ def _dims(text: str | None) -> list[int]:
     dims = []
     for item in _split(text, "--dims"):
         if not item.isdigit() or int(item) < 1:
-            raise typer.BadParameter(f"--dims: expected positive integers, got {item!r}")
+            raise typer.BadParameter(
+                f"expected positive integers, got {item!r}", param_hint="--dims"
+            )
         dims.append(int(item))
     return dims
+
+
+def _bad_parameter(err: ValueError) -> typer.BadParameter:
+    """A library error ``"field: message"`` as a CLI error naming the option ``--field``."""
+    field, sep, message = str(err).partition(": ")
+    if sep and field.isidentifier():
+        return typer.BadParameter(message, param_hint=f"--{field.replace('_', '-')}")
+    return typer.BadParameter(str(err))
+
+
+def _positive(value: int | None, name: str) -> None:
+    if value is not None and value < 1:
+        raise typer.BadParameter(f"expected an integer >= 1, got {value}", param_hint=name)
 
 
 def _busy_warning() -> str | None:
@@ -74,6 +99,39 @@ def _default_dtypes(device: str) -> list[str]:
     return ["fp32", "bf16", "fp16"] if device.startswith("cuda") else ["fp32", "bf16"]
 
 
+def _config(
+    ops: str | None,
+    dims: str | None,
+    dtypes: str | None,
+    modes: str | None,
+    peers: str | None,
+    device: str,
+    quick: bool,
+    reps: int | None,
+    rows: int | None,
+    llc_multiple: float,
+) -> Config:
+    """The run's :class:`Config` from the options; errors name the option at fault."""
+    dtype_names = _split(dtypes, "--dtypes", tuple(_DTYPES)) or _default_dtypes(device)
+    peer_names = _split(peers, "--peers", tuple(known_peers()))
+    try:
+        return Config(
+            ops=_split(ops, "--ops", OPS) or list(OPS),
+            dims=_dims(dims) or list(QUICK_DIMS if quick else DIMS),
+            dtypes=list(dict.fromkeys(_DTYPES[d] for d in dtype_names)),
+            modes=_split(modes, "--modes", MODES) or list(MODES),
+            peers=peer_names or (list(QUICK_PEERS) if quick else None),
+            device=device,
+            reps=reps or (QUICK_REPS if quick else 10),
+            rows=rows,
+            llc_multiple=llc_multiple,
+            budget_s=2.0 if quick else 20.0,
+            min_reps=1 if quick else 3,
+        )
+    except ValueError as err:
+        raise _bad_parameter(err) from None
+
+
 @app.command()
 def bench(
     ops: Annotated[
@@ -92,8 +150,9 @@ def bench(
         typer.Option(
             "--peers",
             "--backends",
-            help="Peers: torch, eager, torch.compile, normlab:auto, normlab:<backend>, liger, "
-            "flash_attn, apex, transformer_engine, quack (default: all available).",
+            help="Peers, comma-separated: torch, eager, torch.compile, normlab:auto, "
+            "normlab:<backend>, liger, flash_attn, apex, transformer_engine, quack "
+            "(default: all available).",
         ),
     ] = None,
     reps: Annotated[
@@ -112,7 +171,11 @@ def bench(
         typer.Option(help="Rows per problem (default: sized to 4x the last-level cache)."),
     ] = None,
     llc_multiple: Annotated[
-        float, typer.Option(help="Problem size as a multiple of the last-level cache.")
+        float,
+        typer.Option(
+            help="Problem size as a multiple of the last-level cache "
+            f"(> 0, at most {MAX_LLC_MULTIPLE:g})."
+        ),
     ] = LLC_MULTIPLE,
     threads: Annotated[
         int | None, typer.Option(help="torch.set_num_threads (default: torch's).")
@@ -127,11 +190,24 @@ def bench(
     ] = "reexec",
 ) -> None:
     """Time norms against PyTorch and other kernels, as a fraction of copy bandwidth."""
+    if allocator_mode not in ("reexec", "warn", "ignore"):
+        raise typer.BadParameter(
+            f"expected reexec, warn or ignore, got {allocator_mode!r}", param_hint="--allocator"
+        )
+    _positive(threads, "--threads")
+    _positive(reps, "--reps")
+    _positive(rows, "--rows")
+    config = _config(
+        ops, dims, dtypes, modes, peers, device, quick, reps, rows, llc_multiple
+    )  # every option checked here, before any measurement (or restart)
+    try:
+        check_device_available(device)
+        check_out_dir(out)
+    except ValueError as err:
+        raise _bad_parameter(err) from None
     console = Console()
     if not console.is_terminal:  # a log file gets the whole table, not an 80-column squeeze
         console = Console(width=160)
-    if allocator_mode not in ("reexec", "warn", "ignore"):
-        raise typer.BadParameter("--allocator: expected reexec, warn or ignore")
     if not device.startswith("cuda") and allocator_mode != "ignore":
         message = allocator.warning_text()
         if message and allocator_mode == "reexec" and allocator.can_reexec():
@@ -142,30 +218,8 @@ def bench(
     busy = _busy_warning()
     if busy:
         console.print(f"[yellow]warning:[/yellow] {busy}")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise typer.BadParameter(f"--device: {device!r} requested but CUDA is not available")
     if threads is not None:
-        if threads < 1:
-            raise typer.BadParameter("--threads: expected a positive integer")
         torch.set_num_threads(threads)
-    if reps is not None and reps < 1:
-        raise typer.BadParameter("--reps: expected a positive integer")
-    if rows is not None and rows < 1:
-        raise typer.BadParameter("--rows: expected a positive integer")
-    dtype_names = _split(dtypes, "--dtypes", tuple(_DTYPES)) or _default_dtypes(device)
-    config = Config(
-        ops=_split(ops, "--ops", OPS) or list(OPS),
-        dims=_dims(dims) or list(QUICK_DIMS if quick else DIMS),
-        dtypes=list(dict.fromkeys(_DTYPES[d] for d in dtype_names)),
-        modes=_split(modes, "--modes", MODES) or list(MODES),
-        peers=_split(peers, "--peers") or (list(QUICK_PEERS) if quick else None),
-        device=device,
-        reps=reps or (QUICK_REPS if quick else 10),
-        rows=rows,
-        llc_multiple=llc_multiple,
-        budget_s=2.0 if quick else 20.0,
-        min_reps=1 if quick else 3,
-    )
 
     def progress(row: Row) -> None:
         detail = (
@@ -181,5 +235,7 @@ def bench(
     result = run(config, progress=progress)
     render_table(result, console)
     command = shlex.join(["normlab", *sys.argv[1:]])
-    paths = write_outputs(result, out, command=command)
-    console.print("wrote " + ", ".join(str(p) for p in paths.values()))
+    written = write_outputs(result, out, command=command)
+    console.print("wrote " + ", ".join(str(p) for p in written.paths.values()))
+    for note in written.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
