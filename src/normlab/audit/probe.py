@@ -4,20 +4,25 @@ The norm is treated as a function y = f(x) on [N, D] tensors, assumed to have th
 y = g ⊙ x̂ + b with a per-channel gain g and bias b. The probes:
 
 1. **bias**: b = f(0) (every norm with ε maps 0 to x̂ = 0).
-2. **gain**: v = [+1, −1, +1, …] has mean 0 and mean(v²) = var(v) = 1, so x̂(v) = v for both
-   LayerNorm and RMSNorm (up to ε), and g = (f(v) − b) / v.
-3. **centering**: f(x + a·1) = f(x) ⇔ the mean is subtracted.
-4. **scale invariance**: f(c·x) = f(x) for c > 0 ⇔ the output is normalised.
-5. **statistic**: the shape of x̂ = (f(x) − b) / g on random x, compared with candidate
-   statistics (variance, mean square, mean absolute value); the constant factor that tells the
-   biased variance from the unbiased one, or mean(x²) from ‖x‖², is read from the gain when the
-   module exposes its weight.
-6. **ε placement**: on x = s·v for small s, r(s) = |x̂(s·v)| / |x̂(v)|. Inside the root
+2. **normalises?** A normaliser divides each row by a statistic of the whole row, so:
+   (a) changing one element changes the other outputs (not element-wise, unlike DyT or an
+   activation); (b) at a large input scale (mean square 1e4, where any plausible ε moves x̂ by
+   less than ε / 2e4) f(c·x) = f(x) for c > 0; (c) at the probe's own scale, where ε may
+   matter, scaling x changes each row of f(x) − b only by a factor (ε shrinks a row's
+   magnitude, never its shape). All three must hold.
+3. **gain**: v = [+1, −1, +1, …] has mean 0 and mean(v²) = var(v) = 1, so x̂(S·v) = v for both
+   LayerNorm and RMSNorm (S = 100 makes ε negligible), and g = (f(S·v) − b) / v.
+4. **centering**: f(x + a·1) = f(x) ⇔ the mean is subtracted.
+5. **statistic**: the shape of x̂ = (f(X) − b) / g on random X of mean square 1e4, compared with
+   candidate statistics (variance, mean square, mean absolute value); the constant factor that
+   tells the biased variance from the unbiased one, or mean(x²) from ‖x‖², is read from the gain
+   when the module exposes its weight.
+6. **ε placement**: on x = s·v for s ≤ 1, r(s) = |x̂(s·v)| / |x̂(S·v)|. Inside the root
    r = s / sqrt(s² + ε), so ε = s²(1/r² − 1) is the same at every s; outside the root
    r = s / (s + ε), so ε = s(1/r − 1) is. The hypothesis whose ε estimates agree wins.
 7. **statistics precision**: float16 input with |x| ≈ 300 (x² overflows float16 past 256) and
-   bfloat16 rows of 4096 values (the row's implied rsqrt(m) drifts ≈ 0.1% when m is rounded to
-   bfloat16, ≈ 0.002% when it stays in float32).
+   bfloat16 rows of 4096 values (the row's implied rsqrt(m + ε) drifts ≈ 0.1% when m is rounded
+   to bfloat16, ≈ 0.002% when it stays in float32).
 8. **casting** (RMS family in bfloat16): bit-for-bit against the LLaMA and Gemma formulas.
 """
 
@@ -31,6 +36,11 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 NormFn = Callable[[torch.Tensor], torch.Tensor]
+
+SCALE_STEP = 3.7  # the factor c of the scale-invariance probes
+LARGE_MEAN_SQUARE = 1e4  # input scale at which ε is negligible: ε = 1 moves x̂ by 5e-5
+GAIN_SCALE = math.sqrt(LARGE_MEAN_SQUARE)  # x = GAIN_SCALE · v has that mean square
+TOLERANCE = 1e-3  # relative error allowed by the invariance probes
 
 
 @dataclass
@@ -105,24 +115,44 @@ _CANDIDATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
+def _eps_fits(ratios: list[tuple[float, float]], inside: bool, rounds: int = 3) -> list[float]:
+    """ε from each (s, r(s)) under one placement hypothesis.
+
+    r is measured against x̂ at scale ``GAIN_SCALE``, which ε shrinks a little too (by
+    S / sqrt(S² + ε) inside the root, S / (S + ε) outside): a few rounds of correcting r with
+    the current estimate remove that bias (it matters from ε ≈ 1e-2 up).
+    """
+    big = GAIN_SCALE
+    ref_shrink = 1.0
+    fits: list[float] = []
+    for _ in range(rounds):
+        fits = []
+        for s, r_measured in ratios:
+            r = r_measured * ref_shrink
+            fits.append(s * s * (1.0 / (r * r) - 1.0) if inside else s * (1.0 / r - 1.0))
+        eps = max(float(torch.tensor(fits).median()), 0.0)
+        ref_shrink = big / math.sqrt(big * big + eps) if inside else big / (big + eps)
+    return fits
+
+
 def _estimate_eps(
     f: NormFn, b: torch.Tensor, d: int, dtype: torch.dtype
 ) -> tuple[float | None, str]:
     """Estimate ε and where it sits from the shrinkage of x̂(s·v) at small s."""
     v = _alternating(4, d, dtype)
-    ref = (_call(f, v) - b).double()
-    scales = [10.0**-k for k in range(1, 9 if dtype == torch.float64 else 5)]
-    inside, outside = [], []
+    ref = (_call(f, GAIN_SCALE * v) - b).double()  # g ⊙ x̂(v), ε nearly without effect
+    scales = [10.0**-k for k in range(0, 9 if dtype == torch.float64 else 5)]
+    ratios = []
     for s in scales:
         out = (_call(f, s * v) - b).double()
         r = float((out * ref).sum() / (ref * ref).sum())
         if 0.02 < r < 0.98:
-            inside.append(s * s * (1.0 / (r * r) - 1.0))
-            outside.append(s * (1.0 / r - 1.0))
-    if not inside:
+            ratios.append((s, r))
+    if not ratios:
         return None, "no ε effect seen down to |x| = 1e-8" if dtype == torch.float64 else (
             "no ε effect seen down to |x| = 1e-4"
         )
+    inside, outside = _eps_fits(ratios, inside=True), _eps_fits(ratios, inside=False)
 
     def spread(values: list[float]) -> float:
         logs = [math.log(max(val, 1e-300)) for val in values]
@@ -151,7 +181,27 @@ def _fp16_overflow_check(f: NormFn, d: int, family: str) -> str:
     return "float16: correct at |x| ≈ 300 — statistics not kept in float16"
 
 
-def _bf16_precision_check(f: NormFn, b: torch.Tensor, g: torch.Tensor, family: str) -> str:
+def _eps_shrink(
+    xd: torch.Tensor, family: str, eps: float | None, placement: str
+) -> torch.Tensor | float:
+    """The factor by which ε shrinks each row of x̂ (1 when ε is unknown or not modelled)."""
+    if eps is None or family not in ("variance", "mean square"):
+        return 1.0
+    xs = xd - xd.mean(-1, keepdim=True) if family == "variance" else xd
+    m = xs.pow(2).mean(-1)
+    if placement.startswith("outside"):
+        return m.sqrt() / (m.sqrt() + eps)
+    return torch.sqrt(m / (m + eps))
+
+
+def _bf16_precision_check(
+    f: NormFn,
+    b: torch.Tensor,
+    g: torch.Tensor,
+    family: str,
+    eps: float | None = None,
+    placement: str = "",
+) -> str:
     d = g.shape[-1]
     gen = torch.Generator().manual_seed(2)
     x = torch.randn(256, d, generator=gen).bfloat16()
@@ -164,10 +214,51 @@ def _bf16_precision_check(f: NormFn, b: torch.Tensor, g: torch.Tensor, family: s
     # least-squares estimate of the row's scale factor k in (y − b)/g = k·xs
     implied = ((y - b.double()) / g.double() * xs).sum(-1) / (xs * xs).sum(-1)
     exact = (_CANDIDATES[family](xd) * xs).sum(-1) / (xs * xs).sum(-1)
+    exact = exact * _eps_shrink(xd, family, eps, placement)
     err = float(((implied - exact) / exact).abs().median())
     if err > 7e-4:
         return f"bfloat16: statistics rounded to bfloat16 (row scale off by {err:.3%}, median)"
     return f"bfloat16: statistics in float32 or better (row scale within {err:.3%}, median)"
+
+
+def _row_shape_error(a: torch.Tensor, ref: torch.Tensor) -> float:
+    """How far the rows of ``a`` are from a per-row multiple of those of ``ref`` (relative)."""
+    a, ref = a.double(), ref.double()
+    k = (a * ref).sum(-1, keepdim=True) / (ref * ref).sum(-1, keepdim=True).clamp_min(1e-300)
+    return float((a - k * ref).norm() / a.norm().clamp_min(1e-300))
+
+
+def _why_not_normalizing(
+    f: NormFn,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    big: torch.Tensor,
+    y_big: torch.Tensor,
+    b: torch.Tensor,
+) -> tuple[str, str] | None:
+    """``None`` if ``f`` behaves as a row normaliser, else (the reason, what acts like that).
+
+    ``y = f(x)`` at the probe scale and ``y_big = f(big)`` with ``big`` a multiple of ``x`` of
+    mean square :data:`LARGE_MEAN_SQUARE`; ``b = f(0)``. See step 2 of the module docstring.
+    """
+    bumped = x.clone()
+    bumped[:, 0] += 30.0 * x.double().pow(2).mean(-1).sqrt().to(x.dtype)
+    if _rel(_call(f, bumped)[:, 1:] - b[1:], y[:, 1:] - b[1:]) < 1e-9:
+        return (
+            "it acts element-wise: changing one input leaves the other outputs unchanged",
+            "as DyT, tanh or the identity do",
+        )
+    if _rel(_call(f, SCALE_STEP * big) - b, y_big - b) >= TOLERANCE:
+        return (
+            "the output changes with the input's scale, even where ε is negligible",
+            "as a linear map does, or ε applied without a root: x / (m + ε)",
+        )
+    if _row_shape_error(_call(f, SCALE_STEP * x) - b, y - b) >= TOLERANCE:
+        return (
+            "scaling the input changes the shape of the output, not only its size",
+            "as softmax does",
+        )
+    return None
 
 
 def audit_norm(
@@ -191,25 +282,28 @@ def audit_norm(
 
     b = _call(f, torch.zeros(1, dim, dtype=dtype))[0]
     v = _alternating(1, dim, dtype)
-    g = ((_call(f, v) - b) / v)[0]
+    g = ((_call(f, GAIN_SCALE * v) - b) / v)[0]
     has_bias = bool(b.abs().max() > 1e-6)
 
     y = _call(f, x)
-    normalizes = _rel(_call(f, 3.7 * x), y) < 1e-3
-    centering = normalizes and _rel(_call(f, x + 5.0), y) < 1e-3
-    if not normalizes:
+    big = x * math.sqrt(LARGE_MEAN_SQUARE / float(x.double().pow(2).mean()))
+    y_big = _call(f, big)
+    why_not = _why_not_normalizing(f, x, y, big, y_big, b)
+    if why_not is not None:
+        reason, like = why_not
         return NormAudit(
             target=target, dim=dim, normalizes=False, centering=False,
-            statistic="none: the output changes with the input's scale", eps=None,
+            statistic=f"none: {reason}", eps=None,
             eps_placement="n/a", gain_form="unknown", has_bias=has_bias,
-            notes=["not a normalizer (e.g. DyT, or ε applied without a root: x / (m + ε))"],
+            notes=[f"not a normalizer: {reason} ({like})"],
         )  # fmt: skip
+    centering = _rel(_call(f, x + 5.0) - b, y - b) < TOLERANCE
     if (g.abs() < 1e-8).any():
         notes.append("some channels have zero gain; they were left out of the statistic fit")
     live = g.abs() >= 1e-8
-    hat = (y - b) / torch.where(live, g, torch.ones_like(g))
+    hat = (y_big - b) / torch.where(live, g, torch.ones_like(g))
     errors = {
-        name: _rel(hat[:, live], (cand(x) * (v[0] / cand(v)[0]))[:, live])
+        name: _rel(hat[:, live], (cand(big) * (v[0] / cand(v)[0]))[:, live])
         for name, cand in _CANDIDATES.items()
     }
     family = min(errors, key=errors.get)
@@ -250,7 +344,7 @@ def audit_norm(
         )
     precision = {
         "float16": _fp16_overflow_check(f, dim, family),
-        "bfloat16": _bf16_precision_check(f, b, g, family),
+        "bfloat16": _bf16_precision_check(f, b, g, family, eps, placement),
     }
     casting = _casting_check(f, weight, dim, eps, family) if family == "mean square" else None
     return NormAudit(

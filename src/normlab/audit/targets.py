@@ -1,9 +1,13 @@
 """Turn a command-line target into something to audit.
 
-A norm target is a registry kind (``rmsnorm``, ``layernorm``, …) or ``package.module:Name``
-naming a class (built as ``Name(dim)``) or a callable taking ``x`` (or ``(x, (dim,))`` like
-``torch.nn.functional.layer_norm``). A model target is ``gpt`` (normlab's testbed) or
-``package.module:factory`` where ``factory()`` returns ``(model, example_inputs)``.
+A norm target is a registry kind (``rmsnorm``, ``layernorm``, …, and ``dyt``: the names
+``normlab compare`` accepts, except ``none``, which is no module at all) or
+``package.module:Name`` naming a class (built as ``Name(dim)``) or a callable taking ``x`` (or
+``(x, (dim,))`` like ``torch.nn.functional.layer_norm``). A model target is ``gpt`` (normlab's
+testbed) or ``package.module:factory`` where ``factory()`` returns ``(model, example_inputs)``.
+
+Errors are ``ValueError`` messages that start with the argument at fault: ``target:``,
+``dim:``, ``norm:`` or ``placement:``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.models.norms import NO_NORM  # importing it registers "dyt", as compare sees it
 from normlab.registry import available_norms, is_conditional, make_norm
 
 
@@ -40,6 +45,13 @@ def load_norm(
     target: str, dim: int
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
     """The callable to probe and its gain parameter (or None) for ``target`` at size ``dim``."""
+    check_dim(dim)
+    if target == NO_NORM:
+        raise ValueError(
+            f"target: {NO_NORM!r} means no norm layer (the identity) in a model, so there is "
+            f"nothing to audit; expected a norm: one of {', '.join(available_norms())} "
+            "or 'package.module:Name'"
+        )
     if target in available_norms():
         kw = {"cond_dim": dim} if is_conditional(target) else {}
         return _as_callable(make_norm(target, dim, **kw), dim)
@@ -55,6 +67,13 @@ def load_norm(
     if callable(obj):
         return _functional(obj, dim), None
     raise ValueError(f"target: {target!r} is not a module class, a module or a callable")
+
+
+def check_dim(dim: object) -> int:
+    """The probes' vector size: an even integer >= 2."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
+        raise ValueError(f"dim: expected an even integer >= 2 for the probes, got {dim!r}")
+    return dim
 
 
 def _as_callable(
@@ -84,11 +103,22 @@ def _functional(fn: Callable[..., Any], dim: int) -> Callable[[torch.Tensor], to
     return lambda x: fn(x, (dim,))
 
 
+def check_testbed_options(norm: object, placement: object) -> None:
+    """The norm kind and placement of the ``gpt`` testbed; errors start ``norm:``/``placement:``."""
+    from normlab.models.config import PLACEMENTS
+    from normlab.models.norms import check_model_norm
+
+    check_model_norm(norm)
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement: got {placement!r}; expected one of {', '.join(PLACEMENTS)}")
+
+
 def load_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
-    """A model and example inputs for a model audit."""
+    """A model and example inputs for a model audit (``norm`` and ``placement``: ``gpt`` only)."""
     if target == "gpt":
         from normlab.models import GPT, GPTConfig
 
+        check_testbed_options(norm, placement)
         cfg = GPTConfig(
             d_model=64, n_layers=2, n_heads=4, context=32, norm=norm, placement=placement
         )

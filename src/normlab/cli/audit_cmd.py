@@ -10,8 +10,23 @@ from rich.console import Console
 from rich.table import Table
 
 from normlab.audit import audit_model, audit_norm
-from normlab.audit.targets import load_model, load_norm
+from normlab.audit.targets import check_dim, check_testbed_options, load_model, load_norm
 from normlab.cli.app import app
+
+
+def _bad_parameter(err: Exception, params: dict[str, str]) -> typer.BadParameter:
+    """A library error ``"name: message"`` as a CLI error naming the argument at fault.
+
+    ``params`` maps the names an error may start with to their command-line spelling; any other
+    error is about the target (TARGET).
+    """
+    name, sep, message = str(err).partition(": ")
+    if sep and name in params:
+        return typer.BadParameter(message, param_hint=params[name])
+    if sep and name == "target":
+        return typer.BadParameter(message, param_hint="TARGET")
+    return typer.BadParameter(str(err), param_hint="TARGET")
+
 
 audit_app = typer.Typer(help="Probe a norm or a model as a black box.", no_args_is_help=True)
 app.add_typer(audit_app, name="audit")
@@ -20,17 +35,24 @@ app.add_typer(audit_app, name="audit")
 @audit_app.command("norm")
 def audit_norm_cmd(
     target: Annotated[
-        str, typer.Argument(help="A registered kind (rmsnorm, …) or 'package.module:Name'.")
+        str,
+        typer.Argument(
+            help="A registered kind (rmsnorm, layernorm, dyt, …) or 'package.module:Name'."
+        ),
     ],
     dim: Annotated[int, typer.Option(help="Vector size D used by the probes (even).")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision."""
     try:
+        check_dim(dim)
+    except ValueError as err:
+        raise _bad_parameter(err, {"dim": "--dim"}) from None
+    try:
         fn, weight = load_norm(target, dim)
         result = audit_norm(fn, dim, target=target, weight=weight)
     except (TypeError, ValueError) as err:
-        raise typer.BadParameter(str(err), param_hint="TARGET") from err
+        raise _bad_parameter(err, {}) from err
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
@@ -65,16 +87,25 @@ def audit_model_cmd(
     target: Annotated[
         str, typer.Argument(help="'gpt' (normlab's testbed) or 'package.module:factory'.")
     ] = "gpt",
-    norm: Annotated[str, typer.Option(help="Norm kind of the gpt testbed.")] = "layernorm",
-    placement: Annotated[str, typer.Option(help="Placement of the gpt testbed.")] = "pre",
+    norm: Annotated[
+        str, typer.Option(help="Norm kind of the gpt testbed (layernorm, rmsnorm, dyt, none, …).")
+    ] = "layernorm",
+    placement: Annotated[
+        str, typer.Option(help="Placement of the gpt testbed: pre, post or sandwich.")
+    ] = "pre",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Find a model's norms and where they sit (pre / post / sandwich, final)."""
+    if target == "gpt":
+        try:
+            check_testbed_options(norm, placement)
+        except (TypeError, ValueError) as err:
+            raise _bad_parameter(err, {"norm": "--norm", "placement": "--placement"}) from None
     try:
         model, inputs = load_model(target, norm, placement)
         result = audit_model(model, *inputs)
     except (TypeError, ValueError) as err:
-        raise typer.BadParameter(str(err), param_hint="TARGET") from err
+        raise _bad_parameter(err, {}) from err
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
