@@ -3,6 +3,10 @@
 Only the files on disk are read: ``experiment.json``, ``data/data.json`` and, for every run,
 ``runs/<run_id>/run.json`` and ``summary.json``. A run folder without ``summary.json`` is
 reported as ``unfinished`` (still training, or killed before it could write its summary).
+
+When ``experiment.json`` lists its runs (``"runs"``, as ``normlab compare`` writes it), only those
+runs count: folders under ``runs/`` left by an earlier command with other seeds or arms are
+listed in :attr:`CompareFolder.ignored_runs` and left out of everything else.
 """
 
 from __future__ import annotations
@@ -77,6 +81,8 @@ class CompareFolder:
     seeds: list[int]
     margin_bpb: float
     runs: list[RunResult]
+    ignored_runs: tuple[str, ...] = ()
+    """Run folders under ``runs/`` that ``experiment.json`` does not list (left out)."""
 
     def runs_of(self, arm: str) -> list[RunResult]:
         """The runs of ``arm``, ordered by seed."""
@@ -115,6 +121,17 @@ def _experiment_fields(
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
         raise CompareFolderError(f"{where}: 'margin_bpb' must be a number > 0, got {margin!r}")
     return list(arms), baseline, list(seeds), float(margin)
+
+
+def _listed_runs(experiment: dict[str, Any], where: Path) -> set[str] | None:
+    """The run ids that ``experiment.json`` lists, or ``None`` if it lists none (older folders:
+    every run folder then counts)."""
+    listed = experiment.get("runs")
+    if listed is None:
+        return None
+    if not (isinstance(listed, list) and all(isinstance(r, str) for r in listed)):
+        raise CompareFolderError(f"{where}: 'runs' must be a list of run ids, got {listed!r}")
+    return set(listed)
 
 
 def _looks_like_run(run_dir: Path) -> bool:
@@ -172,7 +189,9 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
         data = dict(experiment.get("data") or {})
     runs_dir = path / "runs"
     run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
-    runs = [_load_run(d) for d in run_dirs if _looks_like_run(d)]
+    listed = _listed_runs(experiment, exp_path)
+    ignored = tuple(d.name for d in run_dirs if listed is not None and d.name not in listed)
+    runs = [_load_run(d) for d in run_dirs if d.name not in ignored and _looks_like_run(d)]
     if not any(r.done for r in runs):
         counts = {s: sum(r.status == s for r in runs) for s in ("crashed", "unfinished")}
         raise CompareFolderError(
@@ -189,4 +208,5 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
         seeds=seeds,
         margin_bpb=margin,
         runs=sorted(runs, key=lambda r: (r.arm, r.seed)),
+        ignored_runs=ignored,
     )

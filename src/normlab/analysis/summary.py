@@ -195,6 +195,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "recommendation": rec.to_dict(),
         "runs": runs_table,
         "excluded": [row for row in runs_table if row["status"] in ("crashed", "unfinished")],
+        "ignored_runs": list(folder.ignored_runs),
         "environment": _environment(folder),
         "target_val_loss": folder.experiment.get("target_val_loss"),
         "quality_metric": metric_spec("final_val_bpb").name,

@@ -13,6 +13,10 @@ from rich.markup import escape
 from normlab.cli.app import app
 
 DEFAULT_OUT = Path("normlab-out/compare")
+EXIT_REFUSED = 1
+EXIT_BAD_CONFIG = 2
+EXIT_NO_RESULT = 3
+EXIT_INTERRUPTED = 130
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -94,7 +98,15 @@ def compare(
     norm to use.
 
     With no arguments: LayerNorm vs RMSNorm, pre-norm, 3 paired seeds, on this Python's own
-    standard-library source. Re-running with the same --out skips finished runs.
+    standard-library source. Re-running with the same --out skips finished runs; it refuses,
+    leaving the folder unchanged, if a finished run was trained with other settings. Runs in the
+    folder that the new command does not plan (e.g. seeds beyond a lower --seeds) are kept on
+    disk but left out of the analysis and report.
+
+    Exit status: 0 when at least one run finished or diverged (crashed runs are recorded as
+    results); 1 when the command refused before training (bad --out, --device or --data, folder
+    locked, unpaired arms, settings that differ from finished runs); 2 for an invalid config;
+    3 when every run crashed; 130 when interrupted.
     """
     from normlab.experiment.config import ConfigError, validate_config
     from normlab.experiment.lock import FolderLockedError
@@ -120,19 +132,33 @@ def compare(
         cfg = validate_config(build_config_dict(config, overrides))
     except ConfigError as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_BAD_CONFIG) from None
     try:
         summaries = run_experiment(cfg, out, console=console, report=report)
     except (FolderLockedError, ValueError) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(1) from None
+        raise typer.Exit(EXIT_REFUSED) from None
     except KeyboardInterrupt:
         console.print(
             f"interrupted: finished runs are kept in {out}; run the same command to continue"
         )
-        raise typer.Exit(130) from None
-    counts: dict[str, int] = {}
-    for s in summaries.values():
-        counts[s.get("status", "?")] = counts.get(s.get("status", "?"), 0) + 1
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    counts = status_counts(summaries)
     shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     console.print(f"done in {time.perf_counter() - started:.0f} s: {shown}; results in {out}")
+    if not counts.get("finished") and not counts.get("diverged"):
+        console.print(
+            f"[red]error:[/] no run finished or diverged; each run's error is in "
+            f"{escape(str(out / 'runs'))}/<run>/summary.json",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_NO_RESULT)
+
+
+def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """{status: number of runs} over the runs' summaries."""
+    counts: dict[str, int] = {}
+    for summary in summaries.values():
+        status = str(summary.get("status", "?"))
+        counts[status] = counts.get(status, 0) + 1
+    return counts

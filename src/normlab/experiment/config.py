@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import math
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,9 +31,9 @@ DEFAULT_STEPS = 600
 
 
 class Section(BaseModel):
-    """A config section: unknown keys and wrong types are errors."""
+    """A config section: unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class ModelSettings(Section):
@@ -281,13 +282,31 @@ def validate_config(data: dict[str, Any]) -> ExperimentConfig:
         raise ConfigError(describe_errors(err)) from None
 
 
+class ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, except that scientific notation without a dot or without an
+    exponent sign (``1e-3``, ``1E5``, ``2.5e4``, ``.5e-3``) is a float, as in YAML 1.2 and
+    Python. PyYAML follows YAML 1.1 there and would read those as strings."""
+
+
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """Parse YAML with :class:`ConfigLoader` (safe: plain data only)."""
+    return yaml.load(text, Loader=ConfigLoader)
+
+
 def load_config_file(path: str | Path) -> dict[str, Any]:
     """Read a YAML config into a dict (an empty file is an empty dict)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config: no such file {str(path)!r}")
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
         raise ConfigError(f"config: {str(path)!r} is not valid YAML: {err}") from None
     if data is None:

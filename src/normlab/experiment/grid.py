@@ -40,26 +40,41 @@ def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
+def first_difference(
+    a: dict[str, Any], b: dict[str, Any], allowed: Iterable[str] = ()
+) -> tuple[str, str, str] | None:
+    """The first dotted field (in sorted order), outside ``allowed``, whose value differs between
+    the run configs ``a`` and ``b``, as (field, repr in ``a``, repr in ``b``); a field missing
+    from one side shows as ``(absent)``. ``None`` when they agree."""
+    allowed = set(allowed)
+    flat_a, flat_b = flatten(a), flatten(b)
+    for key in sorted(set(flat_a) | set(flat_b)):
+        if key in allowed:
+            continue
+        va, vb = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
+        if va != vb:
+            shown_a, shown_b = ("(absent)" if v is _MISSING else repr(v) for v in (va, vb))
+            return key, shown_a, shown_b
+    return None
+
+
 def check_only_factors_differ(runs: list[dict[str, Any]], allowed: Iterable[str]) -> None:
     """Raise ``ValueError`` naming the first field, outside ``allowed``, whose value is not the
     same in every run (fields are dotted paths, e.g. ``train.lr``)."""
-    allowed = set(allowed)
+    allowed = sorted(set(allowed))
     if len(runs) < 2:
         return
-    ref = flatten(runs[0])
     for other in runs[1:]:
-        flat = flatten(other)
-        for key in sorted(set(ref) | set(flat)):
-            if key in allowed:
-                continue
-            a, b = ref.get(key, _MISSING), flat.get(key, _MISSING)
-            if a != b:
-                shown = ["(absent)" if v is _MISSING else repr(v) for v in (a, b)]
-                raise ValueError(
-                    f"runs {runs[0]['run_id']!r} and {other['run_id']!r} differ in {key!r} "
-                    f"({shown[0]} vs {shown[1]}); only {', '.join(sorted(allowed))} may differ. "
-                    "Refusing to train an unpaired comparison."
-                )
+        diff = first_difference(runs[0], other, allowed)
+        if diff is None:
+            continue
+        key, shown_a, shown_b = diff
+        may_differ = f"only {', '.join(allowed)} may differ" if allowed else "nothing may differ"
+        raise ValueError(
+            f"runs {runs[0]['run_id']!r} and {other['run_id']!r} differ in {key!r} "
+            f"({shown_a} vs {shown_b}); {may_differ}. "
+            "Refusing to train an unpaired comparison."
+        )
 
 
 def shared_settings(

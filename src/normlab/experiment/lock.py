@@ -22,9 +22,25 @@ class OutputLock:
         self.path = Path(out_dir) / LOCK_FILE
         self._fd: int | None = None
 
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock now."""
+        return self._fd is not None
+
     def acquire(self) -> OutputLock:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        """Create the folder if needed and take the lock. Raises :class:`FolderLockedError` if
+        another process holds it, ``ValueError`` naming ``--out`` if the folder or its lock file
+        cannot be created."""
+        folder = self.path.parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as err:
+            doing = "write in the folder" if folder.is_dir() else "create the folder"
+            raise ValueError(
+                f"out: cannot {doing} {str(folder)!r} ({err.strerror or err}); expected --out to "
+                "name a folder this user can create and write"
+            ) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -40,7 +40,7 @@ from normlab._io import write_json_atomic
 from normlab.data.cache import prepare_tokens
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
-from normlab.experiment.grid import FACTOR_NAMES, check_only_factors_differ, flatten, plan_runs
+from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
 from normlab.experiment.lock import OutputLock
 from normlab.experiment.worker import (
     DONE_STATUSES,
@@ -135,13 +135,91 @@ class _Active:
 
 
 def _check_same_run(done_spec: dict[str, Any], planned: dict[str, Any], out: Path) -> None:
-    try:
-        check_only_factors_differ([done_spec, planned], allowed=())
-    except ValueError as err:
+    """Raise ``ValueError`` if a finished run on disk was trained with other settings than the
+    run this command plans under the same id (its results would be mixed into a new
+    experiment)."""
+    diff = first_difference(done_spec, planned)
+    if diff is None:
+        return
+    key, done_value, planned_value = diff
+    raise ValueError(
+        f"out: {str(out)!r} already holds the finished run {planned['run_id']!r}, trained with "
+        f"{key} = {done_value}; this command asks for {key} = {planned_value}. Use another "
+        "--out, or delete the folder. Its experiment.json and runs are left as they were."
+    )
+
+
+def finished_runs(runs: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any]]:
+    """{run_id: summary} of the runs of ``runs`` that ``out`` already holds as done (finished
+    or diverged). Raises ``ValueError`` if one of them was trained with other settings than
+    planned; writes nothing."""
+    done: dict[str, dict[str, Any]] = {}
+    for spec in runs:
+        run_dir = Path(out) / RUNS_DIR / spec["run_id"]
+        summary = read_summary(run_dir)
+        if is_done(summary) and (run_dir / RUN_FILE).exists():
+            _check_same_run(read_spec(run_dir), spec, Path(out))
+            assert summary is not None  # is_done guarantees it
+            done[spec["run_id"]] = summary
+    return done
+
+
+def runs_not_planned(runs: list[dict[str, Any]], out: Path) -> list[str]:
+    """Names of the folders under ``out/runs`` that are not runs of ``runs`` (e.g. the seeds an
+    earlier command ran beyond this command's ``--seeds``), sorted."""
+    runs_dir = Path(out) / RUNS_DIR
+    if not runs_dir.is_dir():
+        return []
+    planned = {r["run_id"] for r in runs}
+    return sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and p.name not in planned)
+
+
+def check_data_fits(cfg: ExperimentConfig, data_info: dict[str, Any]) -> None:
+    """Raise ``ValueError`` naming ``--data`` unless the training part holds at least
+    ``context + 2`` bytes and the validation part at least ``context + 1`` (one window each)."""
+    context = cfg.model.context
+    n_train, n_val = data_info["n_train_tokens"], data_info["n_val_tokens"]
+    if n_train >= context + 2 and n_val >= context + 1:
+        return
+    raise ValueError(
+        f"data: {data_info['source']!r} is too small for model.context = {context}: it gives "
+        f"{n_train:,} training and {n_val:,} validation bytes (data.val_fraction = "
+        f"{cfg.data.val_fraction:g}); expected at least {context + 2} training and "
+        f"{context + 1} validation bytes. Give --data more text, or use a smaller model.context."
+    )
+
+
+def check_out_path(out: Path) -> Path | None:
+    """Check that ``out`` is an existing folder or can be made one, creating nothing.
+
+    Returns the outermost folder that making ``out`` would create (``out`` itself or a missing
+    parent), or ``None`` if ``out`` exists. Raises ``ValueError`` naming ``--out`` if ``out`` or
+    one of its parents exists but is not a folder.
+    """
+    out = Path(out)
+    if out.is_dir():
+        return None
+    if out.exists() or out.is_symlink():
         raise ValueError(
-            f"out: {str(out)!r} already holds the finished run {planned['run_id']!r}, trained "
-            f"with different settings ({err}). Use another --out, or delete the folder."
-        ) from None
+            f"out: {str(out)!r} exists and is not a folder; expected a folder for --out "
+            "(a new one, or the folder of an earlier compare to resume)"
+        )
+    missing = out
+    for parent in out.absolute().parents:
+        if parent.is_dir():
+            break
+        if parent.exists():
+            raise ValueError(
+                f"out: cannot create {str(out)!r}: {str(parent)!r} is not a folder; expected "
+                "--out to name a folder (new, or from an earlier compare)"
+            )
+        missing = parent
+    return missing
+
+
+def _is_unused(out: Path) -> bool:
+    """True while nothing but the lock and the data cache was written to ``out``."""
+    return not (out / EXPERIMENT_FILE).exists() and not (out / RUNS_DIR).exists()
 
 
 def _outcome(summary: dict[str, Any]) -> str:
@@ -166,16 +244,8 @@ def run_grid(
     {run_id: summary} for the whole grid."""
     console = console or Console()
     out = Path(out)
-    summaries: dict[str, dict[str, Any]] = {}
-    todo: deque[dict[str, Any]] = deque()
-    for spec in runs:
-        run_dir = out / RUNS_DIR / spec["run_id"]
-        summary = read_summary(run_dir)
-        if is_done(summary) and (run_dir / RUN_FILE).exists():
-            _check_same_run(read_spec(run_dir), spec, out)
-            summaries[spec["run_id"]] = summary
-        else:
-            todo.append(spec)
+    summaries = finished_runs(runs, out)
+    todo = deque(spec for spec in runs if spec["run_id"] not in summaries)
     if summaries:
         console.print(f"{len(summaries)} of {len(runs)} runs already done in {out}; skipping them")
     if not todo:
@@ -280,48 +350,84 @@ def run_experiment(
 ) -> dict[str, dict[str, Any]]:
     """Run the whole experiment into ``out`` (see docs/run-format.md) and build its report.
 
+    ``out`` (a folder, or creatable) and the device are checked before ``out`` is created; the
+    data (enough for one context window), the pairing of the arms, and that the finished runs
+    already in ``out`` were trained with the same settings are checked before ``experiment.json``
+    or any run is written, so a refused command leaves them as they were. If this call created
+    ``out`` and fails before writing ``experiment.json``, it removes the folder again.
+
     Holds ``out/.lock`` throughout; raises :class:`normlab.experiment.lock.FolderLockedError` if
-    another command holds it, and ``ValueError`` (naming the field) if the arms would differ in
-    anything but the factors under study.
+    another command holds it, and ``ValueError`` (naming the field or flag) for any failed check.
+    The report is built only when at least one run finished or diverged.
     """
     console = console or Console()
     out = Path(out)
-    with OutputLock(out):
-        device = resolve_device(cfg.device)
-        threads = cfg.threads or default_threads()
-        started = time.perf_counter()
-        data_info = prepare_tokens(
-            out / "data", cfg.data.path, cfg.data.max_bytes, cfg.data.val_fraction
-        )
-        console.print(
-            f"data: {data_info['source']} ({data_info['fingerprint']}), "
-            f"{data_info['n_train_tokens']:,} train / {data_info['n_val_tokens']:,} val bytes "
-            f"from {data_info['n_train_files']} / {data_info['n_val_files']} files "
-            f"({time.perf_counter() - started:.1f} s)"
-        )
-        runs = plan_runs(cfg, device, threads, data_info)
-        seen = set()
-        for r in runs:
-            if r["arm"] not in seen:
-                seen.add(r["arm"])
-                console.print(
-                    f"arm {r['arm']}: {r['n_params']:,} parameters "
-                    f"({r['n_norm_params']:,} in norms)"
-                )
-        steps = runs[0]["train"]["steps"]
-        console.print(
-            f"paired: shared parameters equal across arms for every seed; only "
-            f"{' and '.join(FACTOR_NAMES)} differ. {len(runs)} runs × {steps} steps on "
-            f"{device} with {threads} threads"
-        )
-        write_json_atomic(
-            out / EXPERIMENT_FILE,
-            experiment_record(cfg, runs, data_info, environment(device, threads)),
-        )
-        summaries = run_grid(runs, out, cfg.parallel, console, show_progress)
-        if report:
+    created = check_out_path(out)
+    device = resolve_device(cfg.device)
+    threads = cfg.threads or default_threads()
+    lock = OutputLock(out)
+    try:
+        lock.acquire()
+        summaries = _run_locked(cfg, out, device, threads, console, show_progress)
+        if report and any(is_done(s) for s in summaries.values()):
             build_report_if_available(out, console)
+        elif report:
+            console.print("report: not built, since no run finished or diverged")
+    except BaseException:
+        if created is not None and lock.held and _is_unused(out):
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        lock.release()
     return summaries
+
+
+def _run_locked(
+    cfg: ExperimentConfig,
+    out: Path,
+    device: str,
+    threads: int,
+    console: Console,
+    show_progress: bool,
+) -> dict[str, dict[str, Any]]:
+    """Prepare the data, plan and check the runs, write ``experiment.json``, train the grid."""
+    started = time.perf_counter()
+    data_info = prepare_tokens(
+        out / "data", cfg.data.path, cfg.data.max_bytes, cfg.data.val_fraction
+    )
+    console.print(
+        f"data: {data_info['source']} ({data_info['fingerprint']}), "
+        f"{data_info['n_train_tokens']:,} train / {data_info['n_val_tokens']:,} val bytes "
+        f"from {data_info['n_train_files']} / {data_info['n_val_files']} files "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
+    check_data_fits(cfg, data_info)
+    runs = plan_runs(cfg, device, threads, data_info)
+    finished_runs(runs, out)  # refuses before experiment.json is touched
+    seen = set()
+    for r in runs:
+        if r["arm"] not in seen:
+            seen.add(r["arm"])
+            console.print(
+                f"arm {r['arm']}: {r['n_params']:,} parameters ({r['n_norm_params']:,} in norms)"
+            )
+    steps = runs[0]["train"]["steps"]
+    console.print(
+        f"paired: shared parameters equal across arms for every seed; only "
+        f"{' and '.join(FACTOR_NAMES)} differ. {len(runs)} runs × {steps} steps on "
+        f"{device} with {threads} threads"
+    )
+    others = runs_not_planned(runs, out)
+    if others:
+        console.print(
+            f"note: {out / RUNS_DIR} also holds {len(others)} runs that this command does not "
+            f"plan ({', '.join(others)}); they are kept, but left out of the analysis and report"
+        )
+    write_json_atomic(
+        out / EXPERIMENT_FILE,
+        experiment_record(cfg, runs, data_info, environment(device, threads)),
+    )
+    return run_grid(runs, out, cfg.parallel, console, show_progress)
 
 
 def build_report_if_available(out: Path, console: Console) -> bool:

@@ -418,7 +418,11 @@ def build_content(
         curves_note=curves_note,
         stats_table=_stats_table(a),
         runs_table=_runs_table(folder, a),
-        excluded=[f"{r['run_id']}: {r['reason']}" for r in a["excluded"]],
+        excluded=[f"{r['run_id']}: {r['reason']}" for r in a["excluded"]]
+        + [
+            f"{name}: in runs/ but not part of this experiment (experiment.json does not list it)"
+            for name in a.get("ignored_runs", [])
+        ],
         environment=_environment_table(a),
         method=_method(a),
     )
