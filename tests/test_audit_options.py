@@ -59,7 +59,7 @@ def test_error_names_the_argument_at_fault(args: list[str], param: str) -> None:
 
 
 def test_load_norm_checks_dim_first() -> None:
-    with pytest.raises(ValueError, match=r"^dim: expected an even integer >= 2"):
+    with pytest.raises(ValueError, match=r"^dim: expected an even integer >= 4"):
         load_norm("rmsnorm", 0)
 
 
@@ -105,6 +105,34 @@ def test_non_normalizers_are_not_called_normalizers(target: nn.Module) -> None:
     a = audit_norm(target, D)
     assert not a.normalizes
     assert a.statistic.startswith("none") and a.notes[0].startswith("not a normalizer")
+
+
+def _cast_to_params(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """The module behind a wrapper that casts x to its parameters' dtype, as in a 16-bit model."""
+    dtype = next(module.parameters()).dtype
+    return lambda x: module(x.to(dtype))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("kind", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("wrapped", [False, True], ids=["module", "casting-wrapper"])
+def test_16_bit_norms_are_recognised(kind: str, dtype: torch.dtype, wrapped: bool) -> None:
+    """A 16-bit module is probed with the input dtype it accepts, and the invariance probes
+    allow for 16-bit rounding; the statistic fit runs in float64 (x² of the large probe
+    overflows float16)."""
+    module = (nn.LayerNorm(D) if kind == "layernorm" else nn.RMSNorm(D, eps=1e-6)).to(dtype)
+    a = audit_norm(_cast_to_params(module) if wrapped else module, D, weight=module.weight)
+    assert a.normalizes, a.notes
+    assert a.centering == (kind == "layernorm")
+    assert a.statistic.startswith("variance" if kind == "layernorm" else "mean square")
+    assert a.eps_placement.startswith("inside") and a.gain_form == "w"
+
+
+@pytest.mark.parametrize("dim", [2, 3])
+def test_probes_need_four_columns(dim: int) -> None:
+    """At D = 2 every centred row is a multiple of [1, −1]: softmax would pass as a norm."""
+    with pytest.raises(ValueError, match="dim"):
+        audit_norm(lambda x: torch.softmax(x, -1), dim)
 
 
 def test_eps_without_a_root_is_not_a_normalizer() -> None:

@@ -40,7 +40,8 @@ NormFn = Callable[[torch.Tensor], torch.Tensor]
 SCALE_STEP = 3.7  # the factor c of the scale-invariance probes
 LARGE_MEAN_SQUARE = 1e4  # input scale at which ε is negligible: ε = 1 moves x̂ by 5e-5
 GAIN_SCALE = math.sqrt(LARGE_MEAN_SQUARE)  # x = GAIN_SCALE · v has that mean square
-TOLERANCE = 1e-3  # relative error allowed by the invariance probes
+TOLERANCE = 1e-3  # relative error allowed by the invariance probes (at least; see _tolerance)
+MIN_DIM = 4  # at D = 2 every centred row is a multiple of [1, −1]: the shape probe cannot fail
 
 
 @dataclass
@@ -92,14 +93,28 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
-    """float64 if the target accepts it (most precise probes), else float32."""
+    """The most precise input dtype the target accepts: float64 (if it also returns float64),
+    else float32, else a 16-bit dtype (a module whose parameters are bfloat16 or float16 and
+    that does not cast its input)."""
     try:
         y = _call(f, torch.randn(2, d, dtype=torch.float64))
         if y.dtype == torch.float64:
             return torch.float64
     except (RuntimeError, TypeError, ValueError):
         pass
-    return torch.float32
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        try:
+            _call(f, torch.randn(2, d).to(dtype))
+            return dtype
+        except (RuntimeError, TypeError, ValueError):
+            continue
+    return torch.float32  # let the first probe raise the target's own error
+
+
+def _tolerance(*tensors: torch.Tensor) -> float:
+    """Relative error the invariance probes allow: :data:`TOLERANCE`, or four units of
+    rounding of the least precise dtype among the probe's inputs and outputs."""
+    return max(TOLERANCE, *(4 * torch.finfo(t.dtype).eps for t in tensors))
 
 
 _CANDIDATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -248,15 +263,16 @@ def _why_not_normalizing(
             "it acts element-wise: changing one input leaves the other outputs unchanged",
             "as DyT, tanh or the identity do",
         )
-    if _rel(_call(f, SCALE_STEP * big) - b, y_big - b) >= TOLERANCE:
+    tol = _tolerance(x, y)
+    if _rel(_call(f, SCALE_STEP * big) - b, y_big - b) >= tol:
         return (
             "the output changes with the input's scale, even where ε is negligible",
             "as a linear map does, or ε applied without a root: x / (m + ε)",
         )
-    if _row_shape_error(_call(f, SCALE_STEP * x) - b, y - b) >= TOLERANCE:
+    if _row_shape_error(_call(f, SCALE_STEP * x) - b, y - b) >= tol:
         return (
             "scaling the input changes the shape of the output, not only its size",
-            "as softmax does",
+            "as the normalisation of a non-linear function of x, e.g. of tanh(x), does",
         )
     return None
 
@@ -273,8 +289,8 @@ def audit_norm(
     ``weight`` is the implementation's own gain parameter, if it exposes one: it lets the audit
     tell ``w`` from ``1 + w`` and fixes the constant factor of the statistic.
     """
-    if dim < 2 or dim % 2:
-        raise ValueError(f"dim: expected an even size >= 2 for the probes, got {dim}")
+    if dim < MIN_DIM or dim % 2:
+        raise ValueError(f"dim: expected an even size >= {MIN_DIM} for the probes, got {dim}")
     dtype = _probe_dtype(f, dim)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(16, dim, generator=gen, dtype=dtype) * 2 + 0.5
@@ -297,13 +313,14 @@ def audit_norm(
             eps_placement="n/a", gain_form="unknown", has_bias=has_bias,
             notes=[f"not a normalizer: {reason} ({like})"],
         )  # fmt: skip
-    centering = _rel(_call(f, x + 5.0) - b, y - b) < TOLERANCE
+    centering = _rel(_call(f, x + 5.0) - b, y - b) < _tolerance(x, y)
     if (g.abs() < 1e-8).any():
         notes.append("some channels have zero gain; they were left out of the statistic fit")
     live = g.abs() >= 1e-8
-    hat = (y_big - b) / torch.where(live, g, torch.ones_like(g))
+    hat = (y_big.double() - b.double()) / torch.where(live, g, torch.ones_like(g)).double()
+    big64, v64 = big.double(), v.double()  # candidates in float64: 16-bit x² would overflow
     errors = {
-        name: _rel(hat[:, live], (cand(big) * (v[0] / cand(v)[0]))[:, live])
+        name: _rel(hat[:, live], (cand(big64) * (v64[0] / cand(v64)[0]))[:, live])
         for name, cand in _CANDIDATES.items()
     }
     family = min(errors, key=errors.get)

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.audit.probe import MIN_DIM
 from normlab.models.norms import NO_NORM  # importing it registers "dyt", as compare sees it
 from normlab.registry import available_norms, is_conditional, make_norm
 
@@ -70,9 +71,9 @@ def load_norm(
 
 
 def check_dim(dim: object) -> int:
-    """The probes' vector size: an even integer >= 2."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < 2 or dim % 2:
-        raise ValueError(f"dim: expected an even integer >= 2 for the probes, got {dim!r}")
+    """The probes' vector size: an even integer >= :data:`~normlab.audit.probe.MIN_DIM`."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < MIN_DIM or dim % 2:
+        raise ValueError(f"dim: expected an even integer >= {MIN_DIM} for the probes, got {dim!r}")
     return dim
 
 

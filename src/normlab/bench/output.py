@@ -257,8 +257,10 @@ def _stage(out: Path, files: dict[str, bytes]) -> dict[str, Path]:
 def write_outputs(result: Result, out: Path, command: str | None = None) -> Written:
     """Write bench.csv, bench.json and bench.png into ``out`` as one consistent set.
 
-    Everything is rendered first, then staged, then renamed into place, so an error leaves the
-    folder as it was. With no chart to draw an older bench.png is removed.
+    Everything is rendered first, then staged, then renamed into place: an error while
+    rendering or staging leaves the folder as it was, and each rename is atomic (a failure
+    between two renames, which only the file system can cause, would leave a mixed set). With
+    no chart to draw an older bench.png is removed.
     """
     out = check_out_dir(out)
     notes: list[str] = []
