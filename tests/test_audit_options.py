@@ -48,7 +48,8 @@ def _invoke(*args: str) -> tuple[int, str]:
         (["model", "--placement", "middle"], "--placement"),
         (["norm", "no_such_norm"], "TARGET"),
         (["model", "no_such_module:factory"], "TARGET"),
-        (["model", "no_such_module:factory", "--norm", "foo"], "TARGET"),  # --norm: gpt only
+        (["model", "no_such_module:factory", "--norm", "foo"], "--norm"),  # gpt only
+        (["model", "no_such_module:factory", "--placement", "pre"], "--placement"),
     ],
 )
 def test_error_names_the_argument_at_fault(args: list[str], param: str) -> None:

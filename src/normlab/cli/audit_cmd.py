@@ -88,14 +88,31 @@ def audit_model_cmd(
         str, typer.Argument(help="'gpt' (normlab's testbed) or 'package.module:factory'.")
     ] = "gpt",
     norm: Annotated[
-        str, typer.Option(help="Norm kind of the gpt testbed (layernorm, rmsnorm, dyt, none, …).")
-    ] = "layernorm",
+        str | None,
+        typer.Option(
+            help="Norm kind of the gpt testbed (layernorm, rmsnorm, dyt, none, …); "
+            "default layernorm.",
+            show_default=False,
+        ),
+    ] = None,
     placement: Annotated[
-        str, typer.Option(help="Placement of the gpt testbed: pre, post or sandwich.")
-    ] = "pre",
+        str | None,
+        typer.Option(
+            help="Placement of the gpt testbed: pre, post or sandwich; default pre.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Find a model's norms and where they sit (pre / post / sandwich, final)."""
+    if target != "gpt":
+        for value, flag in ((norm, "--norm"), (placement, "--placement")):
+            if value is not None:
+                raise typer.BadParameter(
+                    f"applies to the gpt testbed only, not to {target!r}; leave it out",
+                    param_hint=flag,
+                )
+    norm, placement = norm or "layernorm", placement or "pre"
     if target == "gpt":
         try:
             check_testbed_options(norm, placement)
