@@ -157,3 +157,17 @@ def test_train_batches_are_windows_of_the_data() -> None:
     x, y = TrainBatches(tokens, 3, 8, seed=0).next()
     assert x.shape == (3, 8) and x.dtype.is_floating_point is False
     assert ((y - x) % 256 == 1).all()  # consecutive bytes of the arange data
+
+
+def test_a_home_relative_source_reuses_its_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``~/corpus`` is read as $HOME/corpus, so the cache must record that same path: a re-run
+    (a resumed compare) with the same ``~`` path was refused as a different source."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    folder = make_folder(tmp_path / "home" / "corpus")
+    data_dir = tmp_path / "out" / "data"
+    info = prepare_tokens(data_dir, "~/corpus")
+    assert info["source"] == str(folder.resolve())
+    assert prepare_tokens(data_dir, "~/corpus") == info
+    assert prepare_tokens(data_dir, folder) == info

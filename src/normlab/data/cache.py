@@ -50,6 +50,14 @@ def fingerprint(train: bytes, val: bytes) -> str:
     return "sha256:" + h.hexdigest()[:16]
 
 
+def resolve_source(source: str | Path) -> Path:
+    """The absolute path of a user source: ``~`` expanded, then symlinks and ``..`` resolved.
+
+    :func:`read_corpus` reads this path and :func:`request_key` records it, so both must agree.
+    """
+    return Path(source).expanduser().resolve()
+
+
 def read_corpus(
     source: str | Path | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
@@ -68,7 +76,7 @@ def read_corpus(
         paths = list_stdlib_files(root)
         desc.update(source=STDLIB, source_kind=STDLIB, source_root=str(root))
     else:
-        path = Path(source).expanduser().resolve()
+        path = resolve_source(source)
         if path.is_file():
             data = path.read_bytes()[:max_bytes]
             if len(data) < 2:
@@ -118,7 +126,7 @@ def _join(files: list[SourceFile]) -> bytes:
 def request_key(source: str | Path | None, max_bytes: int, val_fraction: float) -> dict[str, Any]:
     """What identifies a cache: the source, the cap, the split fraction (and, for the stdlib,
     the Python version whose library it is)."""
-    src = STDLIB if source is None or str(source) == STDLIB else str(Path(source).resolve())
+    src = STDLIB if source is None or str(source) == STDLIB else str(resolve_source(source))
     key: dict[str, Any] = {"source": src, "max_bytes": max_bytes, "val_fraction": val_fraction}
     if src == STDLIB:
         key["python_version"] = platform.python_version()

@@ -51,13 +51,17 @@ def _group_grad_norms(model: GPT, groups: dict[str, list[str]]) -> dict[str, flo
     return norms
 
 
-def warm_up(model: GPT, device: torch.device) -> None:
-    """One forward and backward on a tiny batch, in eval mode, before anything is timed, so that
-    what the norms and torch set up on first use (kernels compiled and cached on disk, lazily
-    initialised libraries) is not charged to the run. Gradients are cleared afterwards."""
+def warm_up(model: GPT, device: torch.device, batch_size: int) -> None:
+    """One forward and backward on a batch of the training shape [``batch_size``, context], in
+    eval mode, before anything is timed, so that what the norms and torch set up on first use
+    (kernels compiled and cached on disk, lazily initialised libraries) is not charged to the run.
+
+    The shape matters: kernels specialise on it (the Triton norms pick their rows per program
+    from the number of rows, N = batch_size · context), so a smaller warm-up batch would leave the
+    training shape's compilation to step 1. Gradients are cleared afterwards."""
     was_training = model.training
     model.eval()
-    idx = torch.zeros(1, min(8, model.config.context), dtype=torch.long, device=device)
+    idx = torch.zeros(batch_size, model.config.context, dtype=torch.long, device=device)
     _, loss = model(idx, idx)
     if loss is not None:
         loss.backward()
@@ -65,16 +69,40 @@ def warm_up(model: GPT, device: torch.device) -> None:
     model.train(was_training)
 
 
+def peak_rss_bytes() -> int:
+    """This process's own peak resident set size, in bytes.
+
+    Linux: ``VmHWM`` from ``/proc/self/status`` (kB × 1024), the high-water mark of this
+    process's own address space. ``getrusage``'s ``ru_maxrss`` is not used there: the kernel
+    carries it over fork and exec, so a worker spawned by a grid process that once held more
+    memory would report the parent's peak instead of its own. Elsewhere: ``ru_maxrss`` (bytes on
+    macOS, kB on the other systems).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if platform.system() == "Darwin" else rss * 1024)
+
+
 def _peak_memory(device: torch.device) -> tuple[int, str]:
     if device.type == "cuda":
         return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if platform.system() == "Darwin" else rss * 1024), "max_rss"
+    return peak_rss_bytes(), "max_rss"
 
 
 def _sync(device: torch.device) -> None:
+    """Wait for the device's queued work, so that a step's time covers its kernels."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+    elif device.type == "xpu":
+        torch.xpu.synchronize(device)
 
 
 def train_run(
@@ -114,7 +142,7 @@ def train_run(
             f"checked {spec['init_digest'][:16]}"
         )
     model.to(device)
-    warm_up(model, device)
+    warm_up(model, device, t["batch_size"])
     optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
     params = list(model.parameters())
     groups = model.parameter_groups()
@@ -137,7 +165,7 @@ def train_run(
     status, diverged_at, steps_done = "finished", None, 0
 
     def evaluate(step: int) -> None:
-        val_loss = validation_loss(model, windows, t["batch_size"], device.type)
+        val_loss = validation_loss(model, windows, t["batch_size"], str(device))
         record = {
             "type": "eval",
             "step": step,
