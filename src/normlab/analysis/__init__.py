@@ -2,7 +2,7 @@
 tests, verdicts and the recommendation.
 
 Modules, one job each: :mod:`~normlab.analysis.runs` loads a compare folder,
-:mod:`~normlab.analysis.stats` holds the t-interval / TOST / log-ratio formulas,
+:mod:`~normlab.analysis.stats` holds the t-interval / TOST / log-ratio / sign-test formulas,
 :mod:`~normlab.analysis.power` estimates the seeds still needed,
 :mod:`~normlab.analysis.comparison` turns one paired sample into a verdict,
 :mod:`~normlab.analysis.stability` judges divergences and spikes,
@@ -26,6 +26,7 @@ from normlab.analysis.stats import (
     describe,
     log_ratio_interval,
     paired_t_interval,
+    sign_test,
     t_interval,
     tost,
     tost_paired,
@@ -57,6 +58,7 @@ __all__ = [
     "run_outcome",
     "seeds_needed",
     "settle_probability",
+    "sign_test",
     "stability_verdict",
     "t_interval",
     "tost",

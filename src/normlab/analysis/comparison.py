@@ -14,21 +14,27 @@ d_k = ln(x_k / y_k), at level α (0.05 by default):
 Equivalence is tested before superiority: a difference that is statistically detectable but
 smaller than the margin is practically nil, and the verdict says ``equivalent`` with
 ``significant`` set to record it.
+
+Small integer counts (``discrete=True``: spikes per run) are tested with the exact sign test
+(:func:`normlab.analysis.stats.sign_test`) instead of the t-test in rule 3: equal counts in
+every pair make the t-interval zero-wide (p = 0) although, with three seeds, that pattern comes
+up by chance one time in four. The direction is that of the majority sign; the t-interval of
+the mean difference is still reported, as a scale. No seed count is estimated for them.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from normlab.analysis.power import seeds_needed
-from normlab.analysis.stats import log_ratio_interval, t_interval, tost
+from normlab.analysis.stats import TInterval, log_ratio_interval, sign_test, t_interval, tost
 
-__all__ = ["VERDICTS", "PairedComparison", "compare_paired"]
+__all__ = ["VERDICTS", "PairedComparison", "compare_paired", "decide_by_sign_test"]
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
 
@@ -63,6 +69,8 @@ class PairedComparison:
     ratio_ci_low: float | None = None
     ratio_ci_high: float | None = None
     note: str = ""
+    power: float = 0.8
+    """The power that ``seeds_needed`` aims for."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -71,6 +79,22 @@ class PairedComparison:
 
 def _direction(mean: float, lower_is_better: bool) -> str:
     return "better" if (mean < 0) == lower_is_better else "worse"
+
+
+def _significance(
+    d: np.ndarray, interval: TInterval, discrete: bool, alpha: float
+) -> tuple[bool, float | None, float]:
+    """(significant, p-value, signed effect) of rule 3.
+
+    t-test: significant when the (1 − α) interval excludes zero; the effect is d̄.
+    Sign test (``discrete``): significant when p < α; the effect is n₊ − n₋.
+    """
+    if discrete:
+        sign = sign_test(d)
+        assert sign.p_value is not None
+        return sign.p_value < alpha, sign.p_value, float(sign.n_pos - sign.n_neg)
+    assert interval.low is not None and interval.high is not None and interval.mean is not None
+    return interval.low > 0 or interval.high < 0, interval.p_value, interval.mean
 
 
 def compare_paired(
@@ -83,15 +107,19 @@ def compare_paired(
     scale: str = "difference",
     alpha: float = 0.05,
     power: float = 0.8,
+    discrete: bool = False,
 ) -> PairedComparison:
     """Compare paired samples ``x`` (arm) and ``y`` (baseline) and give a verdict.
 
     ``margin`` is the equivalence margin Δ on the difference scale (None: no equivalence test).
     ``scale="ratio"`` tests ln(x / y) and needs positive values; Δ is then unused.
+    ``discrete=True`` (small integer counts) decides by the exact sign test on x − y.
     See the module docstring for the verdict rules.
     """
     if scale not in ("difference", "ratio"):
         raise ValueError(f"scale must be 'difference' or 'ratio', got {scale!r}")
+    if discrete and scale != "difference":
+        raise ValueError(f"discrete counts are compared on the difference scale, got {scale!r}")
     if margin is not None and not (math.isfinite(margin) and margin >= 0):
         raise ValueError(f"margin must be None or a finite number >= 0, got {margin!r}")
     if not 0.0 < alpha < 0.5:
@@ -117,8 +145,8 @@ def compare_paired(
         ratio, ratio_low, ratio_high = rint.ratio, rint.low, rint.high
         eq_margin = None
     else:
-        test_int, test = raw, "paired t-test on x − y"
-        eq_margin = margin
+        test_int, eq_margin = raw, margin
+        test = "exact sign test on x − y" if discrete else "paired t-test on x − y"
 
     common = dict(
         n_pairs=n,
@@ -129,11 +157,11 @@ def compare_paired(
         sd_diff=raw.sd,
         ci_low=raw.low,
         ci_high=raw.high,
-        p_value=test_int.p_value,
         margin=eq_margin,
         ratio=ratio,
         ratio_ci_low=ratio_low,
         ratio_ci_high=ratio_high,
+        power=power,
     )
     if n < 2:
         note = (
@@ -144,6 +172,7 @@ def compare_paired(
         )
         return PairedComparison(
             **common,
+            p_value=test_int.p_value,
             tost_p=None,
             tost_low=None,
             tost_high=None,
@@ -156,7 +185,7 @@ def compare_paired(
 
     mean, sd = test_int.mean, test_int.sd
     assert mean is not None and sd is not None
-    assert test_int.low is not None and test_int.high is not None
+    significant, p_value, effect = _significance(xa - ya, test_int, discrete, alpha)
     if eq_margin is not None and eq_margin > 0:
         eq = tost(xa - ya, eq_margin, alpha)
         tost_p, tost_low, tost_high, equivalent = eq.p_value, eq.low, eq.high, eq.equivalent
@@ -169,19 +198,22 @@ def compare_paired(
         if mean == 0.0:
             equivalent = True
             note = "identical values in every pair"
-    significant = test_int.low > 0 or test_int.high < 0
+    if discrete and sd == 0.0 and mean != 0.0:
+        note = "every pair differs by the same count: the sign test decides, not the interval"
     needed = None
     if equivalent:
         verdict = "equivalent"
     elif significant:
-        verdict = _direction(mean, lower_is_better)
+        verdict = _direction(effect, lower_is_better)
     else:
         verdict = "inconclusive"
+    if verdict == "inconclusive" and not discrete:
         needed = seeds_needed(mean, sd, eq_margin or 0.0, n_done=n, alpha=alpha, power=power)
         if needed is None:
             note = "more than 1000 seeds would be needed: the difference is far below the noise"
     return PairedComparison(
         **common,
+        p_value=p_value,
         tost_p=tost_p,
         tost_low=tost_low,
         tost_high=tost_high,
@@ -189,5 +221,39 @@ def compare_paired(
         significant=significant,
         verdict=verdict,
         seeds_needed=needed,
+        note=note,
+    )
+
+
+def decide_by_sign_test(
+    c: PairedComparison,
+    signs: Sequence[float],
+    *,
+    lower_is_better: bool,
+    alpha: float = 0.05,
+    test: str,
+    note: str,
+) -> PairedComparison:
+    """``c`` with its test, p-value and verdict replaced by the exact sign test on ``signs``.
+
+    For pairs whose order is known but not their difference (a run that never reached a target
+    was slower than one that did): ``signs`` holds sign(x_k − y_k) for every usable pair,
+    p = :func:`~normlab.analysis.stats.sign_test`; ``better`` / ``worse`` when p < α, by the
+    majority sign, else ``inconclusive``. The interval and ratio of ``c`` are kept as they are.
+    """
+    sign = sign_test(np.sign(np.asarray(signs, dtype=np.float64)))
+    significant = sign.p_value is not None and sign.p_value < alpha
+    effect = float(sign.n_pos - sign.n_neg)
+    return replace(
+        c,
+        test=test,
+        p_value=sign.p_value,
+        tost_p=None,
+        tost_low=None,
+        tost_high=None,
+        equivalent=False,
+        significant=significant,
+        verdict=_direction(effect, lower_is_better) if significant else "inconclusive",
+        seeds_needed=None,
         note=note,
     )

@@ -18,6 +18,9 @@ class MetricSpec:
     ln(x / y), reported as a ratio). ``margin_factor`` converts the experiment's equivalence
     margin in bits per byte into this metric's unit (1 for bpb, ln 2 for nats per byte), or is
     None when no equivalence margin applies. ``statuses`` are the run statuses whose value counts.
+    ``discrete`` marks small integer counts, decided by the exact sign test rather than the
+    t-test. ``censored`` marks a metric whose null in a finished run means "not reached within
+    the run" (a time to target), not "missing": such a run was slower than one that reached it.
     """
 
     name: str
@@ -27,6 +30,8 @@ class MetricSpec:
     scale: str = "difference"
     margin_factor: float | None = None
     statuses: tuple[str, ...] = ("finished",)
+    discrete: bool = False
+    censored: bool = False
 
 
 METRICS: tuple[MetricSpec, ...] = (
@@ -41,9 +46,13 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("tokens_per_s", "throughput", "tokens/s", False, scale="ratio"),
     MetricSpec("peak_memory_bytes", "peak memory", "bytes", True, scale="ratio"),
-    MetricSpec("n_loss_spikes", "loss spikes", "count", True, statuses=DONE_STATUSES),
-    MetricSpec("n_grad_spikes", "gradient spikes", "count", True, statuses=DONE_STATUSES),
-    MetricSpec("time_to_target_s", "time to target loss", "s", True, scale="ratio"),
+    MetricSpec(
+        "n_loss_spikes", "loss spikes", "count", True, statuses=DONE_STATUSES, discrete=True
+    ),
+    MetricSpec(
+        "n_grad_spikes", "gradient spikes", "count", True, statuses=DONE_STATUSES, discrete=True
+    ),
+    MetricSpec("time_to_target_s", "time to target loss", "s", True, scale="ratio", censored=True),
 )
 """Quality metrics count finished runs only (a diverged run's last numbers describe a truncated
 run; its divergence is judged under stability). Spike counts also count diverged runs."""

@@ -10,6 +10,10 @@ truth. With n pairs, se = σ / √n and ν = n − 1, the comparison is settled 
   P_eq(n) ≥ 1 − P(T_l ≤ t_{1−α, ν}) − P(T_u ≥ −t_{1−α, ν}) is used (clipped at 0; it slightly
   understates the power, so the seed count errs on the high side).
 
+Every tail is evaluated as a survival function, using P(T ≤ x; ν, λ) = P(T ≥ −x; ν, −λ):
+SciPy's noncentral-t ``cdf`` returns NaN far in the tails (e.g. x = −12.7, ν = 1, λ = 269),
+where ``sf`` stays accurate.
+
 P_settle(n) ≥ max(P_sup(n), P_eq(n)), and ``seeds_needed`` is the smallest n with that bound at
 or above the requested power (0.8 by default). A count from the bare plug-in rule "the interval
 half-width t·σ/√n just clears zero or fits the margin" would settle the question only about
@@ -55,11 +59,11 @@ def settle_probability(
     se = sd_diff / np.sqrt(ns)
     c_two = stats.t.ppf(1.0 - alpha / 2.0, df)
     nc = mean_diff / se
-    p_sup = stats.nct.sf(c_two, df, nc) + stats.nct.cdf(-c_two, df, nc)
+    p_sup = stats.nct.sf(c_two, df, nc) + stats.nct.sf(c_two, df, -nc)  # P(T > c) + P(T < −c)
     if margin > 0:
         c_one = stats.t.ppf(1.0 - alpha, df)
-        miss_lower = stats.nct.cdf(c_one, df, (mean_diff + margin) / se)
-        miss_upper = stats.nct.sf(-c_one, df, (mean_diff - margin) / se)
+        miss_lower = stats.nct.sf(-c_one, df, -(mean_diff + margin) / se)  # P(T_l ≤ c_one)
+        miss_upper = stats.nct.sf(-c_one, df, (mean_diff - margin) / se)  # P(T_u ≥ −c_one)
         p_eq = np.clip(1.0 - miss_lower - miss_upper, 0.0, 1.0)
     else:
         p_eq = np.zeros_like(p_sup)

@@ -4,7 +4,8 @@
   largest quality gain (most negative bpb difference), else a more stable arm, else the fastest
   of the equivalent-and-faster arms.
 - Else, if some arm is ``undecided``, the choice is ``"undecided"`` and the text says how many
-  seeds would likely settle it.
+  seeds would likely settle it, or, for an arm without any finished or diverged run (every run
+  crashed), that it has no result: more seeds do not help an arm that crashes.
 - Else the baseline is kept (``either`` when some arm is equivalent with no speed difference).
 """
 
@@ -49,18 +50,55 @@ def _switch_rank(v: ArmVerdict, quality: PairedComparison, speed: PairedComparis
     return (2, -(speed.ratio or 0.0))
 
 
+def _how_to_settle(verdicts: dict[str, ArmVerdict], arms: list[str]) -> str:
+    """What would settle the open comparisons of ``arms`` (all with a result)."""
+    if all(verdicts[a].n_pairs < 2 for a in arms):
+        return (
+            "fewer than two seeds have a result in both arms, so there is no interval; run at "
+            "least 3 seeds per arm and this report will say how many more would settle it"
+        )
+    needs = [verdicts[a].seeds_needed for a in arms if verdicts[a].n_pairs >= 2]
+    if any(n is None for n in needs):
+        return "the difference is too small against the seed-to-seed noise to resolve"
+    most = max(n for n in needs if n is not None)
+    return f"about {most} seeds per arm would likely settle it"
+
+
+def _undecided_headline(
+    baseline: str, verdicts: dict[str, ArmVerdict], undecided: list[str], problems: dict[str, str]
+) -> str:
+    """The open arms and how to settle them; the arms without a result and why."""
+    open_arms = [a for a in undecided if a not in problems]
+    parts = []
+    if open_arms:
+        parts.append(
+            f"The evidence cannot tell {', '.join(open_arms)} from {baseline} yet; "
+            f"{_how_to_settle(verdicts, open_arms)}"
+        )
+    parts.extend(
+        f"The arm {a} has no result ({problems[a]}), so it cannot be compared with {baseline}"
+        for a in undecided
+        if a in problems
+    )
+    return ". ".join(parts) + "."
+
+
 def recommend(
     baseline: str,
     verdicts: dict[str, ArmVerdict],
     quality: dict[str, PairedComparison],
     throughput: dict[str, PairedComparison],
     baseline_problem: str = "",
+    arm_problems: dict[str, str] | None = None,
 ) -> Recommendation:
     """Pick the arm to use (rules in the module docstring).
 
-    ``baseline_problem`` (e.g. "all 3 runs crashed") marks a baseline without any result:
-    then nothing can be compared and the answer is ``undecided``.
+    ``baseline_problem`` (e.g. "3 crashed") marks a baseline without any result: then nothing
+    can be compared and the answer is ``undecided``. ``arm_problems`` does the same for other
+    arms ({arm: "3 crashed"}): they stay undecided, and the text says why instead of asking
+    for more seeds.
     """
+    problems = arm_problems or {}
     if not verdicts:
         return Recommendation(
             baseline, "keep", f"Keep {baseline}.", "There is no other arm to compare against."
@@ -88,22 +126,10 @@ def recommend(
         )
     details = " ".join(_arm_detail(v) for v in verdicts.values())
     if undecided:
-        if all(verdicts[a].n_pairs < 2 for a in undecided):
-            how = (
-                "fewer than two seeds have a result in both arms, so there is no interval; run at "
-                "least 3 seeds per arm and this report will say how many more would settle it"
-            )
-        else:
-            needs = [verdicts[a].seeds_needed for a in undecided if verdicts[a].n_pairs >= 2]
-            if any(n is None for n in needs):
-                how = "the difference is too small against the seed-to-seed noise to resolve"
-            else:
-                most = max(n for n in needs if n is not None)
-                how = f"about {most} seeds per arm would likely settle it"
         return Recommendation(
             UNDECIDED,
             "undecided",
-            f"The evidence cannot tell {', '.join(undecided)} from {baseline} yet; {how}.",
+            _undecided_headline(baseline, verdicts, undecided, problems),
             details,
         )
     phrases = "; ".join(v.reason for v in verdicts.values())

@@ -164,11 +164,25 @@ def _load_run(run_dir: Path) -> RunResult:
     return RunResult(run_id, arm, seed, status, run_dir, summary, config)
 
 
+def _check_unique(runs: list[RunResult]) -> None:
+    """Refuse two run folders for one (arm, seed): a copied folder would count that seed twice
+    in the stability counts and make the pairing pick one of them silently."""
+    seen: dict[tuple[str, int], Path] = {}
+    for r in runs:
+        first = seen.setdefault((r.arm, r.seed), r.path)
+        if first != r.path:
+            raise CompareFolderError(
+                f"{first.name} and {r.path.name} are both arm {r.arm!r}, seed {r.seed}: a run "
+                "must have one folder; move or delete the copy"
+            )
+
+
 def load_compare_folder(out_dir: Path | str) -> CompareFolder:
     """Read a compare output folder.
 
     Raises :class:`CompareFolderError` (a ValueError) when ``out_dir`` is not a folder, has no
-    ``experiment.json`` or ``runs/``, or when no run finished or diverged.
+    ``experiment.json`` or ``runs/``, when two run folders hold the same arm and seed, or when
+    no run finished or diverged.
     """
     if not isinstance(out_dir, (str, Path)):
         raise TypeError(f"out_dir must be a path, got {type(out_dir).__name__}")
@@ -192,6 +206,7 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
     listed = _listed_runs(experiment, exp_path)
     ignored = tuple(d.name for d in run_dirs if listed is not None and d.name not in listed)
     runs = [_load_run(d) for d in run_dirs if d.name not in ignored and _looks_like_run(d)]
+    _check_unique(runs)
     if not any(r.done for r in runs):
         counts = {s: sum(r.status == s for r in runs) for s in ("crashed", "unfinished")}
         raise CompareFolderError(

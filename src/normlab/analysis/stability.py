@@ -4,8 +4,10 @@ Rules: a diverged run is a result, not missing data. An arm whose share of diver
 (diverged / (finished + diverged)) exceeds the baseline's is ``worse``, a smaller share is
 ``better`` — any excess counts, since a divergence at this scale is rare and costly; the
 counts are reported so the reader can weigh them. With equal shares, the paired difference in
-spikes per run (loss + gradient spikes, seed by seed) decides when its 95 % t-interval excludes
-zero; otherwise the verdict is ``similar``.
+spikes per run (loss + gradient spikes, seed by seed) decides when the exact two-sided sign test
+rejects "more and fewer spikes are equally likely" at level α (spike counts are small integers:
+one extra spike in each of three seeds has probability 1/4 by chance, which a zero-width
+t-interval would call certain); otherwise the verdict is ``similar``.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from normlab.analysis.comparison import compare_paired
+from normlab.analysis.comparison import PairedComparison, compare_paired
+from normlab.analysis.format import fmt_p
 from normlab.analysis.runs import DONE_STATUSES, RunResult
+from normlab.analysis.stats import sign_test
 
 __all__ = ["ArmStability", "StabilityVerdict", "arm_stability", "stability_verdict"]
 
@@ -94,6 +98,19 @@ def _spikes(run: RunResult) -> float:
     return float(_count(run, "n_loss_spikes") + _count(run, "n_grad_spikes"))
 
 
+def _spikes_reason(lead: str, spikes: PairedComparison, diffs: list[float]) -> str:
+    """``lead``; more / fewer spikes in k of n paired seeds, the sign test and the interval."""
+    sign = sign_test(diffs)
+    more = spikes.verdict == "worse"
+    k = sign.n_pos if more else sign.n_neg
+    pct = round(100 * spikes.confidence)
+    return (
+        f"{lead}; {'more' if more else 'fewer'} spikes in {k} of {sign.n} paired seeds "
+        f"(exact sign test {fmt_p(spikes.p_value)}; mean {spikes.mean_diff:+.2f} per run, "
+        f"{pct}% CI {spikes.ci_low:+.2f} to {spikes.ci_high:+.2f})"
+    )
+
+
 def stability_verdict(
     arm_runs: list[RunResult], base_runs: list[RunResult], alpha: float = 0.05
 ) -> StabilityVerdict:
@@ -103,13 +120,9 @@ def stability_verdict(
     arm_by_seed = {r.seed: r for r in arm_runs if r.status in DONE_STATUSES}
     base_by_seed = {r.seed: r for r in base_runs if r.status in DONE_STATUSES}
     paired = sorted(set(arm_by_seed) & set(base_by_seed))
-    spikes = compare_paired(
-        [_spikes(arm_by_seed[s]) for s in paired],
-        [_spikes(base_by_seed[s]) for s in paired],
-        seeds=paired,
-        lower_is_better=True,
-        alpha=alpha,
-    )
+    x = [_spikes(arm_by_seed[s]) for s in paired]
+    y = [_spikes(base_by_seed[s]) for s in paired]
+    spikes = compare_paired(x, y, seeds=paired, lower_is_better=True, alpha=alpha, discrete=True)
     stats = dict(
         spikes_mean_diff=spikes.mean_diff,
         spikes_ci_low=spikes.ci_low,
@@ -130,10 +143,6 @@ def stability_verdict(
         return StabilityVerdict("better", div, **stats)
     lead = "no run diverged in either arm" if arm.n_diverged == 0 else div
     if spikes.verdict in ("better", "worse"):
-        word = "fewer" if spikes.verdict == "better" else "more"
-        reason = (
-            f"{lead}; {word} spikes per run: {spikes.mean_diff:+.2f} "
-            f"(95% CI {spikes.ci_low:+.2f} to {spikes.ci_high:+.2f})"
-        )
+        reason = _spikes_reason(lead, spikes, [a - b for a, b in zip(x, y, strict=True)])
         return StabilityVerdict(spikes.verdict, reason, **stats)
     return StabilityVerdict("similar", f"{lead}; no detectable difference in spikes", **stats)

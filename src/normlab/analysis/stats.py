@@ -1,4 +1,5 @@
-"""Paired statistics across seeds: t-intervals, two one-sided tests (TOST), log-ratio intervals.
+"""Paired statistics across seeds: t-intervals, two one-sided tests (TOST), log-ratio intervals,
+and the exact sign test for small integer counts.
 
 Every function works on paired samples: seed k of the arm against seed k of the baseline, so the
 quantity under test is the per-seed difference d_k = x_k − y_k (or the log ratio ln(x_k / y_k)).
@@ -10,7 +11,10 @@ t_{q, ν} the q-quantile of Student's t with ν = n − 1 degrees of freedom.
 
 Degenerate cases are answered, not raised: fewer than two pairs give no interval (the fields are
 None), and zero variance of the differences (s = 0) gives a zero-width interval at d̄ with
-p = 0 when d̄ ≠ 0 and p = 1 when d̄ = 0, the limits of the t-test as s → 0.
+p = 0 when d̄ ≠ 0 and p = 1 when d̄ = 0, the limits of the t-test as s → 0. That limit suits
+continuous metrics, where equal differences in every pair mean a deterministic offset; it does
+not suit small integer counts (spikes), where d = [1, 1, 1] happens by chance one time in four:
+those use :func:`sign_test`.
 """
 
 from __future__ import annotations
@@ -25,11 +29,13 @@ from scipy import stats
 __all__ = [
     "RatioInterval",
     "SampleSummary",
+    "SignTest",
     "TInterval",
     "TostResult",
     "describe",
     "log_ratio_interval",
     "paired_t_interval",
+    "sign_test",
     "t_interval",
     "tost",
     "tost_paired",
@@ -85,6 +91,19 @@ class RatioInterval:
     p_value: float | None
     confidence: float
     log: TInterval
+
+
+@dataclass(frozen=True)
+class SignTest:
+    """The exact two-sided sign test of "positive and negative differences are equally likely".
+
+    ``n`` differences, of which ``n_pos`` > 0 and ``n_neg`` < 0 (ties are dropped).
+    """
+
+    n: int
+    n_pos: int
+    n_neg: int
+    p_value: float | None
 
 
 def _as_array(values: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -152,6 +171,23 @@ def t_interval(d: Sequence[float] | np.ndarray, confidence: float = 0.95) -> TIn
     half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * se
     p = float(2.0 * stats.t.sf(abs(mean / se), n - 1))
     return TInterval(n, mean, sd, mean - half, mean + half, p, confidence)
+
+
+def sign_test(d: Sequence[float] | np.ndarray) -> SignTest:
+    """Exact two-sided sign test on the non-zero values of ``d`` (ties d_k = 0 are dropped).
+
+    m = n₊ + n₋,  k = max(n₊, n₋),  p = min(1, 2 · Σ_{j=k}^{m} C(m, j) / 2^m)
+    (``scipy.stats.binomtest(n₊, m, 0.5)``); p = 1 when every d_k = 0, None when d is empty.
+    It needs no variance, so it stays valid for small integer counts with equal differences:
+    n pairs all of one sign give p = 2^(1 − n), below 0.05 from n = 6 on.
+    """
+    arr = _as_array(d, "d")
+    n_pos, n_neg = int(np.sum(arr > 0)), int(np.sum(arr < 0))
+    if arr.size == 0:
+        return SignTest(0, 0, 0, None)
+    m, k = n_pos + n_neg, max(n_pos, n_neg)
+    p = 1.0 if m == 0 else min(1.0, 2.0 * float(stats.binom.sf(k - 1, m, 0.5)))
+    return SignTest(int(arr.size), n_pos, n_neg, p)
 
 
 def paired_t_interval(

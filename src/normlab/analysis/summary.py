@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from normlab.analysis.comparison import PairedComparison, compare_paired
+from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
 from normlab.analysis.metrics import METRICS, MetricSpec, metric_spec
 from normlab.analysis.recommendation import recommend
 from normlab.analysis.runs import CompareFolder, RunResult
@@ -26,6 +26,53 @@ def _values(runs: list[RunResult], spec: MetricSpec) -> dict[int, float]:
     return out
 
 
+def _reach_order(
+    spec: MetricSpec, arm_runs: list[RunResult], base_runs: list[RunResult]
+) -> tuple[list[float], int]:
+    """For a censored metric: sign(x_k − y_k) per seed where both runs count, with a run that
+    never reached the target (null) slower than one that did and two such runs tied; and the
+    number of seeds where exactly one of the two reached it."""
+    arm = {r.seed: r.value(spec.name) for r in arm_runs if r.status in spec.statuses}
+    base = {r.seed: r.value(spec.name) for r in base_runs if r.status in spec.statuses}
+    signs, one_sided = [], 0
+    for seed in sorted(set(arm) & set(base)):
+        x, y = arm[seed], base[seed]
+        if x is None or y is None:
+            one_sided += (x is None) != (y is None)
+            signs.append(float(x is None) - float(y is None))
+        else:
+            signs.append(float((x > y) - (x < y)))
+    return signs, one_sided
+
+
+def _censored(
+    c: PairedComparison,
+    spec: MetricSpec,
+    arm_runs: list[RunResult],
+    base_runs: list[RunResult],
+    alpha: float,
+) -> PairedComparison:
+    """``c``, or, when some seed has only one arm reaching the target, the sign test on who
+    reached it first over every seed (dropping those seeds would bias the comparison towards
+    the arm that missed)."""
+    signs, one_sided = _reach_order(spec, arm_runs, base_runs)
+    if one_sided == 0:
+        return c
+    note = (
+        f"{one_sided} paired seeds where only one arm reached the target count in the sign test "
+        f"on who reached it first; the ratio and its interval use the {c.n_pairs} seeds where "
+        "both did"
+    )
+    return decide_by_sign_test(
+        c,
+        signs,
+        lower_is_better=spec.lower_is_better,
+        alpha=alpha,
+        test="exact sign test on which arm reached the target first",
+        note=note,
+    )
+
+
 def compare_metric(
     spec: MetricSpec,
     arm_runs: list[RunResult],
@@ -37,7 +84,9 @@ def compare_metric(
     """Pair ``arm_runs`` with ``base_runs`` by seed on ``spec`` and compare them.
 
     Only seeds with a usable value in both arms are paired. The margin is
-    ``margin_bpb · spec.margin_factor`` (None when the metric has no margin).
+    ``margin_bpb · spec.margin_factor`` (None when the metric has no margin). Counts
+    (``spec.discrete``) are decided by the sign test; for a censored metric, seeds where only
+    one arm reached the target are counted by the sign test on who reached it first.
     """
     xs, ys = _values(arm_runs, spec), _values(base_runs, spec)
     if spec.scale == "ratio":
@@ -45,7 +94,7 @@ def compare_metric(
         ys = {s: v for s, v in ys.items() if v > 0}
     seeds = sorted(set(xs) & set(ys))
     margin = None if spec.margin_factor is None else margin_bpb * spec.margin_factor
-    return compare_paired(
+    c = compare_paired(
         [xs[s] for s in seeds],
         [ys[s] for s in seeds],
         seeds=seeds,
@@ -54,7 +103,9 @@ def compare_metric(
         scale=spec.scale,
         alpha=alpha,
         power=power,
+        discrete=spec.discrete,
     )
+    return _censored(c, spec, arm_runs, base_runs, alpha) if spec.censored else c
 
 
 def run_outcome(run: RunResult) -> str:
@@ -106,6 +157,16 @@ def _environment(folder: CompareFolder) -> dict[str, Any]:
     return env
 
 
+def _no_result(runs: list[RunResult]) -> str:
+    """Why an arm has no finished or diverged run ("3 crashed", "1 crashed, 2 unfinished",
+    "no run folder"), or "" when it has one."""
+    info = arm_stability(runs)
+    if info.n_done:
+        return ""
+    counts = [(info.n_crashed, "crashed"), (info.n_unfinished, "unfinished")]
+    return ", ".join(f"{n} {word}" for n, word in counts if n) or "no run folder"
+
+
 def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
     """Statistics, comparisons, verdicts and the recommendation for a loaded compare folder.
 
@@ -154,15 +215,15 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         arm_verdicts[arm] = v
         verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
 
-    base_info = arm_stability(base_runs)
-    problem = ""
-    if base_info.n_done == 0:
-        problem = (
-            f"{base_info.n_crashed} crashed, {base_info.n_unfinished} unfinished"
-            if base_info.n_runs
-            else "no run folder"
-        )
-    rec = recommend(base, arm_verdicts, quality, speed, baseline_problem=problem)
+    problems = {arm: _no_result(folder.runs_of(arm)) for arm in arm_verdicts}
+    rec = recommend(
+        base,
+        arm_verdicts,
+        quality,
+        speed,
+        baseline_problem=_no_result(base_runs),
+        arm_problems={arm: why for arm, why in problems.items() if why},
+    )
     runs_table = [
         {
             "run_id": r.run_id,

@@ -9,7 +9,8 @@ stability (:mod:`normlab.analysis.stability`). The decision, first rule that app
 3. A's quality is better              → ``switch`` to A;
 4. A is more stable, quality not worse → ``switch`` to A;
 5. quality equivalent and A faster    → ``switch``; A slower → ``keep``; no detectable speed
-   difference → ``either`` (nothing is gained by switching);
+   difference, or speed not comparable → ``either`` (nothing is gained by switching; the
+   reason says which: a speed test that fails to reject is not evidence of equal speed);
 6. quality inconclusive               → ``undecided``, with the seeds that would likely settle it.
 """
 
@@ -89,7 +90,8 @@ def quality_sentence(c: PairedComparison, arm: str, baseline: str) -> str:
         more = c.seeds_needed - c.n_pairs
         need = (
             f"about {c.seeds_needed} seeds per arm ({more} more) would likely settle it "
-            f"(80% power, taking the observed difference and its spread as the truth)"
+            f"({round(100 * c.power)}% power, taking the observed difference and its spread as "
+            "the truth)"
         )
     return (
         f"Final validation bpb cannot be told apart yet: {diff} neither excludes zero nor fits "
@@ -132,6 +134,19 @@ def _ratio_word(c: PairedComparison, words: dict[str, str]) -> str:
     return words.get(c.verdict, "no detectable difference")
 
 
+def _equivalent_quality_decision(arm: str, speed: str) -> tuple[str, str]:
+    """Rule 5: (decision, reason) for an arm whose quality is equivalent, by its speed word."""
+    if speed == "faster":
+        return "switch", f"{arm} is equivalent in quality and faster"
+    if speed == "slower":
+        return "keep", f"{arm} is equivalent in quality but slower"
+    if speed == "same speed":
+        return "either", f"{arm} is equivalent in quality and speed"
+    if speed == "inconclusive":
+        return "either", f"{arm} is equivalent in quality; its speed could not be compared"
+    return "either", f"{arm} is equivalent in quality, with no detectable speed difference"
+
+
 def arm_verdict(
     arm: str,
     baseline: str,
@@ -154,10 +169,7 @@ def arm_verdict(
     elif stability.verdict == "better":
         decision, reason = "switch", f"{arm} is more stable and its quality is not worse"
     elif quality.verdict == "equivalent":
-        decision, reason = {
-            "faster": ("switch", f"{arm} is equivalent in quality and faster"),
-            "slower": ("keep", f"{arm} is equivalent in quality but slower"),
-        }.get(speed, ("either", f"{arm} is equivalent in quality and speed"))
+        decision, reason = _equivalent_quality_decision(arm, speed)
     else:
         decision, reason = "undecided", f"{arm} cannot be told apart from {baseline} yet"
     return ArmVerdict(

@@ -11,7 +11,7 @@ from typing import Any
 from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.analysis.runs import CompareFolder, load_compare_folder
 from normlab.analysis.summary import analyze
-from normlab.report.content import Plot, build_content
+from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
 from normlab.report.curves import RunCurves, load_run_curves
 from normlab.report.html import render_html
 from normlab.report.markdown import render_markdown
@@ -67,13 +67,14 @@ def _plots(
     clip = _find_number(folder.experiment.get("fixed"), _CLIP_KEYS)
     if clip is None:
         clip = _find_number(folder.experiment.get("config"), _CLIP_KEYS)
+    ci, ci_tost = confidence_pct(analysis), tost_pct(analysis)
     verdict = Plot(
         "paired_comparison",
         "Each arm against the baseline, seed by seed",
         f"Left: final validation bpb minus {base}'s, per paired seed (dots), their mean (◆), "
-        "the 95% t-interval (thin) and the 90% interval that TOST uses (thick); inside the "
-        "green band the arms are equivalent. Middle and right: throughput and peak-memory "
-        "ratios to the baseline with 95% intervals of the paired log ratio.",
+        f"the {ci}% t-interval (thin) and the {ci_tost}% interval that TOST uses (thick); inside "
+        "the green band the arms are equivalent. Middle and right: throughput and peak-memory "
+        f"ratios to the baseline with {ci}% intervals of the paired log ratio.",
         figure_png(plot_paired_comparison(analysis, colors)),
     )
     has_train = any(c.train_steps.size for runs in curves.values() for c in runs)

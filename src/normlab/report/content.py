@@ -15,7 +15,7 @@ from normlab.analysis.format import fmt_bytes, fmt_num, fmt_p, fmt_ratio, fmt_si
 from normlab.analysis.metrics import METRICS
 from normlab.analysis.runs import CompareFolder
 
-__all__ = ["Plot", "ReportContent", "Table", "build_content"]
+__all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
 
 _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "final_val_bpb": (1.0, 4, ""),
@@ -124,6 +124,16 @@ def _title(folder: CompareFolder) -> str:
     return " vs ".join(folder.arms) if len(folder.arms) <= 3 else f"{len(folder.arms)} arms"
 
 
+def confidence_pct(a: dict[str, Any]) -> int:
+    """The two-sided interval level of the analysis in percent: 100 · (1 − α)."""
+    return round(100 * (1 - a["alpha"]))
+
+
+def tost_pct(a: dict[str, Any]) -> int:
+    """The level of the interval that TOST at α uses, in percent: 100 · (1 − 2α)."""
+    return round(100 * (1 - 2 * a["alpha"]))
+
+
 def _verdict_table(a: dict[str, Any]) -> Table:
     rows = []
     for arm in a["arm_order"]:
@@ -159,9 +169,9 @@ def _verdict_table(a: dict[str, Any]) -> Table:
     return Table(
         columns=[
             "arm",
-            "Δ final val bpb [95% CI]",
+            f"Δ final val bpb [{confidence_pct(a)}% CI]",
             "quality",
-            "throughput ratio [95% CI]",
+            f"throughput ratio [{confidence_pct(a)}% CI]",
             "speed",
             "memory",
             "stability",
@@ -214,6 +224,22 @@ def _params_table(a: dict[str, Any]) -> Table:
     )
 
 
+def _test_cell(c: dict[str, Any]) -> str:
+    """The p-value of a comparison, named "sign test" when the exact sign test decided it."""
+    sign = str(c.get("test", "")).startswith("exact sign test")
+    if c["p_value"] is None or (c["n_pairs"] < 2 and not sign):
+        return "—"
+    return f"sign test {fmt_p(c['p_value'])}" if sign else fmt_p(c["p_value"])
+
+
+def _has_test(a: dict[str, Any], metric: str, arm: str) -> bool:
+    """Whether a comparison on ``metric`` involving ``arm`` has a p-value: an arm with no value
+    to average (it never reached the target) can still have a verdict from the sign test."""
+    comps = a["comparisons"]
+    arms = list(comps) if arm == a["baseline_arm"] else [arm]
+    return any(comps[o][metric]["p_value"] is not None for o in arms if o in comps)
+
+
 def _stats_table(a: dict[str, Any]) -> Table:
     rows, classes = [], []
     base = a["baseline_arm"]
@@ -221,7 +247,7 @@ def _stats_table(a: dict[str, Any]) -> Table:
         first = True
         for arm in a["arm_order"]:
             s = a["arms"][arm][spec.name]
-            if s["n"] == 0:
+            if s["n"] == 0 and not _has_test(a, spec.name, arm):
                 continue
             sd = "" if s["std"] is None else f" ± {_fmt_metric(spec.name, s['std'], False)}"
             mean = f"{_fmt_metric(spec.name, s['mean'], False)}{sd}"
@@ -243,7 +269,7 @@ def _stats_table(a: dict[str, Any]) -> Table:
                             f" [{fmt_signed(c['ci_low'], digits)}, "
                             f"{fmt_signed(c['ci_high'], digits)}]"
                         )
-                p = fmt_p(c["p_value"]) if c["n_pairs"] >= 2 else "—"
+                p = _test_cell(c)
                 if c["tost_p"] is not None:
                     p += f"; TOST {fmt_p(c['tost_p'])}"
                 verdict = c["verdict"]
@@ -254,7 +280,15 @@ def _stats_table(a: dict[str, Any]) -> Table:
             classes.append("group-start" if first else "")
             first = False
     return Table(
-        ["metric", "arm", "mean ± sd", "n", "vs baseline: Δ or ratio [95% CI]", "test", "verdict"],
+        [
+            "metric",
+            "arm",
+            "mean ± sd",
+            "n",
+            f"vs baseline: Δ or ratio [{confidence_pct(a)}% CI]",
+            "test",
+            "verdict",
+        ],
         rows,
         ["left", "left", "right", "right", "right", "left", "left"],
         badges=(6,),
@@ -354,14 +388,19 @@ def _method(a: dict[str, Any]) -> list[str]:
         "reported as a geometric-mean ratio.",
         f"Equivalence: two one-sided t-tests (TOST) against the margin ±{a['margin_bpb']:g} bits "
         f"per byte; equivalent when both reject at α = {alpha:g}, i.e. when the "
-        f"{round(100 * (1 - 2 * alpha))}% interval lies inside the margin. Equivalence is "
+        f"{tost_pct(a)}% interval lies inside the margin. Equivalence is "
         "checked before superiority, so a detectable but negligible difference reads "
         "'equivalent'.",
-        "Better / worse: the 95% interval of the difference excludes zero. Otherwise the result "
+        f"Better / worse: the {confidence_pct(a)}% interval of the difference excludes zero. "
+        "Otherwise the result "
         f"is inconclusive and 'seeds needed' is the smallest n at which, if the observed "
         f"difference and spread were the truth, the question would be settled with "
         f"{round(100 * a['power'])}% probability (noncentral-t power). With 3–5 seeds the spread "
         "itself is uncertain; read the count as an order of magnitude.",
+        "Spike counts are small integers, so their verdicts (and the stability verdict) use the "
+        "exact two-sided sign test on the paired differences, ties dropped: equal counts in "
+        "every pair give a zero-width t-interval without being certain. A seed where only one "
+        "arm reached the target loss counts in a sign test on which arm reached it first.",
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
     ]

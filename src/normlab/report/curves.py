@@ -17,10 +17,12 @@ __all__ = ["Band", "RunCurves", "band_over_seeds", "load_run_curves", "moving_av
 
 
 def _num(v: Any) -> float:
-    """A JSON number as float; null, booleans and non-numbers become NaN."""
+    """A JSON number as float; null, booleans, non-numbers and non-finite numbers (``Infinity``,
+    which Python's JSON reader accepts) become NaN."""
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         return math.nan
-    return float(v)
+    v = float(v)
+    return v if math.isfinite(v) else math.nan
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,9 @@ def load_run_curves(run: RunResult) -> RunCurves:
 def moving_average(values: np.ndarray, window: int) -> np.ndarray:
     """Centred moving average over ``window`` points, ignoring NaN (window 1: unchanged).
 
-    out_i = mean of the finite values among values[i − h .. i + h], h = window // 2.
+    out_i = mean of the finite values among values[i − h .. i + h], h = window // 2 (clipped at
+    the ends). The output has the length of ``values`` even when the series is shorter than the
+    window (a run that diverged early).
     """
     if window < 1:
         raise ValueError(f"window must be >= 1, got {window}")
@@ -75,9 +79,11 @@ def moving_average(values: np.ndarray, window: int) -> np.ndarray:
         return values.astype(np.float64, copy=True)
     finite = np.isfinite(values)
     filled = np.where(finite, values, 0.0)
-    kernel = np.ones(2 * (window // 2) + 1)
-    sums = np.convolve(filled, kernel, mode="same")
-    counts = np.convolve(finite.astype(np.float64), kernel, mode="same")
+    h = window // 2
+    kernel = np.ones(2 * h + 1)
+    # "full" then the centre slice: "same" would return max(len(values), len(kernel)) points
+    sums = np.convolve(filled, kernel, mode="full")[h : h + values.size]
+    counts = np.convolve(finite.astype(np.float64), kernel, mode="full")[h : h + values.size]
     with np.errstate(invalid="ignore", divide="ignore"):
         out = sums / counts
     out[~finite] = np.nan  # a non-finite step stays visible as a gap

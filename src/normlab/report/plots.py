@@ -444,9 +444,10 @@ def _verdict_label(ax: Axes, y: float, word: str) -> None:
 
 def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
     """Each arm against the baseline, seed by seed: Δ final bpb with the ±margin band, and the
-    throughput and peak-memory ratios, each with its 95 % interval (the 90 % TOST interval
-    drawn thick on the bpb panel)."""
+    throughput and peak-memory ratios, each with its 100·(1 − α) % interval (the 100·(1 − 2α) %
+    TOST interval drawn thick on the bpb panel; 95 % and 90 % at the default α = 0.05)."""
     base = analysis["baseline_arm"]
+    alpha = float(analysis.get("alpha", 0.05))
     arms = [a for a in analysis["arm_order"] if a != base]
     margin = float(analysis["margin_bpb"])
     with plot_style():
@@ -505,8 +506,15 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
             ax.set_xlim(1.0 - span, 1.0 + span)
         handles = [
             Patch(color="#2e7d32", alpha=0.2, label=f"equivalence margin ±{margin:g} bpb"),
-            Line2D([], [], color="#555", linewidth=6, alpha=0.55, label="90% CI (TOST)"),
-            Line2D([], [], color="#555", linewidth=1.6, label="95% CI"),
+            Line2D(
+                [],
+                [],
+                color="#555",
+                linewidth=6,
+                alpha=0.55,
+                label=f"{round(100 * (1 - 2 * alpha))}% CI (TOST)",
+            ),
+            Line2D([], [], color="#555", linewidth=1.6, label=f"{round(100 * (1 - alpha))}% CI"),
             Line2D(
                 [],
                 [],
