@@ -11,6 +11,7 @@ import torch
 
 import normlab
 import normlab.functional as NF
+from normlab.layers import DynamicTanh
 
 D = 8
 
@@ -111,7 +112,11 @@ def test_eps_must_be_finite_and_positive(name: str, eps: float) -> None:
 
 @pytest.mark.parametrize("eps", ["1e-5", torch.tensor(1e-5), None, True])
 def test_eps_must_be_a_number(eps: object) -> None:
-    expect_error(TypeError, lambda: NF.rms_norm(x_(2, D), eps=eps), "eps", type(eps).__name__)
+    """rms_norm takes eps=None as torch does (see test_dropin_review); nothing else does."""
+    if eps is not None:
+        expect_error(TypeError, lambda: NF.rms_norm(x_(2, D), eps=eps), "eps", type(eps).__name__)
+    expect_error(TypeError, lambda: NF.layer_norm(x_(2, D), eps=eps), "eps", type(eps).__name__)
+    expect_error(TypeError, lambda: normlab.AdaRMSNorm(D, 4, eps=eps), "eps", type(eps).__name__)
 
 
 @pytest.mark.parametrize("eps", [np.float32(1e-5), np.float64(1e-5), np.int64(1), 1])
@@ -262,7 +267,9 @@ def test_module_sizes_must_be_positive(make: Callable[[int], object], value: int
 def test_module_size_must_be_an_int() -> None:
     expect_error(TypeError, lambda: normlab.RMSNorm(8.0), "float")
     expect_error(TypeError, lambda: normlab.LayerNorm(True), "bool")
-    expect_error(ValueError, lambda: normlab.LayerNorm((4, 8)), "normalized_shape", "(4, 8)")
+    expect_error(ValueError, lambda: normlab.LayerNorm(()), "normalized_shape", "()")
+    expect_error(TypeError, lambda: normlab.RMSNorm((4, 8.0)), "normalized_shape", "8.0")
+    expect_error(ValueError, lambda: DynamicTanh((4, 8)), "normalized_shape", "(4, 8)")
     expect_error(ValueError, lambda: normlab.RMSNorm(8, eps=0.0), "eps", "0.0")
 
 

@@ -2,7 +2,9 @@
 
 Every check raises ``TypeError`` or ``ValueError`` naming the argument, what it got and what it
 expects. Checks look only at metadata (dtype, shape, device), never at values, so they cost
-nothing on the hot path and trace cleanly under ``torch.compile``.
+nothing on the hot path and trace cleanly under ``torch.compile``: numbers are compared with
+plain comparisons (no ``math.isfinite``), and sizes with ``==``, so that a float or a size made
+symbolic by ``dynamic=True`` (or by a recompilation) traces without a graph break.
 """
 
 from __future__ import annotations
@@ -40,21 +42,40 @@ def check_input(name: str, x: object) -> torch.Tensor:
 
 def check_eps(eps: object, name: str = "eps") -> float:
     """``eps`` must be a finite real number > 0: a Python or NumPy int or float (bool and
-    tensors are rejected)."""
+    tensors are rejected). ``0 < eps < inf`` is false for NaN, so one comparison covers all."""
     if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
         raise TypeError(f"{name}: expected a float > 0, got {type(eps).__name__} {eps!r}")
-    if not math.isfinite(eps) or eps <= 0:
+    if not 0 < eps < math.inf:
         raise ValueError(f"{name}: expected a finite float > 0, got {eps!r}")
     return float(eps)
 
 
+def check_optional_eps(eps: object, name: str = "eps") -> float | None:
+    """``None`` (the dtype's machine epsilon, chosen per call) or a valid ``eps``."""
+    return None if eps is None else check_eps(eps, name)
+
+
+def resolve_eps(eps: float | None, dtype: torch.dtype) -> float:
+    """ε for an input of ``dtype``: ``eps``, or for ``None`` the machine epsilon of the dtype the
+    statistics are computed in (float32 for 16-bit input), which is what ``torch.nn.RMSNorm``
+    and ``torch.nn.functional.rms_norm`` use for ``eps=None``."""
+    return torch.finfo(stats_dtype(dtype)).eps if eps is None else check_eps(eps)
+
+
 def check_finite_number(value: object, name: str) -> float:
-    """A finite real number (bool rejected)."""
+    """A finite real number (bool rejected); ``-inf < value < inf`` is false for NaN."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name}: expected a float, got {type(value).__name__} {value!r}")
-    if not math.isfinite(value):
+    if not -math.inf < value < math.inf:
         raise ValueError(f"{name}: expected a finite float, got {value!r}")
     return float(value)
+
+
+def check_bool(value: object, name: str) -> bool:
+    """A flag: ``True`` or ``False`` (a number in its place is a misplaced positional argument)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name}: expected a bool, got {type(value).__name__} {value!r}")
+    return value
 
 
 def check_casting(casting: object) -> str:
@@ -127,12 +148,51 @@ def check_last_dim(x: torch.Tensor, size: int, what: str = "normalized_shape") -
         )
 
 
+def check_trailing_shape(x: torch.Tensor, shape: tuple[int, ...]) -> None:
+    """A module's input: x's trailing dimensions must be the module's ``normalized_shape``."""
+    if len(shape) == 1:
+        check_last_dim(x, shape[0])
+        return
+    k = len(shape)
+    if x.dim() < k or any(a != b for a, b in zip(x.shape[-k:], shape, strict=True)):
+        raise ValueError(
+            f"x: shape {tuple(x.shape)} does not end in the module's normalized_shape {shape}; "
+            f"expected [..., {', '.join(map(str, shape))}]"
+        )
+
+
+def _sequence_lead(lead: Sequence[int], x_dim: int) -> tuple[int, ...]:
+    """Leading dims of a modulation (or cond) as they line up with x's, see per_sequence_view."""
+    lead = tuple(lead)
+    if x_dim >= 3 and len(lead) == 1:
+        return (*lead, *([1] * (x_dim - 2)))  # per sequence [B, D]: [B, 1, …, 1, D]
+    if x_dim >= 3 and len(lead) == x_dim - 2:
+        return (*lead, 1)  # one token axis fewer than x: insert it before D
+    return lead
+
+
+def per_sequence_view(m: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """View a modulation tensor m [..., D] so that it lines up with x [B, …, D].
+
+    For x with 3 or more dimensions, m of shape [B, D] is per sequence (per sample): it becomes
+    [B, 1, …, 1, D], whatever the number of token axes, so it never broadcasts against an inner
+    axis that happens to have size B. m with one dimension fewer than x gets a token axis before
+    D ([B, T, D] → [B, T, 1, D] for x [B, T, S, D]). Anything else is left to broadcasting.
+    """
+    lead = _sequence_lead(m.shape[:-1], x.dim())
+    for _ in range(len(lead) - (m.dim() - 1)):
+        m = m.unsqueeze(-2)
+    return m
+
+
 def modulation_view(name: str, m: torch.Tensor, x: torch.Tensor, x_name: str = "x") -> torch.Tensor:
     """Return a per-sequence or per-token modulation tensor viewed so it broadcasts over x.
 
     Accepted shapes for x of shape [B, T, D]: [B, D] (per sequence, a token axis is inserted),
     [B, 1, D] (per sequence) and [B, T, D] (per token); for x of shape [N, D]: [N, D] or [D];
-    in general anything that broadcasts to x's shape without enlarging it, with D last.
+    for x with more token axes [B, …, D], [B, D] is still per sequence (see
+    :func:`per_sequence_view`); in general anything that broadcasts to x's shape without
+    enlarging it, with D last.
     """
     if not isinstance(m, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(m).__name__}")
@@ -145,9 +205,7 @@ def modulation_view(name: str, m: torch.Tensor, x: torch.Tensor, x_name: str = "
         raise ValueError(
             f"{name}: is on {m.device} but {x_name} is on {x.device}; expected the same device"
         )
-    view = m
-    if x.dim() >= 3 and m.dim() == x.dim() - 1:
-        view = m.unsqueeze(-2)
+    view = per_sequence_view(m, x)
     if not _broadcasts_to(view.shape, x.shape):
         raise ValueError(
             f"{name}: shape {tuple(m.shape)} does not broadcast to {x_name}'s shape "
@@ -161,7 +219,7 @@ def _broadcasts_to(shape: Sequence[int], target: Sequence[int]) -> bool:
     if len(shape) > len(target):
         return False
     for s, t in zip(reversed(shape), reversed(target), strict=False):
-        if s not in (1, t):
+        if not (s == 1 or s == t):  # not `s in (1, t)`: Dynamo mis-evaluates it for symbolic t
             return False
     return shape[-1] == target[-1] if len(shape) else False
 
@@ -183,9 +241,7 @@ def check_cond(cond: object, x: torch.Tensor, cond_dim: int) -> torch.Tensor:
             f"cond: shape {tuple(cond.shape)} has the wrong last dimension; "
             f"expected [..., {cond_dim}] (cond_dim)"
         )
-    lead = tuple(cond.shape[:-1])
-    if x.dim() >= 3 and cond.dim() == x.dim() - 1:
-        lead = (*lead, 1)  # per sequence: insert the token axis
+    lead = _sequence_lead(cond.shape[:-1], x.dim())  # per sequence: [B, 1, …, 1]
     if not _broadcasts_to((*lead, x.shape[-1]), x.shape):
         raise ValueError(
             f"cond: shape {tuple(cond.shape)} does not fit x of shape {tuple(x.shape)}; expected "
@@ -195,9 +251,9 @@ def check_cond(cond: object, x: torch.Tensor, cond_dim: int) -> torch.Tensor:
 
 
 def check_dim(value: object, name: str) -> int:
-    """A positive integer size (bool rejected)."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    """A positive integer size: a Python or NumPy integer (bool rejected), returned as int."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise TypeError(f"{name}: expected a positive int, got {type(value).__name__} {value!r}")
     if value < 1:
         raise ValueError(f"{name}: expected a positive int, got {value}")
-    return value
+    return int(value)

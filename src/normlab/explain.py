@@ -7,12 +7,14 @@ Everything is computed in float64 with the same formulas as :mod:`normlab.functi
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import numbers
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
 
 from normlab import functional as F
+from normlab._checks import check_finite_number
 
 
 @dataclass(frozen=True)
@@ -62,15 +64,37 @@ def _flipped(new: torch.Tensor, old: torch.Tensor) -> bool:
     return _close(new, -old) and not _close(old, torch.zeros_like(old))
 
 
-def explain_vector(
-    values: Sequence[float], eps: float = 1e-5, scale: float = 3.0, shift: float = 1.0
-) -> Explanation:
-    """Explain LayerNorm and RMSNorm on ``values``, and the effect of x → c·x, −c·x, x + a·1."""
-    if len(values) == 0:
+def _check_values(values: Iterable[float]) -> list[float]:
+    """A non-empty vector of finite real numbers, as a list of floats."""
+    try:
+        items = list(values)
+    except TypeError:
+        raise TypeError(
+            f"values: got {type(values).__name__} {values!r}; expected a sequence of numbers"
+        ) from None
+    if not items:
         raise ValueError("values: got an empty vector; expected at least one number")
-    if not all(math.isfinite(v) for v in values):
-        raise ValueError(f"values: expected finite numbers, got {list(values)}")
-    x = torch.tensor(list(values), dtype=torch.float64)
+    bad = [v for v in items if isinstance(v, bool) or not isinstance(v, numbers.Real)]
+    if bad:
+        raise TypeError(
+            f"values: got {type(bad[0]).__name__} {bad[0]!r}; expected real numbers only"
+        )
+    if not all(math.isfinite(v) for v in items):
+        raise ValueError(f"values: expected finite numbers, got {items}")
+    return [float(v) for v in items]
+
+
+def explain_vector(
+    values: Iterable[float], eps: float = 1e-5, scale: float = 3.0, shift: float = 1.0
+) -> Explanation:
+    """Explain LayerNorm and RMSNorm on ``values``, and the effect of x → c·x, −c·x, x + a·1.
+
+    x̂_LN = (x − μ)·rsqrt(σ² + ε), x̂_RMS = x·rsqrt(mean(x²) + ε), in float64; c = ``scale``,
+    a = ``shift`` (finite numbers).
+    """
+    x = torch.tensor(_check_values(values), dtype=torch.float64)
+    scale = check_finite_number(scale, "scale")
+    shift = check_finite_number(shift, "shift")
     ln, rms = _hats(x, eps)
     transforms = []
     for name, xt in (

@@ -22,6 +22,7 @@ from normlab._checks import (
     check_param,
     check_same_shape,
     modulation_view,
+    resolve_eps,
     stats_dtype,
 )
 from normlab.kernels import get_default_backend, resolve_backend
@@ -80,7 +81,7 @@ def layer_norm(
 def rms_norm(
     x: torch.Tensor,
     weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
+    eps: float | None = 1e-6,
     weight_offset: float = 0.0,
     casting: str = "llama",
     *,
@@ -91,7 +92,8 @@ def rms_norm(
 
     m = mean(x²), x̂ = x·rsqrt(m + ε), y = (o + w) ⊙ x̂ with o = ``weight_offset``
     (0: LLaMA form, w starts at 1; 1: Gemma form, w starts at 0). The offset is added in float32.
-    With ``weight=None`` the gain is 1 and y = x̂.
+    With ``weight=None`` the gain is 1 and y = x̂. ``eps=None`` is ε = the machine epsilon of the
+    statistics dtype (float32 for 16-bit x, float64 for float64), as ``torch.nn.RMSNorm``.
 
     ``casting`` fixes where rounding happens for 16-bit input:
     ``"llama"``: x̂ is cast to x's dtype, then multiplied by the gain (HF LlamaRMSNorm);
@@ -100,7 +102,7 @@ def rms_norm(
     """
     check_input("x", x)
     check_param("weight", weight, x)
-    eps = check_eps(eps)
+    eps = resolve_eps(eps, x.dtype)
     weight_offset = check_finite_number(weight_offset, "weight_offset")
     casting = check_casting(casting)
     out = check_out_dtype(out_dtype) or _rms_out_dtype(casting, x.dtype)
@@ -111,7 +113,7 @@ def add_rms_norm(
     x: torch.Tensor,
     residual: torch.Tensor | None,
     weight: torch.Tensor | None = None,
-    eps: float = 1e-6,
+    eps: float | None = 1e-6,
     weight_offset: float = 0.0,
     casting: str = "llama",
     *,
@@ -123,13 +125,13 @@ def add_rms_norm(
 
     The sum is taken in float32 and kept in float32 when ``residual_in_fp32`` (else cast to x's
     dtype); the norm then works on h exactly as :func:`rms_norm`, rounding x̂ to x's dtype in
-    ``"llama"`` casting. ``residual=None`` means h = x.
+    ``"llama"`` casting. ``residual=None`` means h = x. ``eps=None`` as in :func:`rms_norm`.
     """
     check_input("x", x)
     if residual is not None:
         check_same_shape("residual", residual, x)
     check_param("weight", weight, x)
-    eps = check_eps(eps)
+    eps = resolve_eps(eps, x.dtype)
     weight_offset = check_finite_number(weight_offset, "weight_offset")
     casting = check_casting(casting)
     out = check_out_dtype(out_dtype) or _rms_out_dtype(casting, x.dtype)
@@ -177,7 +179,8 @@ def ada_rms_norm(
     """Adaptive RMSNorm (π0.5 AdaRMS): y = x̂ ⊙ (1 + scale) + shift, x̂ = x·rsqrt(mean(x²) + ε).
 
     ``scale`` and ``shift`` are per sequence ([B, D] or [B, 1, D]) or per token ([B, T, D]) for
-    x of shape [B, T, D]; the modulation is applied in float32 and cast once at the end.
+    x of shape [B, T, D]; [B, D] stays per sequence for x with more token axes [B, …, D]. The
+    modulation is applied in float32 and cast once at the end.
     """
     check_input("x", x)
     scale_v = modulation_view("scale", scale, x)

@@ -6,7 +6,32 @@ import torch
 from torch import nn
 
 from normlab import functional as F
-from normlab._checks import check_cond, check_dim, check_eps, check_input, check_last_dim
+from normlab._checks import (
+    check_bool,
+    check_cond,
+    check_dim,
+    check_eps,
+    check_input,
+    check_last_dim,
+    per_sequence_view,
+)
+
+
+class ZeroLinear(nn.Linear):
+    """A ``torch.nn.Linear`` whose ``reset_parameters`` sets weight and bias to 0.
+
+    The modulation of a conditional norm must start at zero however it is (re)initialised:
+    deferred initialisation (meta device, ``to_empty``, then ``reset_parameters`` on every
+    module, parents before children as ``model.modules()`` and FSDP visit them) would otherwise
+    give the Linear its Kaiming default and open every gate. Same parameters and state-dict keys
+    as ``torch.nn.Linear``.
+    """
+
+    def reset_parameters(self) -> None:
+        """W = 0, b = 0."""
+        nn.init.zeros_(self.weight)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
 
 
 def _check_cond_dtype(cond: torch.Tensor, modulation: nn.Linear) -> None:
@@ -20,8 +45,9 @@ def _check_cond_dtype(cond: torch.Tensor, modulation: nn.Linear) -> None:
 
 
 def _broadcastable_gate(gate: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """A per-sequence gate [B, D] for x of shape [B, T, D] gets a token axis: [B, 1, D]."""
-    return gate.unsqueeze(-2) if x.dim() >= 3 and gate.dim() == x.dim() - 1 else gate
+    """A per-sequence gate [B, D] for x of shape [B, T, D] gets a token axis: [B, 1, D] (and
+    [B, 1, …, 1, D] for more token axes), so that ``h + gate ⊙ out`` broadcasts per sample."""
+    return per_sequence_view(gate, x)
 
 
 class AdaRMSNorm(nn.Module):
@@ -31,7 +57,8 @@ class AdaRMSNorm(nn.Module):
     ``h + g ⊙ sublayer(y)`` (:func:`normlab.functional.gated_residual`). The Linear starts at
     zero, so at initialisation the layer is a unit-gain RMSNorm and the gate closes the residual
     branch. No static gain is kept: the Linear's bias plays that role. ``cond`` is already
-    embedded (e.g. by a timestep MLP); it is [B, C] (per sequence) or [B, T, C] (per token).
+    embedded (e.g. by a timestep MLP); it is [B, C] (per sequence, also for x with several token
+    axes [B, …, D]: the returned gate is then [B, 1, …, 1, D]) or [B, T, C] (per token).
     """
 
     def __init__(
@@ -47,15 +74,13 @@ class AdaRMSNorm(nn.Module):
         self.dim = check_dim(dim, "dim")
         self.cond_dim = check_dim(cond_dim, "cond_dim")
         self.eps = check_eps(eps)
-        self.gate = bool(gate)
+        self.gate = check_bool(gate, "gate")
         chunks = 3 if self.gate else 2
-        self.modulation = nn.Linear(cond_dim, chunks * dim, device=device, dtype=dtype)
-        self.reset_parameters()
+        self.modulation = ZeroLinear(self.cond_dim, chunks * self.dim, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
         """Zero the modulation Linear (weight and bias)."""
-        nn.init.zeros_(self.modulation.weight)
-        nn.init.zeros_(self.modulation.bias)
+        self.modulation.reset_parameters()
 
     def forward(
         self, x: torch.Tensor, cond: torch.Tensor
@@ -79,7 +104,8 @@ class AdaLayerNormZero(nn.Module):
     """adaLN-Zero (DiT): (shift, scale, gate) = Linear(SiLU(c)); y = x̂ ⊙ (1 + scale) + shift.
 
     x̂ = (x − μ)·rsqrt(σ² + ε), a LayerNorm with no affine. ``forward(x, cond)`` returns
-    ``(y, gate)``; the Linear starts at zero, so every gated branch starts closed.
+    ``(y, gate)``; the Linear starts at zero, so every gated branch starts closed. ``cond`` is
+    [B, C] (per sequence) or [B, T, C] (per token), as for :class:`AdaRMSNorm`.
     """
 
     def __init__(
@@ -95,13 +121,11 @@ class AdaLayerNormZero(nn.Module):
         self.cond_dim = check_dim(cond_dim, "cond_dim")
         self.eps = check_eps(eps)
         self.act = nn.SiLU()
-        self.modulation = nn.Linear(cond_dim, 3 * dim, device=device, dtype=dtype)
-        self.reset_parameters()
+        self.modulation = ZeroLinear(self.cond_dim, 3 * self.dim, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
         """Zero the modulation Linear (weight and bias)."""
-        nn.init.zeros_(self.modulation.weight)
-        nn.init.zeros_(self.modulation.bias)
+        self.modulation.reset_parameters()
 
     def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         check_last_dim(check_input("x", x), self.dim, "dim")

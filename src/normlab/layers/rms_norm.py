@@ -7,44 +7,50 @@ from torch import nn
 
 from normlab import functional as F
 from normlab._checks import (
+    check_bool,
     check_casting,
-    check_eps,
     check_finite_number,
-    check_input,
-    check_last_dim,
+    check_optional_eps,
 )
-from normlab.layers.layer_norm import normalized_size
+from normlab.layers.layer_norm import ShapeArg, norm_over_trailing, normalized_shape_tuple
 
 
 class RMSNorm(nn.Module):
-    """y = (o + w) ⊙ x·rsqrt(mean(x²) + ε) over the last dimension, statistics in float32.
+    """y = (o + w) ⊙ x·rsqrt(mean(x²) + ε) over the trailing ``normalized_shape`` dimensions.
 
-    ``weight_offset`` o = 0 is the LLaMA form (w starts at 1), o = 1 the Gemma form (w starts at
-    0); either way the gain starts at 1. ``casting`` is ``"llama"``, ``"gemma"`` or ``"fp32"``
-    (see :func:`normlab.functional.rms_norm`). The state dict holds ``weight`` only, so it loads
-    ``torch.nn.RMSNorm``'s and Hugging Face ``LlamaRMSNorm``'s; with ``weight_offset=1.0,
-    casting="gemma"`` it loads and reproduces ``GemmaRMSNorm``.
+    Statistics in float32 (float64 for float64 input). The positional parameters are
+    ``torch.nn.RMSNorm``'s (``normalized_shape, eps, elementwise_affine, device, dtype``);
+    ``eps=None`` is torch's default ε, the machine epsilon of the statistics dtype (float32 for
+    16-bit input), chosen per call. ``weight_offset`` o = 0 is the LLaMA form (w starts at 1),
+    o = 1 the Gemma form (w starts at 0); either way the gain starts at 1. ``casting`` is
+    ``"llama"``, ``"gemma"`` or ``"fp32"`` (see :func:`normlab.functional.rms_norm`): ``"llama"``
+    rounds like Hugging Face ``LlamaRMSNorm``, ``"gemma"`` like ``GemmaRMSNorm`` and like
+    ``torch.nn.RMSNorm``. The state dict holds ``weight`` only, so it loads ``torch.nn.RMSNorm``'s
+    and ``LlamaRMSNorm``'s; with ``weight_offset=1.0, casting="gemma"`` it loads and reproduces
+    ``GemmaRMSNorm``.
     """
 
     def __init__(
         self,
-        dim: int | tuple[int, ...] | list[int] | torch.Size,
-        eps: float = 1e-6,
-        weight_offset: float = 0.0,
-        casting: str = "llama",
+        normalized_shape: ShapeArg,
+        eps: float | None = 1e-6,
         elementwise_affine: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        *,
+        weight_offset: float = 0.0,
+        casting: str = "llama",
     ) -> None:
         super().__init__()
-        d = normalized_size(dim)
-        self.normalized_shape: tuple[int, ...] = (d,)
-        self.eps = check_eps(eps)
+        self.normalized_shape: tuple[int, ...] = normalized_shape_tuple(normalized_shape)
+        self.eps = check_optional_eps(eps)
+        self.elementwise_affine = check_bool(elementwise_affine, "elementwise_affine")
         self.weight_offset = check_finite_number(weight_offset, "weight_offset")
         self.casting = check_casting(casting)
-        self.elementwise_affine = bool(elementwise_affine)
         if self.elementwise_affine:
-            self.weight = nn.Parameter(torch.empty(d, device=device, dtype=dtype))
+            self.weight = nn.Parameter(
+                torch.empty(self.normalized_shape, device=device, dtype=dtype)
+            )
         else:
             self.register_parameter("weight", None)
         self.reset_parameters()
@@ -55,8 +61,10 @@ class RMSNorm(nn.Module):
             nn.init.constant_(self.weight, 1.0 - self.weight_offset)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_last_dim(check_input("x", x), self.normalized_shape[0])
-        return F.rms_norm(x, self.weight, self.eps, self.weight_offset, self.casting)
+        return norm_over_trailing(self._rms_norm, x, self.normalized_shape, (self.weight,))
+
+    def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
+        return F.rms_norm(x, weight, self.eps, self.weight_offset, self.casting)
 
     def extra_repr(self) -> str:
         return (
