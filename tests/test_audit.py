@@ -167,6 +167,44 @@ def test_placement_of_the_gpt_testbed(placement: str) -> None:
     )
 
 
+class _CondBlock(nn.Module):
+    """h ← h + g ⊙ F(N(h; c)) with an AdaRMSNorm called by keyword, then a sandwich step
+    h ← h + N₂(F(N₁(h))) whose N₂ is called by keyword too."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.norm = normlab.AdaRMSNorm(d, cond_dim=4)
+        self.mlp = nn.Linear(d, d)
+        self.plain = nn.LayerNorm(d)
+        self.plain_out = nn.LayerNorm(d)
+
+    def forward(self, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        y, g = self.norm(x=h, cond=c)
+        h = normlab.functional.gated_residual(h, self.mlp(y), g)
+        return h + self.plain_out(input=self.mlp(self.plain(h)))
+
+
+class _CondToy(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.block = _CondBlock(16)
+
+    def forward(self, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        return self.block(h, c)
+
+
+def test_conditional_norms_report_their_conditioning() -> None:
+    a = audit_model(_CondToy(), torch.randn(2, 5, 16), torch.randn(2, 5, 4))
+    sites = {s.name: s for s in a.norms}
+    assert a.placement == "sandwich"
+    cond = sites["block.norm"]
+    assert (cond.role, cond.conditioning, cond.returns_gate) == ("sandwich-in", "per token", True)
+    plain = sites["block.plain_out"]
+    assert (plain.role, plain.conditioning, plain.returns_gate) == ("sandwich-out", "none", False)
+    per_seq = audit_model(_CondToy(), torch.randn(2, 5, 16), torch.randn(2, 4))
+    assert {s.name: s.conditioning for s in per_seq.norms}["block.norm"] == "per sequence"
+
+
 def test_audit_model_rejects_non_modules() -> None:
     with pytest.raises(TypeError, match="model"):
         audit_model(lambda x: x, torch.randn(2))  # type: ignore[arg-type]

@@ -48,7 +48,10 @@ def _invoke(*args: str) -> tuple[int, str]:
         (["model", "--placement", "middle"], "--placement"),
         (["norm", "no_such_norm"], "TARGET"),
         (["model", "no_such_module:factory"], "TARGET"),
-        (["model", "no_such_module:factory", "--norm", "foo"], "--norm"),  # gpt only
+        (["model", "no_such_module:factory", "--norm", "foo"], "--norm"),  # testbeds only
+        (["model", "dit", "--norm", "rmsnorm"], "--norm"),  # the DiT's norms are conditional
+        (["model", "dit", "--norm", "foo"], "--norm"),
+        (["model", "dit", "--placement", "sandwich"], "--placement"),  # pre only
         (["model", "no_such_module:factory", "--placement", "pre"], "--placement"),
     ],
 )

@@ -10,10 +10,17 @@ sublayer child. In a block:
 - **sandwich** (Peri-LN): h + N₂(F(N₁(h))) — some norm reads a sublayer's output directly.
 
 A norm outside every block that runs after the last block is the **final** norm.
+
+A conditional norm (its forward takes a ``cond`` argument, as AdaRMSNorm and adaLN-Zero:
+``(x, cond) -> (y, gate)``) is traced through its first input x and its first output y like any
+other; each site also says how it was conditioned (``per sequence`` for cond [B, C] against
+x [B, T, D], ``per token`` for cond [B, T, C]) and whether it returned a gate g (meant for a
+gated residual h + g ⊙ F(y); whether the model uses it is not traced).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -60,6 +67,10 @@ class NormSite:
     block: str | None
     role: str  # "pre", "post", "sandwich-in", "sandwich-out", "final", "other", "unused"
     n_params: int
+    # "none"; for a conditional norm "per sequence", "per token", "per row" (x [N, D]), or
+    # "conditional" when it was not called
+    conditioning: str = "none"
+    returns_gate: bool = False  # a conditional norm that returned (y, g), g for h + g ⊙ F(y)
 
 
 @dataclass
@@ -83,6 +94,8 @@ class _Call:
     is_norm: bool
     inputs: set[int]
     outputs: set[int]
+    conditioning: str = "none"
+    returns_gate: bool = False
 
 
 def _ptrs(obj: Any) -> set[int]:
@@ -101,6 +114,41 @@ def _first_tensor_ptr(obj: Any) -> set[int]:
     if isinstance(obj, (tuple, list)) and obj:
         return _first_tensor_ptr(obj[0])
     return set()
+
+
+def _first_tensor(obj: Any) -> torch.Tensor | None:
+    if isinstance(obj, torch.Tensor):
+        return obj
+    if isinstance(obj, (tuple, list)) and obj:
+        return _first_tensor(obj[0])
+    return None
+
+
+def _takes_cond(module: nn.Module) -> bool:
+    """A conditional norm: its forward has a ``cond`` parameter (AdaRMSNorm, adaLN-Zero, …)."""
+    try:
+        return "cond" in inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _conditioning(module: nn.Module, args: tuple, kwargs: dict) -> str:
+    """How a conditional norm's call was conditioned: cond [B, C] (or [B, 1, C]) against
+    x [B, T, D] is per sequence, cond [B, T, C] per token; for x [N, D], per row."""
+    try:
+        bound = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+    except TypeError:
+        return "conditional"
+    cond = bound.get("cond")
+    x = _first_tensor(args) if args else _first_tensor(list(kwargs.values()))
+    if not isinstance(cond, torch.Tensor) or x is None:
+        return "conditional"
+    if x.dim() <= 2:
+        return "per row"
+    lead = cond.shape[:-1]
+    if len(lead) < x.dim() - 1 or all(n == 1 for n in lead[1:]):
+        return "per sequence"
+    return "per token"
 
 
 def _find_blocks(model: nn.Module, norm_names: set[str]) -> dict[str, list[str]]:
@@ -174,6 +222,7 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
     norm_names = {n for n in norm_names if not any(n.startswith(o + ".") for o in norm_names)}
     blocks = _find_blocks(model, norm_names)
     watched = norm_names | set(blocks) | {s for subs in blocks.values() for s in subs}
+    conditional = {n for n in norm_names if _takes_cond(named[n])}
 
     calls: list[_Call] = []
     pending: dict[str, int] = {}
@@ -181,18 +230,30 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
     alive: list[Any] = []
 
     def pre_hook(name: str) -> Callable[..., None]:
-        def hook(_m: nn.Module, args: tuple, kwargs: dict) -> None:
+        def hook(m: nn.Module, args: tuple, kwargs: dict) -> None:
             pending[name] = len(calls)
-            alive.append(args)
-            ins = _first_tensor_ptr(args) if name in norm_names else _ptrs(args)
-            calls.append(_Call(name, name in norm_names, ins, set()))
+            alive.append((args, kwargs))
+            if name in norm_names:
+                # x is the first tensor argument (or keyword argument, when none is positional)
+                ins = _first_tensor_ptr(args) or _first_tensor_ptr(list(kwargs.values()))
+            else:
+                ins = _ptrs(args) | _ptrs(kwargs)
+            cond = _conditioning(m, args, kwargs) if name in conditional else "none"
+            calls.append(_Call(name, name in norm_names, ins, set(), cond))
 
         return hook
 
     def post_hook(name: str) -> Callable[..., None]:
         def hook(_m: nn.Module, _args: tuple, _kwargs: dict, out: Any) -> None:
             alive.append(out)
-            calls[pending.pop(name)].outputs = _first_tensor_ptr(out)
+            call = calls[pending.pop(name)]
+            call.outputs = _first_tensor_ptr(out)
+            if name in conditional:  # (y, gate): a gate for the block's h + g ⊙ F(y)
+                call.returns_gate = (
+                    isinstance(out, (tuple, list))
+                    and len(out) > 1
+                    and isinstance(out[1], torch.Tensor)
+                )
 
         return hook
 
@@ -225,6 +286,12 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
     for name in sorted(norm_names, key=lambda n: list(named).index(n)):
         owner = next((b for b in blocks if b and name.startswith(b + ".")), None)
         role = roles.get(name)
+        last_call = next((c for c in reversed(calls) if c.name == name), None)
+        if last_call is not None:
+            conditioning, returns_gate = last_call.conditioning, last_call.returns_gate
+        else:
+            conditioning = "conditional" if name in conditional else "none"
+            returns_gate = False
         if name not in called:
             role = "unused"
         elif role is None:
@@ -237,6 +304,8 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
                 block=owner,
                 role=role,
                 n_params=sum(p.numel() for p in named[name].parameters()),
+                conditioning=conditioning,
+                returns_gate=returns_gate,
             )
         )
     kinds = set(block_placement.values())

@@ -4,7 +4,9 @@ A norm target is a registry kind (``rmsnorm``, ``layernorm``, …, and ``dyt``: 
 ``normlab compare`` accepts, except ``none``, which is no module at all) or
 ``package.module:Name`` naming a class (built as ``Name(dim)``) or a callable taking ``x`` (or
 ``(x, (dim,))`` like ``torch.nn.functional.layer_norm``). A model target is ``gpt`` (normlab's
-testbed) or ``package.module:factory`` where ``factory()`` returns ``(model, example_inputs)``.
+GPT testbed: any unconditional norm kind × placement), ``dit`` (normlab's small DiT for flow
+matching: any conditional norm kind, pre-norm with gated residuals) or ``package.module:factory``
+where ``factory()`` returns ``(model, example_inputs)``.
 
 Errors are ``ValueError`` messages that start with the argument at fault: ``target:``,
 ``dim:``, ``norm:`` or ``placement:``.
@@ -104,9 +106,29 @@ def _functional(fn: Callable[..., Any], dim: int) -> Callable[[torch.Tensor], to
     return lambda x: fn(x, (dim,))
 
 
-def check_testbed_options(norm: object, placement: object) -> None:
-    """The norm kind and placement of the ``gpt`` testbed; errors start ``norm:``/``placement:``."""
+TESTBEDS = ("gpt", "dit")
+DEFAULT_NORMS = {"gpt": "layernorm", "dit": "adaln_zero"}
+
+
+def check_testbed_options(norm: object, placement: object, target: str = "gpt") -> None:
+    """The norm kind and placement of a testbed (``gpt`` or ``dit``); errors start
+    ``norm:``/``placement:``.
+
+    ``gpt``: an unconditional norm kind (or ``none``) and pre, post or sandwich. ``dit``: a
+    conditional norm kind (``adaln_zero``, ``adarms``, …) and pre, its only placement.
+    """
     from normlab.models.config import PLACEMENTS
+
+    if target == "dit":
+        from normlab.models.dit import check_dit_norm
+
+        check_dit_norm(norm)
+        if placement != "pre":
+            raise ValueError(
+                f"placement: got {placement!r}; the dit testbed has pre placement only "
+                "(h + g ⊙ F(N(h; c)), the DiT's gated residual)"
+            )
+        return
     from normlab.models.norms import check_model_norm
 
     check_model_norm(norm)
@@ -115,15 +137,33 @@ def check_testbed_options(norm: object, placement: object) -> None:
 
 
 def load_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
-    """A model and example inputs for a model audit (``norm`` and ``placement``: ``gpt`` only)."""
+    """A model and example inputs for a model audit (``norm`` and ``placement``: testbeds only).
+
+    ``gpt``: a 2-layer GPT and token ids [2, 16]. ``dit``: a 2-layer DiT (4 channels, 16 tokens,
+    10 classes) and (x_t [2, 16, 4], t [2], label [2]).
+    """
     if target == "gpt":
         from normlab.models import GPT, GPTConfig
 
-        check_testbed_options(norm, placement)
+        check_testbed_options(norm, placement, target)
         cfg = GPTConfig(
             d_model=64, n_layers=2, n_heads=4, context=32, norm=norm, placement=placement
         )
         return GPT(cfg), (torch.randint(0, cfg.vocab_size, (2, 16)),)
+    if target == "dit":
+        from normlab.models import DiTConfig, build_dit
+
+        check_testbed_options(norm, placement, target)
+        dit_cfg = DiTConfig(
+            in_channels=4, seq_len=16, d_model=64, n_layers=2, n_heads=4, n_classes=10, norm=norm
+        )
+        gen = torch.Generator().manual_seed(0)
+        inputs = (
+            torch.randn(2, dit_cfg.seq_len, dit_cfg.in_channels, generator=gen),
+            torch.rand(2, generator=gen),
+            torch.randint(0, dit_cfg.n_classes, (2,), generator=gen),
+        )
+        return build_dit(dit_cfg, seed=0), inputs
     factory = _import(target)
     result = factory()
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):

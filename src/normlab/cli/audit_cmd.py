@@ -1,4 +1,11 @@
-"""``normlab audit``: what a norm implementation computes, and where a model's norms sit."""
+"""``normlab audit``: what a norm implementation computes, and where a model's norms sit.
+
+``audit norm TARGET``: a registered kind or ``package.module:Name``. ``audit model TARGET``:
+``gpt`` (the GPT testbed; ``--norm`` an unconditional kind or ``none``, ``--placement`` pre, post
+or sandwich), ``dit`` (the small DiT for flow matching; ``--norm`` a conditional kind,
+``adaln_zero`` or ``adarms``; pre placement only) or ``package.module:factory`` returning
+``(model, example_inputs)``.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +17,14 @@ from rich.console import Console
 from rich.table import Table
 
 from normlab.audit import audit_model, audit_norm
-from normlab.audit.targets import check_dim, check_testbed_options, load_model, load_norm
+from normlab.audit.targets import (
+    DEFAULT_NORMS,
+    TESTBEDS,
+    check_dim,
+    check_testbed_options,
+    load_model,
+    load_norm,
+)
 from normlab.cli.app import app
 
 
@@ -85,37 +99,45 @@ def audit_norm_cmd(
 @audit_app.command("model")
 def audit_model_cmd(
     target: Annotated[
-        str, typer.Argument(help="'gpt' (normlab's testbed) or 'package.module:factory'.")
+        str,
+        typer.Argument(
+            help="'gpt' (normlab's GPT testbed), 'dit' (its small DiT for flow matching) or "
+            "'package.module:factory' returning (model, example_inputs)."
+        ),
     ] = "gpt",
     norm: Annotated[
         str | None,
         typer.Option(
-            help="Norm kind of the gpt testbed (layernorm, rmsnorm, dyt, none, …); "
-            "default layernorm.",
+            help="Norm kind of the testbed: for gpt an unconditional kind (layernorm, rmsnorm, "
+            "dyt, none, …; default layernorm), for dit a conditional kind (adaln_zero, adarms; "
+            "default adaln_zero).",
             show_default=False,
         ),
     ] = None,
     placement: Annotated[
         str | None,
         typer.Option(
-            help="Placement of the gpt testbed: pre, post or sandwich; default pre.",
+            help="Placement of the testbed: for gpt pre, post or sandwich; dit is pre only. "
+            "Default pre.",
             show_default=False,
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Find a model's norms and where they sit (pre / post / sandwich, final)."""
-    if target != "gpt":
+    """Find a model's norms and where they sit (pre / post / sandwich, final), and how each
+    conditional norm is conditioned."""
+    if target not in TESTBEDS:
         for value, flag in ((norm, "--norm"), (placement, "--placement")):
             if value is not None:
                 raise typer.BadParameter(
-                    f"applies to the gpt testbed only, not to {target!r}; leave it out",
+                    f"applies to the testbeds ({', '.join(TESTBEDS)}) only, not to {target!r}; "
+                    "leave it out",
                     param_hint=flag,
                 )
-    norm, placement = norm or "layernorm", placement or "pre"
-    if target == "gpt":
+    norm, placement = norm or DEFAULT_NORMS.get(target, "layernorm"), placement or "pre"
+    if target in TESTBEDS:
         try:
-            check_testbed_options(norm, placement)
+            check_testbed_options(norm, placement, target)
         except (TypeError, ValueError) as err:
             raise _bad_parameter(err, {"norm": "--norm", "placement": "--placement"}) from None
     try:
@@ -127,10 +149,13 @@ def audit_model_cmd(
         typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
     table = Table(title=f"Norms of {target}: placement {result.placement}")
-    for col in ("module", "class", "block", "role", "params"):
+    for col in ("module", "class", "block", "role", "condition", "params"):
         table.add_column(col, justify="right" if col == "params" else "left")
     for s in result.norms:
-        table.add_row(s.name, s.cls, s.block or "-", s.role, str(s.n_params))
+        condition = "-" if s.conditioning == "none" else s.conditioning
+        if s.returns_gate:
+            condition += ", gate"
+        table.add_row(s.name, s.cls, s.block or "-", s.role, condition, str(s.n_params))
     console = Console()
     console.print(table)
     share = result.n_norm_params / max(result.n_params, 1)

@@ -1,9 +1,30 @@
-"""Testbed models for comparing norms: a small decoder-only GPT (norm kind × placement).
+"""Testbed models for comparing norms: a small decoder-only GPT (norm kind × placement) and a
+small DiT for flow matching (conditional norm kind), with the flow-matching objective and sampler.
 
 Importing this package registers the ``"dyt"`` norm kind (Dynamic Tanh).
 """
 
 from normlab.models.config import MLP_KINDS, PLACEMENTS, POSITION_KINDS, GPTConfig
+from normlab.models.dit import (
+    DIT_POSITION_KINDS,
+    DiT,
+    DiTBlock,
+    DiTConfig,
+    build_dit,
+    check_dit_norm,
+    dit_norm_kinds,
+    init_dit_paired_,
+    make_dit_norm,
+)
+from normlab.models.flow import (
+    TIME_DISTRIBUTIONS,
+    euler_sample,
+    flow_matching_loss,
+    interpolate,
+    sample_noise,
+    sample_time,
+    target_velocity,
+)
 from normlab.models.gpt import GPT, Block
 from normlab.models.init import (
     check_paired,
@@ -16,22 +37,38 @@ from normlab.models.init import (
 from normlab.models.norms import NO_NORM, check_model_norm, make_model_norm, model_norm_kinds
 
 __all__ = [
+    "DIT_POSITION_KINDS",
     "GPT",
     "MLP_KINDS",
     "NO_NORM",
     "PLACEMENTS",
     "POSITION_KINDS",
+    "TIME_DISTRIBUTIONS",
     "Block",
+    "DiT",
+    "DiTBlock",
+    "DiTConfig",
     "GPTConfig",
+    "build_dit",
     "build_gpt",
+    "check_dit_norm",
     "check_model_norm",
     "check_paired",
     "combined_digest",
+    "dit_norm_kinds",
+    "euler_sample",
+    "flow_matching_loss",
+    "init_dit_paired_",
     "init_gpt_paired_",
+    "interpolate",
+    "make_dit_norm",
     "make_model_norm",
     "model_norm_kinds",
     "parameter_seed",
+    "sample_noise",
+    "sample_time",
     "shared_parameter_digests",
+    "target_velocity",
     "tensor_digest",
 ]
 

@@ -1,0 +1,466 @@
+"""A small Diffusion Transformer (DiT) for flow matching over token sequences.
+
+The network maps noisy tokens x_t ∈ [B, T, C_in], a flow time t ∈ [0, 1] per sample and an
+optional class label to a velocity of the same shape as x_t (see :mod:`normlab.models.flow`)::
+
+    c = TimeMLP(sinusoid(t)) (+ LabelEmbedding(label))            condition, [B, D]
+    h = Linear(x_t) + pos                                         tokens, [B, T, D]
+    per block:  y, g = N₁(h; c);  h ← h + g ⊙ Attn(y)
+                y, g = N₂(h; c);  h ← h + g ⊙ MLP(y)
+    y, _ = N_final(h; c);  v = Linear₀(y)                         [B, T, C_in]
+
+The final norm is modulated (shift, scale) and has no gate where the kind offers that
+(``adarms``); adaLN-Zero always returns one, and it is left unused there.
+
+Every N is the same *conditional* norm kind of :mod:`normlab.registry` (``adaln_zero``,
+``adarms``, or any kind registered with ``conditional=True``), modulated by c. Its modulation
+Linear starts at zero, so every gate g is 0 at initialisation (each block is the identity), and
+the output Linear₀ starts at zero too: the network outputs exactly 0 before training.
+
+Norm modules live in attributes whose names start with ``norm_`` (``norm_attn``, ``norm_mlp``,
+``norm_final``), as in the GPT testbed; :meth:`DiT.norm_parameter_names` relies on that, and so
+does the paired initialisation (:func:`init_dit_paired_`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from normlab.functional import gated_residual
+from normlab.models.gpt import NORM_PREFIX
+from normlab.models.init import parameter_seed
+from normlab.registry import available_norms, is_conditional, make_norm
+
+DIT_POSITION_KINDS = ("sincos", "learned")
+
+
+def dit_norm_kinds() -> list[str]:
+    """Norm kinds the DiT accepts: the registered conditional kinds (``adaln_zero``, ``adarms``)."""
+    return sorted(k for k in available_norms() if is_conditional(k))
+
+
+def check_dit_norm(kind: object) -> str:
+    """``kind`` must name a conditional registered norm (its forward is ``(x, cond) -> (y, g)``)."""
+    if not isinstance(kind, str):
+        raise TypeError(f"norm: expected a norm name (str), got {type(kind).__name__} {kind!r}")
+    kinds = ", ".join(dit_norm_kinds())
+    if kind not in available_norms():
+        raise ValueError(
+            f"norm: unknown norm {kind!r}; expected a conditional norm: one of {kinds} "
+            "(register your own with normlab.register_norm(..., conditional=True))"
+        )
+    if not is_conditional(kind):
+        raise ValueError(
+            f"norm: {kind!r} takes no condition; the DiT modulates every norm with the time "
+            f"(and label) embedding. Expected a conditional norm: one of {kinds}"
+        )
+    return kind
+
+
+@dataclass(frozen=True)
+class DiTConfig:
+    """Hyper-parameters of :class:`DiT`.
+
+    ``in_channels`` C_in and ``seq_len`` T (the most tokens a sequence may have) describe the
+    data; ``n_classes`` = 0 makes the model unconditional on labels, n > 0 adds a label
+    embedding with n + 1 rows, the last (index n) being the null class (see
+    :attr:`null_class`). ``norm`` is a conditional norm kind; ``norm_eps`` (None: each norm's own
+    default) is passed to every norm that has an ε. ``positions``: ``sincos`` (fixed sinusoids)
+    or ``learned``. The time features are sinusoids of ``time_scale`` · t with
+    ``time_freq_dim`` channels and periods up to ``time_max_period`` (see
+    :func:`timestep_features`). ``init_std`` is the standard deviation of the embedding tables
+    (labels, learned positions); Linear weights use Xavier's variance 2 / (fan_in + fan_out).
+    """
+
+    in_channels: int = 4
+    seq_len: int = 16
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    mlp_ratio: float = 4.0
+    n_classes: int = 0
+    norm: str = "adaln_zero"
+    norm_eps: float | None = 1e-6
+    positions: str = "sincos"
+    time_freq_dim: int = 256
+    time_scale: float = 1000.0
+    time_max_period: float = 10000.0
+    bias: bool = True
+    init_std: float = 0.02
+
+    def __post_init__(self) -> None:
+        for name in ("in_channels", "seq_len", "d_model", "n_layers", "n_heads", "time_freq_dim"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
+        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, int):
+            raise ValueError(f"n_classes: expected an int >= 0, got {self.n_classes!r}")
+        if self.n_classes < 0:
+            raise ValueError(f"n_classes: expected an int >= 0, got {self.n_classes!r}")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"n_heads: d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
+            )
+        if self.time_freq_dim % 2:
+            raise ValueError(
+                f"time_freq_dim: expected an even number (cos and sin pairs), "
+                f"got {self.time_freq_dim}"
+            )
+        if self.positions not in DIT_POSITION_KINDS:
+            kinds = ", ".join(DIT_POSITION_KINDS)
+            raise ValueError(f"positions: got {self.positions!r}; expected one of {kinds}")
+        if self.positions == "sincos" and self.d_model % 2:
+            raise ValueError(f"d_model: sincos positions need an even d_model, got {self.d_model}")
+        check_dit_norm(self.norm)
+        for name in ("mlp_ratio", "init_std", "time_scale", "time_max_period"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name}: expected a number > 0, got {value!r}")
+        if self.norm_eps is not None and not self.norm_eps > 0:
+            raise ValueError(f"norm_eps: expected a float > 0 or None, got {self.norm_eps!r}")
+        if not isinstance(self.bias, bool):
+            raise ValueError(f"bias: expected a bool, got {self.bias!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def null_class(self) -> int | None:
+        """The label index that means "no class" (``n_classes``), or None when unconditional."""
+        return self.n_classes if self.n_classes > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def make_dit_norm(
+    kind: str, dim: int, cond_dim: int, eps: float | None = None, gate: bool = True
+) -> nn.Module:
+    """One norm slot of the DiT: ``make_norm(kind, dim, cond_dim=cond_dim)``.
+
+    When ``eps`` is given and the built norm has an ``eps`` attribute, it is built with that ε,
+    so every arm of a comparison shares one ε. ``gate=False`` asks for a norm without a gate
+    where the kind offers one (a boolean ``gate`` attribute, as ``AdaRMSNorm(gate=False)``:
+    [s, t] = Linear(c)); a kind that always returns a gate (adaLN-Zero) keeps it and the caller
+    ignores it.
+    """
+    check_dit_norm(kind)
+    kw: dict[str, Any] = {"cond_dim": cond_dim}
+    norm = make_norm(kind, dim, **kw)
+    if eps is not None and hasattr(norm, "eps") and norm.eps != eps:
+        kw["eps"] = eps
+    if not gate and getattr(norm, "gate", None) is True:
+        kw["gate"] = False
+    return make_norm(kind, dim, **kw) if len(kw) > 1 else norm
+
+
+def timestep_features(
+    t: torch.Tensor, dim: int, scale: float = 1000.0, max_period: float = 10000.0
+) -> torch.Tensor:
+    """Sinusoidal features of the flow time, [B] → [B, dim], computed in float32 (or float64).
+
+    With half = dim / 2 and ω_i = max_period^(−i / half), i = 0 … half − 1:
+    φ(t) = [cos(scale · t · ω_0), …, cos(scale · t · ω_{half−1}), sin(scale · t · ω_0), …].
+    ``scale`` stretches t ∈ [0, 1] so that the fastest frequency tells steps of 1/scale apart.
+    """
+    half = dim // 2
+    dtype = torch.float64 if t.dtype == torch.float64 else torch.float32
+    freqs = torch.exp(
+        -math.log(max_period) * torch.arange(half, dtype=dtype, device=t.device) / half
+    )
+    angles = scale * t.to(dtype)[:, None] * freqs[None, :]
+    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
+
+
+def sincos_positions(length: int, dim: int) -> torch.Tensor:
+    """Fixed 1-D sinusoidal positions [length, dim] (dim even), as in "Attention is all you need".
+
+    For position p and i = 0 … dim/2 − 1, with ω_i = 10000^(−2i / dim):
+    pe[p, i] = sin(p · ω_i), pe[p, dim/2 + i] = cos(p · ω_i).
+    """
+    omega = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float64) / dim)
+    angles = torch.arange(length, dtype=torch.float64)[:, None] * omega[None, :]
+    return torch.cat([torch.sin(angles), torch.cos(angles)], dim=-1).float()
+
+
+class TimestepEmbedder(nn.Module):
+    """c_t = W₂ · SiLU(W₁ · φ(t) + b₁) + b₂, φ from :func:`timestep_features`."""
+
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__()
+        self.freq_dim = cfg.time_freq_dim
+        self.scale = cfg.time_scale
+        self.max_period = cfg.time_max_period
+        self.mlp = nn.Sequential(
+            nn.Linear(cfg.time_freq_dim, cfg.d_model),
+            nn.SiLU(),
+            nn.Linear(cfg.d_model, cfg.d_model),
+        )
+
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        """``t``: [B] → [B, D]."""
+        features = timestep_features(t, self.freq_dim, self.scale, self.max_period)
+        return self.mlp(features.to(self.mlp[0].weight.dtype))
+
+
+class SelfAttention(nn.Module):
+    """Bidirectional multi-head attention: proj(softmax(q kᵀ / √d_h) v), with
+    ``F.scaled_dot_product_attention``."""
+
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
+class FeedForward(nn.Module):
+    """proj(GELU_tanh(fc(x))), hidden size ``mlp_ratio · d`` (the DiT MLP)."""
+
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__()
+        hidden = int(cfg.mlp_ratio * cfg.d_model)
+        self.fc = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
+        self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+def _gated_add(h: torch.Tensor, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
+    """h + g ⊙ out (:func:`normlab.functional.gated_residual`); h + out for a norm with no gate."""
+    return h + out if gate is None else gated_residual(h, out, gate)
+
+
+class DiTBlock(nn.Module):
+    """One DiT block, pre-norm with gated residuals, both norms modulated by c:
+
+    y, g = N₁(h; c);  h ← h + g ⊙ Attn(y)
+    y, g = N₂(h; c);  h ← h + g ⊙ MLP(y)
+    """
+
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__()
+        self.norm_attn = make_dit_norm(cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps)
+        self.attn = SelfAttention(cfg)
+        self.norm_mlp = make_dit_norm(cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps)
+        self.mlp = FeedForward(cfg)
+
+    def forward(self, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """``h``: [B, T, D]; ``c``: [B, D]."""
+        y, gate = self.norm_attn(h, c)
+        h = _gated_add(h, self.attn(y), gate)
+        y, gate = self.norm_mlp(h, c)
+        return _gated_add(h, self.mlp(y), gate)
+
+
+class DiT(nn.Module):
+    """Velocity network v̂(x_t, t, label) of flow matching; see the module docstring.
+
+    Built from a config alone, its parameters follow the paired initialisation
+    (:func:`init_dit_paired_`) with a seed drawn from torch's global generator before any
+    submodule is built: deterministic under ``torch.manual_seed``, and two DiTs that differ only
+    in their norm kind get identical values for every parameter they share. Pass ``seed`` (or use
+    :func:`build_dit`) to choose it explicitly.
+    """
+
+    def __init__(self, cfg: DiTConfig, seed: int | None = None) -> None:
+        super().__init__()
+        if not isinstance(cfg, DiTConfig):
+            raise TypeError(f"cfg: expected a DiTConfig, got {type(cfg).__name__}")
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, (1,)).item())
+        self.config = cfg
+        self.x_embed = nn.Linear(cfg.in_channels, cfg.d_model, bias=cfg.bias)
+        if cfg.positions == "learned":
+            self.pos_emb = nn.Parameter(torch.zeros(cfg.seq_len, cfg.d_model))
+        else:
+            self.register_buffer(
+                "pos_emb", sincos_positions(cfg.seq_len, cfg.d_model), persistent=False
+            )
+        self.time_embed = TimestepEmbedder(cfg)
+        self.label_embed = (
+            nn.Embedding(cfg.n_classes + 1, cfg.d_model) if cfg.n_classes > 0 else None
+        )
+        self.blocks = nn.ModuleList(DiTBlock(cfg) for _ in range(cfg.n_layers))
+        self.norm_final = make_dit_norm(
+            cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps, gate=False
+        )
+        self.head = nn.Linear(cfg.d_model, cfg.in_channels)
+        init_dit_paired_(self, seed)
+
+    def condition(self, t: torch.Tensor, label: torch.Tensor | None = None) -> torch.Tensor:
+        """c = TimeMLP(φ(t)) + E[label] ([B, D]); label None means the null class (if any)."""
+        c = self.time_embed(t)
+        if self.label_embed is not None:
+            if label is None:
+                label = torch.full_like(t, self.config.n_classes, dtype=torch.long)
+            c = c + self.label_embed(label)
+        return c
+
+    def forward(
+        self, x: torch.Tensor, t: torch.Tensor | float, label: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Velocity [B, T, C_in] at noisy tokens ``x`` [B, T, C_in] (T ≤ seq_len) and flow time
+        ``t``: [B] per sample, or a number / 0-d tensor shared by the batch. ``label``: None or
+        int64 [B] in 0 … n_classes (n_classes is the null class); only when n_classes > 0."""
+        self._check_x(x)
+        t = self._check_t(t, x)
+        label = self._check_label(label, x)
+        c = self.condition(t, label)
+        h = self.x_embed(x) + self.pos_emb[: x.shape[1]].to(self.x_embed.weight.dtype)
+        for block in self.blocks:
+            h = block(h, c)
+        y, _ = self.norm_final(h, c)  # modulated (shift, scale); no gate, or one left unused
+        return self.head(y)
+
+    def _check_x(self, x: object) -> None:
+        cfg = self.config
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+        if not x.is_floating_point():
+            raise TypeError(f"x: dtype {x.dtype} is not a floating dtype; expected a float tensor")
+        if x.dim() != 3 or x.shape[-1] != cfg.in_channels:
+            raise ValueError(
+                f"x: expected shape [B, T, {cfg.in_channels}] (in_channels), got {tuple(x.shape)}"
+            )
+        if not 1 <= x.shape[1] <= cfg.seq_len:
+            raise ValueError(
+                f"x: sequence length {x.shape[1]} is outside 1 … seq_len={cfg.seq_len}"
+            )
+        if x.shape[0] < 1:
+            raise ValueError(f"x: expected a batch of at least one sequence, got {tuple(x.shape)}")
+
+    @staticmethod
+    def _check_t(t: object, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        if isinstance(t, bool) or not isinstance(t, int | float | torch.Tensor):
+            raise TypeError(f"t: expected a number or a float tensor [B], got {type(t).__name__}")
+        if not isinstance(t, torch.Tensor):
+            return torch.full((b,), float(t), device=x.device)
+        if not t.is_floating_point():
+            raise TypeError(f"t: dtype {t.dtype} is not a floating dtype; expected a float tensor")
+        if t.device != x.device:
+            raise ValueError(
+                f"t: is on {t.device} but x is on {x.device}; expected the same device"
+            )
+        if t.dim() == 0:
+            return t.expand(b)
+        if t.shape != (b,):
+            raise ValueError(
+                f"t: expected shape [B] = [{b}] (one time per sample) or a scalar, "
+                f"got {tuple(t.shape)}"
+            )
+        return t
+
+    def _check_label(self, label: object, x: torch.Tensor) -> torch.Tensor | None:
+        if label is None:
+            return None
+        n = self.config.n_classes
+        if n == 0:
+            raise ValueError(
+                "label: this DiT has no label embedding (n_classes=0); leave label out or "
+                "build it with n_classes > 0"
+            )
+        if not isinstance(label, torch.Tensor) or label.dtype != torch.long:
+            raise TypeError(f"label: expected an int64 tensor [B], got {_describe(label)}")
+        if label.shape != (x.shape[0],):
+            raise ValueError(
+                f"label: expected shape [B] = [{x.shape[0]}], got {tuple(label.shape)}"
+            )
+        if label.device != x.device:
+            raise ValueError(
+                f"label: is on {label.device} but x is on {x.device}; expected the same device"
+            )
+        if int(label.min()) < 0 or int(label.max()) > n:
+            raise ValueError(
+                f"label: values must lie in 0 … {n} ({n} is the null class), got "
+                f"{int(label.min())} … {int(label.max())}"
+            )
+        return label
+
+    def norm_parameter_names(self) -> list[str]:
+        """Names of the parameters that belong to norm modules (their modulation Linears)."""
+        return [
+            name
+            for name, _ in self.named_parameters()
+            if any(part.startswith(NORM_PREFIX) for part in name.split(".")[:-1])
+        ]
+
+    def modulation_names(self) -> list[str]:
+        """Names of the modules whose output is the norms' modulation (shift, scale, gate)."""
+        return [
+            name
+            for name, module in self.named_modules()
+            if isinstance(module, nn.Linear)
+            and any(part.startswith(NORM_PREFIX) for part in name.split("."))
+        ]
+
+    def count_parameters(self) -> tuple[int, int]:
+        """(all parameters, parameters inside norms)."""
+        norms = set(self.norm_parameter_names())
+        total = sum(p.numel() for p in self.parameters())
+        return total, sum(p.numel() for n, p in self.named_parameters() if n in norms)
+
+
+def _describe(value: object) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a {value.dtype} tensor of shape {tuple(value.shape)}"
+    return f"{type(value).__name__} {value!r}"
+
+
+def init_dit_paired_(model: DiT, seed: int) -> DiT:
+    """Initialise a DiT in place, paired across models by parameter name (as the GPT testbed).
+
+    The parameter called ``name`` is drawn from a generator seeded by
+    :func:`normlab.models.parameter_seed` (``seed``, ``name``): Linear weights ~ N(0, σ²) with
+    Xavier's σ² = 2 / (fan_in + fan_out); embedding tables (labels, learned positions)
+    ~ N(0, ``init_std``²); biases 0; the output Linear (``head``) 0, so the network outputs
+    exactly 0; norm parameters are left to their module (the conditional norms zero their
+    modulation, so every gate starts closed). Values are drawn in float32 on the CPU and then
+    copied, so they do not depend on the device.
+    """
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    if not isinstance(model, DiT):
+        raise TypeError(f"model: expected a DiT, got {type(model).__name__}")
+    norms = set(model.norm_parameter_names())
+    fans = {
+        f"{name}.weight": (m.in_features, m.out_features)
+        for name, m in model.named_modules()
+        if isinstance(m, nn.Linear)
+    }
+    for name, param in model.named_parameters():
+        if name in norms:
+            continue
+        if param.dim() < 2 or name.startswith("head."):
+            values = torch.zeros(param.shape)
+        else:
+            fan_in, fan_out = fans.get(name, (0, 0))
+            std = math.sqrt(2.0 / (fan_in + fan_out)) if name in fans else model.config.init_std
+            gen = torch.Generator(device="cpu").manual_seed(parameter_seed(seed, name))
+            values = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
+        with torch.no_grad():
+            param.copy_(values)
+    return model
+
+
+def build_dit(cfg: DiTConfig, seed: int) -> DiT:
+    """A :class:`DiT` with the paired initialisation for ``seed`` (see :func:`init_dit_paired_`)."""
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    return DiT(cfg, seed=seed)
