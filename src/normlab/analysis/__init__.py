@@ -11,7 +11,15 @@ Modules, one job each: :mod:`~normlab.analysis.runs` loads a compare folder,
 """
 
 from normlab.analysis.comparison import PairedComparison, compare_paired
-from normlab.analysis.metrics import METRICS, MetricSpec, metric_spec
+from normlab.analysis.metrics import (
+    DIT_METRICS,
+    METRICS,
+    PROFILES,
+    MetricSpec,
+    Profile,
+    metric_spec,
+    profile_of,
+)
 from normlab.analysis.power import seeds_needed, settle_probability
 from normlab.analysis.recommendation import Recommendation, recommend
 from normlab.analysis.runs import (
@@ -35,13 +43,16 @@ from normlab.analysis.summary import analyze, compare_metric, run_outcome
 from normlab.analysis.verdicts import ArmVerdict, arm_verdict
 
 __all__ = [
+    "DIT_METRICS",
     "DONE_STATUSES",
     "METRICS",
+    "PROFILES",
     "ArmVerdict",
     "CompareFolder",
     "CompareFolderError",
     "MetricSpec",
     "PairedComparison",
+    "Profile",
     "Recommendation",
     "RunResult",
     "analyze",
@@ -54,6 +65,7 @@ __all__ = [
     "log_ratio_interval",
     "metric_spec",
     "paired_t_interval",
+    "profile_of",
     "recommend",
     "run_outcome",
     "seeds_needed",

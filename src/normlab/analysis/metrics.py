@@ -1,13 +1,27 @@
-"""The per-run metrics the analysis compares, with their units, direction and scale."""
+"""The per-run metrics the analysis compares, with their units, direction and scale, per testbed.
+
+The GPT testbed is judged on validation bits per byte, the DiT testbed on the validation
+flow-matching loss (mean squared error of the predicted velocity); :class:`Profile` holds what
+the analysis and the report need to know of each: its metrics, its quality metric and the key,
+unit and default of its equivalence margin in ``experiment.json``.
+"""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from normlab.analysis.runs import DONE_STATUSES
+from normlab.analysis.runs import DONE_STATUSES, MARGIN_KEYS
 
-__all__ = ["METRICS", "MetricSpec", "metric_spec"]
+__all__ = [
+    "DIT_METRICS",
+    "METRICS",
+    "PROFILES",
+    "MetricSpec",
+    "Profile",
+    "metric_spec",
+    "profile_of",
+]
 
 
 @dataclass(frozen=True)
@@ -16,8 +30,9 @@ class MetricSpec:
 
     ``scale`` is ``"difference"`` (paired differences x − y) or ``"ratio"`` (paired log ratios
     ln(x / y), reported as a ratio). ``margin_factor`` converts the experiment's equivalence
-    margin in bits per byte into this metric's unit (1 for bpb, ln 2 for nats per byte), or is
-    None when no equivalence margin applies. ``statuses`` are the run statuses whose value counts.
+    margin (GPT: bits per byte; DiT: validation MSE) into this metric's unit (1 for bpb, ln 2 for
+    nats per byte, 1 for the DiT's losses), or is None when no equivalence margin applies.
+    ``statuses`` are the run statuses whose value counts.
     ``discrete`` marks small integer counts, decided by the exact sign test rather than the
     t-test. ``censored`` marks a metric whose null in a finished run means "not reached within
     the run" (a time to target), not "missing": such a run was slower than one that reached it.
@@ -57,12 +72,118 @@ METRICS: tuple[MetricSpec, ...] = (
 """Quality metrics count finished runs only (a diverged run's last numbers describe a truncated
 run; its divergence is judged under stability). Spike counts also count diverged runs."""
 
-_BY_NAME = {m.name: m for m in METRICS}
+FLOW_UNIT = "MSE"
+"""The unit of the DiT's losses: the mean squared error of the predicted velocity v̂ against
+x1 − x0, per element, on images scaled to [−1, 1]."""
+
+DIT_METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("final_val_loss", "final validation loss", FLOW_UNIT, True, margin_factor=1.0),
+    MetricSpec("best_val_loss", "best validation loss", FLOW_UNIT, True, margin_factor=1.0),
+    MetricSpec("final_train_loss", "final training loss", FLOW_UNIT, True, margin_factor=1.0),
+    *METRICS[3:],
+)
+"""The DiT testbed's metrics: its flow-matching losses, then the GPT's speed, memory, spike and
+time-to-target metrics."""
+
+
+@dataclass(frozen=True)
+class Profile:
+    """What the analysis and the report need to know of a testbed.
+
+    ``quality`` names the metric that decides quality (``best`` its best-seen variant);
+    ``curve`` the field of the ``eval`` records in ``metrics.jsonl`` that the validation plot
+    draws (also that plot's name). Words: ``quality_name`` names the metric in sentences
+    ("validation bpb"), ``short_label`` in table headers ("final val bpb"), ``curve_word`` in
+    plot titles ("bpb"), ``curve_title`` titles the validation plot; ``unit`` is the quality
+    metric's unit spelled out ("bits per byte"), ``short_unit`` suffixes its numbers ("bpb"),
+    ``train_unit`` is the training loss's unit. ``method_note`` is a sentence for the report's
+    method section ("" for none). The equivalence margin, in the quality metric's unit, is
+    ``experiment.json``'s :attr:`margin_key` (see :data:`normlab.analysis.runs.MARGIN_KEYS`).
+    """
+
+    name: str
+    metrics: tuple[MetricSpec, ...]
+    quality: str
+    best: str
+    curve: str
+    quality_name: str
+    short_label: str
+    curve_word: str
+    curve_title: str
+    unit: str
+    short_unit: str
+    train_unit: str
+    method_note: str = ""
+
+    @property
+    def margin_key(self) -> str:
+        """The key of the equivalence margin in ``experiment.json`` and the analysis."""
+        return MARGIN_KEYS[self.name][0]
+
+    @property
+    def quality_label(self) -> str:
+        """The quality metric's label ("final validation bpb")."""
+        return self.metric(self.quality).label
+
+    def metric(self, name: str) -> MetricSpec:
+        """The :class:`MetricSpec` called ``name`` among this testbed's metrics."""
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        names = sorted(m.name for m in self.metrics)
+        raise ValueError(f"metric must be one of {names}, got {name!r}")
+
+
+PROFILES: dict[str, Profile] = {
+    "gpt": Profile(
+        name="gpt",
+        metrics=METRICS,
+        quality="final_val_bpb",
+        best="best_val_bpb",
+        curve="val_bpb",
+        quality_name="validation bpb",
+        short_label="final val bpb",
+        curve_word="bpb",
+        curve_title="Validation bits per byte",
+        unit="bits per byte",
+        short_unit="bpb",
+        train_unit="nats per byte",
+    ),
+    "dit": Profile(
+        name="dit",
+        metrics=DIT_METRICS,
+        quality="final_val_loss",
+        best="best_val_loss",
+        curve="val_loss",
+        quality_name="validation loss",
+        short_label="final val loss",
+        curve_word="loss",
+        curve_title="Validation flow-matching loss",
+        unit=FLOW_UNIT,
+        short_unit=FLOW_UNIT,
+        train_unit=FLOW_UNIT,
+        method_note=(
+            "Quality is the flow-matching loss, the mean squared error of the predicted velocity "
+            "against x1 − x0 at x_t = (1 − t)·x0 + t·x1, on a fixed set of validation (image, "
+            "noise, time) triples that is the same for every arm and seed, so its differences "
+            "are paired like the training batches; lower is better. The training loss is the "
+            "same quantity on the training batches."
+        ),
+    ),
+}
+
+
+def profile_of(name: object) -> Profile:
+    """The :class:`Profile` called ``name`` (``None``: ``gpt``, for folders written before the
+    DiT testbed existed)."""
+    if name is None:
+        return PROFILES["gpt"]
+    try:
+        return PROFILES[name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(f"testbed must be one of {sorted(PROFILES)}, got {name!r}") from None
 
 
 def metric_spec(name: str) -> MetricSpec:
-    """The :class:`MetricSpec` called ``name``."""
-    try:
-        return _BY_NAME[name]
-    except KeyError:
-        raise ValueError(f"metric must be one of {sorted(_BY_NAME)}, got {name!r}") from None
+    """The GPT testbed's :class:`MetricSpec` called ``name``."""
+    return PROFILES["gpt"].metric(name)

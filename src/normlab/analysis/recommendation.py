@@ -1,8 +1,8 @@
 """The final recommendation across all arms, from each arm's decision against the baseline.
 
 - If some arms earn a ``switch``, the choice is, in this order of preference, the arm with the
-  largest quality gain (most negative bpb difference), else a more stable arm, else the fastest
-  of the equivalent-and-faster arms.
+  largest quality gain (most negative difference of the testbed's quality metric), else a more
+  stable arm, else the fastest of the equivalent-and-faster arms.
 - Else, if some arm is ``undecided``, the choice is ``"undecided"`` and the text says how many
   seeds would likely settle it, or, for an arm without any finished or diverged run (every run
   crashed), that it has no result: more seeds do not help an arm that crashes.

@@ -32,6 +32,12 @@ DONE_STATUSES: tuple[str, ...] = ("finished", "diverged")
 _KNOWN_STATUSES = (*DONE_STATUSES, "crashed")
 _RUN_ID = re.compile(r"^(?P<arm>.+)__s(?P<seed>-?\d+)$")
 DEFAULT_MARGIN_BPB = 0.02
+MARGIN_KEYS: dict[str, tuple[str, float]] = {
+    "gpt": ("margin_bpb", DEFAULT_MARGIN_BPB),
+    "dit": ("margin_val_loss", 0.002),
+}
+"""Per testbed: the key of the equivalence margin in ``experiment.json`` and its value when the
+key is absent."""
 
 
 class CompareFolderError(ValueError):
@@ -79,10 +85,19 @@ class CompareFolder:
     arms: list[str]
     baseline_arm: str
     seeds: list[int]
-    margin_bpb: float
+    margin: float
+    """The equivalence margin of the testbed's quality metric, in its unit (GPT: bits per byte,
+    ``margin_bpb``; DiT: validation MSE, ``margin_val_loss``)."""
     runs: list[RunResult]
     ignored_runs: tuple[str, ...] = ()
     """Run folders under ``runs/`` that ``experiment.json`` does not list (left out)."""
+    testbed: str = "gpt"
+    """``gpt`` or ``dit`` (``experiment.json``'s ``testbed``; absent in older folders: gpt)."""
+
+    @property
+    def margin_bpb(self) -> float:
+        """The GPT testbed's margin in bits per byte (:attr:`margin`)."""
+        return self.margin
 
     def runs_of(self, arm: str) -> list[RunResult]:
         """The runs of ``arm``, ordered by seed."""
@@ -101,7 +116,7 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 
 def _experiment_fields(
     experiment: dict[str, Any], where: Path
-) -> tuple[list[str], str, list[int], float]:
+) -> tuple[list[str], str, list[int], float, str]:
     arms = experiment.get("arms")
     if not (isinstance(arms, list) and arms and all(isinstance(a, str) for a in arms)):
         raise CompareFolderError(
@@ -115,12 +130,18 @@ def _experiment_fields(
     seeds = experiment.get("seeds", [])
     if not (isinstance(seeds, list) and all(isinstance(s, int) for s in seeds)):
         raise CompareFolderError(f"{where}: 'seeds' must be a list of ints, got {seeds!r}")
-    margin = experiment.get("margin_bpb")
+    testbed = experiment.get("testbed", "gpt")
+    if testbed not in MARGIN_KEYS:
+        raise CompareFolderError(
+            f"{where}: 'testbed' must be one of {list(MARGIN_KEYS)}, got {testbed!r}"
+        )
+    key, default = MARGIN_KEYS[testbed]
+    margin = experiment.get(key)
     if margin is None:
-        margin = DEFAULT_MARGIN_BPB
+        margin = default
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
-        raise CompareFolderError(f"{where}: 'margin_bpb' must be a number > 0, got {margin!r}")
-    return list(arms), baseline, list(seeds), float(margin)
+        raise CompareFolderError(f"{where}: {key!r} must be a number > 0, got {margin!r}")
+    return list(arms), baseline, list(seeds), float(margin), testbed
 
 
 def _listed_runs(experiment: dict[str, Any], where: Path) -> set[str] | None:
@@ -195,7 +216,7 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
             f"{path} is not a 'normlab compare' output folder: it has no experiment.json"
         )
     experiment = _read_json_object(exp_path)
-    arms, baseline, seeds, margin = _experiment_fields(experiment, exp_path)
+    arms, baseline, seeds, margin, testbed = _experiment_fields(experiment, exp_path)
     data_path = path / "data" / "data.json"
     if data_path.is_file():
         data = _read_json_object(data_path)
@@ -221,7 +242,8 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
         arms=arms + extra_arms,
         baseline_arm=baseline,
         seeds=seeds,
-        margin_bpb=margin,
+        margin=margin,
         runs=sorted(runs, key=lambda r: (r.arm, r.seed)),
         ignored_runs=ignored,
+        testbed=testbed,
     )

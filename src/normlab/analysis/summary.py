@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
-from normlab.analysis.metrics import METRICS, MetricSpec, metric_spec
+from normlab.analysis.metrics import MetricSpec, profile_of
 from normlab.analysis.recommendation import recommend
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
@@ -77,14 +77,15 @@ def compare_metric(
     spec: MetricSpec,
     arm_runs: list[RunResult],
     base_runs: list[RunResult],
-    margin_bpb: float,
+    margin: float,
     alpha: float = 0.05,
     power: float = 0.8,
 ) -> PairedComparison:
     """Pair ``arm_runs`` with ``base_runs`` by seed on ``spec`` and compare them.
 
-    Only seeds with a usable value in both arms are paired. The margin is
-    ``margin_bpb · spec.margin_factor`` (None when the metric has no margin). Counts
+    Only seeds with a usable value in both arms are paired. ``margin`` is the experiment's
+    equivalence margin in its testbed's quality unit (GPT: bits per byte; DiT: validation MSE);
+    the metric's margin is ``margin · spec.margin_factor`` (None when it has none). Counts
     (``spec.discrete``) are decided by the sign test; for a censored metric, seeds where only
     one arm reached the target are counted by the sign test on who reached it first.
     """
@@ -93,13 +94,13 @@ def compare_metric(
         xs = {s: v for s, v in xs.items() if v > 0}
         ys = {s: v for s, v in ys.items() if v > 0}
     seeds = sorted(set(xs) & set(ys))
-    margin = None if spec.margin_factor is None else margin_bpb * spec.margin_factor
+    metric_margin = None if spec.margin_factor is None else margin * spec.margin_factor
     c = compare_paired(
         [xs[s] for s in seeds],
         [ys[s] for s in seeds],
         seeds=seeds,
         lower_is_better=spec.lower_is_better,
-        margin=margin,
+        margin=metric_margin,
         scale=spec.scale,
         alpha=alpha,
         power=power,
@@ -173,18 +174,22 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
     Per arm and metric: mean and sample sd over seeds. Per non-baseline arm and metric: the
     paired comparison against the baseline (matched by seed). Per arm: verdicts and decision.
     Tests use level ``alpha``; ``power`` sets how sure the seeds-needed estimate aims to be.
+    The metrics, the quality metric and the margin's key follow the folder's testbed
+    (:data:`normlab.analysis.metrics.PROFILES`).
     """
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
     if not 0.0 < power < 1.0:
         raise ValueError(f"power must lie in (0, 1), got {power!r}")
+    testbed = profile_of(folder.testbed)
+    metrics = testbed.metrics
     base = folder.baseline_arm
     base_runs = folder.runs_of(base)
     arms_stats: dict[str, Any] = {}
     for arm in folder.arms:
         runs = folder.runs_of(arm)
         arms_stats[arm] = {}
-        for spec in METRICS:
+        for spec in metrics:
             values = _values(runs, spec)
             d = describe(list(values.values()))
             arms_stats[arm][spec.name] = {
@@ -205,13 +210,22 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
             continue
         runs = folder.runs_of(arm)
         results = {
-            spec.name: compare_metric(spec, runs, base_runs, folder.margin_bpb, alpha, power)
-            for spec in METRICS
+            spec.name: compare_metric(spec, runs, base_runs, folder.margin, alpha, power)
+            for spec in metrics
         }
         comparisons[arm] = {name: c.to_dict() for name, c in results.items()}
         stab = stability_verdict(runs, base_runs, alpha)
-        quality[arm], speed[arm] = results["final_val_bpb"], results["tokens_per_s"]
-        v = arm_verdict(arm, base, quality[arm], speed[arm], results["peak_memory_bytes"], stab)
+        quality[arm], speed[arm] = results[testbed.quality], results["tokens_per_s"]
+        v = arm_verdict(
+            arm,
+            base,
+            quality[arm],
+            speed[arm],
+            results["peak_memory_bytes"],
+            stab,
+            what=testbed.quality_name,
+            unit=testbed.short_unit,
+        )
         arm_verdicts[arm] = v
         verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
 
@@ -236,7 +250,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
     ]
     return {
         "baseline_arm": base,
-        "margin_bpb": folder.margin_bpb,
+        testbed.margin_key: folder.margin,
         "alpha": alpha,
         "power": power,
         "arm_order": list(folder.arms),
@@ -247,7 +261,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
                 "lower_is_better": s.lower_is_better,
                 "scale": s.scale,
             }
-            for s in METRICS
+            for s in metrics
         },
         "arms": arms_stats,
         "arm_info": {arm: _arm_info(folder, arm) for arm in folder.arms},
@@ -259,5 +273,6 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "ignored_runs": list(folder.ignored_runs),
         "environment": _environment(folder),
         "target_val_loss": folder.experiment.get("target_val_loss"),
-        "quality_metric": metric_spec("final_val_bpb").name,
+        "quality_metric": testbed.quality,
+        "testbed": testbed.name,
     }

@@ -1,6 +1,7 @@
 """Per-arm verdicts against the baseline, and the decision they lead to.
 
-Each candidate arm A is judged against the baseline B on quality (final validation bpb, see
+Each candidate arm A is judged against the baseline B on quality (the testbed's final validation
+metric: bits per byte for the GPT, flow-matching loss for the DiT; see
 :mod:`normlab.analysis.comparison`), throughput and peak memory (paired log ratios), and
 stability (:mod:`normlab.analysis.stability`). The decision, first rule that applies:
 
@@ -55,14 +56,23 @@ class ArmVerdict:
         return asdict(self)
 
 
-def quality_sentence(c: PairedComparison, arm: str, baseline: str) -> str:
-    """One sentence on the final-bpb comparison, quoting the numbers behind the verdict."""
+def quality_sentence(
+    c: PairedComparison,
+    arm: str,
+    baseline: str,
+    what: str = "validation bpb",
+    unit: str = "bpb",
+) -> str:
+    """One sentence on the final-quality comparison, quoting the numbers behind the verdict.
+
+    ``what`` names the metric ("validation bpb", "validation loss") and ``unit`` suffixes its
+    numbers ("bpb", "MSE")."""
     pct = round(100 * c.confidence)
     diff = (
-        f"difference {fmt_signed(c.mean_diff)} bpb ({arm} − {baseline}; {pct}% CI "
+        f"difference {fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}; {pct}% CI "
         f"{fmt_signed(c.ci_low)} to {fmt_signed(c.ci_high)}, n = {c.n_pairs} paired seeds)"
     )
-    margin = f"±{c.margin:g} bpb" if c.margin is not None else "no margin"
+    margin = f"±{c.margin:g} {unit}" if c.margin is not None else "no margin"
     if c.n_pairs < 2:
         return f"Quality cannot be judged: {c.note}."
     if c.verdict == "equivalent" and c.tost_low is not None:
@@ -74,16 +84,16 @@ def quality_sentence(c: PairedComparison, arm: str, baseline: str) -> str:
             else ""
         )
         return (
-            f"Final validation bpb is equivalent within {margin}: difference "
-            f"{fmt_signed(c.mean_diff)} bpb ({arm} − {baseline}), whose {tost_pct}% CI "
+            f"Final {what} is equivalent within {margin}: difference "
+            f"{fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}), whose {tost_pct}% CI "
             f"{fmt_signed(c.tost_low)} to {fmt_signed(c.tost_high)} lies inside the margin "
             f"(TOST {fmt_p(c.tost_p)}, n = {c.n_pairs} paired seeds){extra}."
         )
     if c.verdict == "equivalent":
-        return f"Final validation bpb is identical in every pair: {diff}."
+        return f"Final {what} is identical in every pair: {diff}."
     if c.verdict in ("better", "worse"):
         word = "lower (better)" if c.verdict == "better" else "higher (worse)"
-        return f"Final validation bpb is {word}: {diff}, {fmt_p(c.p_value)}."
+        return f"Final {what} is {word}: {diff}, {fmt_p(c.p_value)}."
     if c.seeds_needed is None:
         need = "no practical number of seeds would settle it at this noise level"
     else:
@@ -94,7 +104,7 @@ def quality_sentence(c: PairedComparison, arm: str, baseline: str) -> str:
             "the truth)"
         )
     return (
-        f"Final validation bpb cannot be told apart yet: {diff} neither excludes zero nor fits "
+        f"Final {what} cannot be told apart yet: {diff} neither excludes zero nor fits "
         f"inside {margin}; {need}."
     )
 
@@ -154,18 +164,22 @@ def arm_verdict(
     throughput: PairedComparison,
     memory: PairedComparison,
     stability: StabilityVerdict,
+    what: str = "validation bpb",
+    unit: str = "bpb",
 ) -> ArmVerdict:
-    """Combine the comparisons of ``arm`` into verdicts and a decision (rules: module docstring)."""
+    """Combine the comparisons of ``arm`` into verdicts and a decision (rules: module docstring).
+
+    ``what`` and ``unit`` name the quality metric and its unit (see :func:`quality_sentence`)."""
     speed = _ratio_word(throughput, _SPEED_WORDS)
-    q_text = quality_sentence(quality, arm, baseline)
+    q_text = quality_sentence(quality, arm, baseline, what, unit)
     s_text = speed_sentence(throughput)
     stab_text = f"Stability: {stability.reason}."
     if stability.verdict == "worse":
         decision, reason = "keep", f"{arm} is less stable"
     elif quality.verdict == "worse":
-        decision, reason = "keep", f"{arm} gives worse validation bpb"
+        decision, reason = "keep", f"{arm} gives worse {what}"
     elif quality.verdict == "better":
-        decision, reason = "switch", f"{arm} gives better validation bpb"
+        decision, reason = "switch", f"{arm} gives better {what}"
     elif stability.verdict == "better":
         decision, reason = "switch", f"{arm} is more stable and its quality is not worse"
     elif quality.verdict == "equivalent":

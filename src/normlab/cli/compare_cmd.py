@@ -64,8 +64,18 @@ def compare(
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML experiment file (flags override it).")
     ] = None,
+    testbed: Annotated[
+        str | None,
+        typer.Option(
+            help="gpt (byte-level GPT, the default) or dit (flow-matching DiT on embedded "
+            "shapes; norms default to adaln_zero,adarms)."
+        ),
+    ] = None,
     norms: Annotated[
-        str | None, typer.Option(help="Comma list of norms, e.g. layernorm,rmsnorm,dyt.")
+        str | None,
+        typer.Option(
+            help="Comma list of norms, e.g. layernorm,rmsnorm,dyt (dit: adaln_zero,adarms)."
+        ),
     ] = None,
     placements: Annotated[
         str | None, typer.Option(help="Comma list of placements: pre, post, sandwich.")
@@ -79,7 +89,9 @@ def compare(
     ] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
     warmup: Annotated[int | None, typer.Option(help="Linear warm-up steps.")] = None,
-    batch_size: Annotated[int | None, typer.Option(help="Sequences per step.")] = None,
+    batch_size: Annotated[
+        int | None, typer.Option(help="Sequences (dit: images) per step.")
+    ] = None,
     device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
     threads: Annotated[int | None, typer.Option(help="Torch threads per worker.")] = None,
     parallel: Annotated[
@@ -87,18 +99,22 @@ def compare(
     ] = None,
     data: Annotated[
         str | None,
-        typer.Option(help="A text file or a folder of text files (default: Python's stdlib)."),
+        typer.Option(
+            help="A text file or a folder of text files (default: Python's stdlib); gpt only."
+        ),
     ] = None,
     out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
     ] = True,
 ) -> None:
-    """Train the same small GPT with each norm on the same data, seeds and batches; report which
-    norm to use.
+    """Train the same small GPT (or, with --testbed dit, the same flow-matching DiT) with each
+    norm on the same data, seeds and batches; report which norm to use.
 
     With no arguments: LayerNorm vs RMSNorm, pre-norm, 3 paired seeds, on this Python's own
-    standard-library source. Re-running with the same --out skips finished runs; it refuses,
+    standard-library source. With --testbed dit: adaLN-Zero vs AdaRMS in a small DiT trained by
+    flow matching on embedded 16×16 images of shapes, judged on the validation flow-matching
+    loss. Re-running with the same --out skips finished runs; it refuses,
     leaving the folder unchanged, if a finished run was trained with other settings. Runs in the
     folder that the new command does not plan (e.g. seeds beyond a lower --seeds) are kept on
     disk but left out of the analysis and report.
@@ -115,6 +131,7 @@ def compare(
     console = Console()
     started = time.perf_counter()
     overrides = {
+        "testbed": testbed,
         "norms": _split(norms),
         "placements": _split(placements),
         "seeds": parse_seeds(seeds),

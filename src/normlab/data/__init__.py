@@ -1,7 +1,10 @@
-"""Data for the testbeds: byte tokens (vocabulary 256) from the standard library or your files.
+"""Data for the testbeds: byte tokens (vocabulary 256) from the standard library or your files
+for the GPT; tiny procedural images of shapes for the DiT.
 
 :func:`prepare_tokens` builds an output folder's token cache once; :func:`load_tokens` maps it;
 :class:`TrainBatches` and :func:`validation_windows` cut it into paired batches.
+:func:`load_shapes` makes the DiT's images (as patch tokens); :class:`FlowBatches` and
+:func:`validation_triples` draw the paired (image, label, noise, time) batches.
 """
 
 from normlab.data.batches import TrainBatches, batch_seed, validation_windows
@@ -19,6 +22,17 @@ from normlab.data.cache import (
     read_corpus,
     request_key,
 )
+from normlab.data.flow_batches import FlowBatches, flow_seed, validation_triples
+from normlab.data.shapes import (
+    SHAPE_CLASSES,
+    SHAPES,
+    ShapeData,
+    load_shapes,
+    make_shapes,
+    patchify,
+    prepare_shapes,
+    unpatchify,
+)
 from normlab.data.sources import (
     EXCLUDED_DIRS,
     SourceFile,
@@ -34,18 +48,27 @@ __all__ = [
     "DEFAULT_VAL_FRACTION",
     "EXCLUDED_DIRS",
     "INFO_FILE",
+    "SHAPES",
+    "SHAPE_CLASSES",
     "STDLIB",
     "TOKENS_FILE",
     "VOCAB_SIZE",
+    "FlowBatches",
+    "ShapeData",
     "SourceFile",
     "TokenData",
     "TrainBatches",
     "batch_seed",
     "fingerprint",
+    "flow_seed",
     "list_stdlib_files",
     "list_text_files",
+    "load_shapes",
     "load_tokens",
+    "make_shapes",
+    "patchify",
     "path_fraction",
+    "prepare_shapes",
     "prepare_tokens",
     "read_corpus",
     "read_files",
@@ -53,5 +76,7 @@ __all__ = [
     "split_by_file",
     "split_single",
     "stdlib_root",
+    "unpatchify",
+    "validation_triples",
     "validation_windows",
 ]

@@ -2,7 +2,8 @@
 ones.
 
 A YAML file has the shape of :class:`ExperimentConfig` (top-level factors and run settings, and
-the sections ``model``, ``train``, ``anomaly``, ``data``); command-line flags override it.
+the sections ``model``, ``train``, ``anomaly``, ``data`` for the GPT testbed, ``dit`` and
+``shapes`` instead of ``model`` and ``data`` for the DiT testbed); command-line flags override it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from normlab.data.cache import DEFAULT_MAX_BYTES, DEFAULT_VAL_FRACTION
 from normlab.experiment.anomaly import (
@@ -25,9 +34,24 @@ from normlab.experiment.anomaly import (
     SpikeRule,
 )
 from normlab.models.config import GPTConfig
+from normlab.models.dit import DiTConfig, check_dit_norm
 from normlab.models.norms import check_model_norm
 
 DEFAULT_STEPS = 600
+DIT_DEFAULT_NORMS = ("adaln_zero", "adarms")
+DIT_TRAIN_DEFAULTS: dict[str, Any] = {
+    "batch_size": 32,
+    "lr": 2e-3,
+    "weight_decay": 0.0,
+    "target_val_loss": 0.3,
+}
+"""The DiT testbed's defaults for the ``train`` keys a config leaves out, where they differ from
+the GPT's: 32 images per step, a peak learning rate of 2e-3 (higher rates train further in 600
+steps but spread the seeds' results several times wider), no weight decay (as DiT), and a
+target in the unit of its validation loss (the flow-matching MSE, about 1.9 at
+initialisation)."""
+GPT_ONLY = ("model", "data", "margin_bpb", "train.eval_windows")
+DIT_ONLY = ("dit", "shapes", "margin_val_loss")
 
 
 class Section(BaseModel):
@@ -58,13 +82,83 @@ class ModelSettings(Section):
         return self
 
 
+class DiTSettings(Section):
+    """The DiT testbed, held equal across arms (see :class:`normlab.models.DiTConfig`).
+
+    ``class_conditional`` adds a label embedding (the shape's class) to the time embedding that
+    modulates every norm. ``time_distribution`` is how training draws the flow time t (and how
+    the fixed validation times were drawn): ``logit_normal`` (loc 0, scale 1) or ``uniform``.
+    """
+
+    d_model: int = Field(64, ge=8)
+    n_layers: int = Field(4, ge=1)
+    n_heads: int = Field(4, ge=1)
+    mlp_ratio: float = Field(4.0, gt=0)
+    positions: Literal["sincos", "learned"] = "sincos"
+    norm_eps: float | None = Field(1e-6, gt=0)
+    time_freq_dim: int = Field(128, ge=2)
+    class_conditional: bool = True
+    time_distribution: Literal["logit_normal", "uniform"] = "logit_normal"
+    bias: bool = True
+    init_std: float = Field(0.02, gt=0)
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> DiTSettings:
+        self.dit_config(4, 4, 0, DIT_DEFAULT_NORMS[0])  # the testbed's own checks (heads, …)
+        return self
+
+    def dit_config(self, in_channels: int, seq_len: int, n_classes: int, norm: str) -> DiTConfig:
+        """The :class:`DiTConfig` of one arm on data with these token shapes."""
+        fields = self.model_dump(exclude={"class_conditional", "time_distribution"})
+        return DiTConfig(
+            **fields,
+            in_channels=in_channels,
+            seq_len=seq_len,
+            n_classes=n_classes if self.class_conditional else 0,
+            norm=norm,
+        )
+
+
+class ShapesSettings(Section):
+    """The DiT testbed's embedded data (:mod:`normlab.data.shapes`): ``n_train`` and ``n_val``
+    disjoint grayscale images of ``image_size`` × ``image_size`` pixels, made from ``seed``, cut
+    into ``patch_size`` × ``patch_size`` patches: T = (image_size / patch_size)² tokens of
+    patch_size² channels each."""
+
+    image_size: int = Field(16, ge=4, le=256)
+    patch_size: int = Field(4, ge=1)
+    n_train: int = Field(4096, ge=1)
+    n_val: int = Field(512, ge=1)
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _patch_divides(self) -> ShapesSettings:
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"patch_size {self.patch_size} does not divide image_size {self.image_size}"
+            )
+        return self
+
+    @property
+    def seq_len(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def in_channels(self) -> int:
+        return self.patch_size**2
+
+
 class TrainSettings(Section):
     """Optimisation and evaluation: AdamW, linear warm-up then cosine decay, gradient clipping.
 
-    Give ``steps`` or ``tokens`` (converted to ⌈tokens / (batch_size · context)⌉ steps), not both;
-    with neither, ``steps`` is 600.
-    ``grad_clip`` 0 turns clipping off. ``target_val_loss`` (nats per byte) is the level for
-    time- and tokens-to-target. ``throughput_warmup`` steps are left out of tokens/s.
+    Give ``steps`` or ``tokens`` (converted to ⌈tokens / (batch_size · tokens per sample)⌉ steps,
+    tokens per sample being the GPT's context or the DiT's patches per image), not both; with
+    neither, ``steps`` is 600.
+    ``grad_clip`` 0 turns clipping off. ``target_val_loss`` (GPT: nats per byte; DiT: the
+    validation flow-matching MSE) is the level for time- and tokens-to-target.
+    ``throughput_warmup`` steps are left out of tokens/s. ``eval_windows`` (GPT only): the
+    validation windows; the DiT validates on every image of ``shapes.n_val``.
+    The DiT testbed has its own defaults for some keys (:data:`DIT_TRAIN_DEFAULTS`).
     """
 
     steps: int | None = Field(None, ge=1)
@@ -128,15 +222,22 @@ class DataSettings(Section):
 class ExperimentConfig(Section):
     """The whole experiment: the factors under study and everything held equal.
 
+    ``testbed``: ``gpt`` (the byte-level GPT, sections ``model`` and ``data``) or ``dit`` (the
+    flow-matching DiT on the embedded shapes, sections ``dit`` and ``shapes``; conditional norms,
+    ``adaln_zero`` and ``adarms`` by default, pre-norm only). Options of the other testbed are
+    errors, not silently ignored.
     Arms are every ``norm × placement`` (named ``<norm>-<placement>``); each arm runs once per
     seed. ``seeds`` is a count (0 … n−1) or a list. ``baseline`` names the arm the others are
-    compared with (default: the first). ``margin_bpb`` is the equivalence margin in bits per byte.
+    compared with (default: the first). ``margin_bpb`` (GPT) is the equivalence margin in bits per
+    byte; ``margin_val_loss`` (DiT) the equivalence margin of the validation flow-matching loss,
+    an absolute difference in its own unit (mean squared error of the velocity).
     ``imports`` are modules imported before norms are resolved, in this process and in every
     worker (e.g. a module that calls ``normlab.register_norm``). ``threads``: torch threads per
     worker (default: half the CPUs this process may use, at least 1). ``parallel``: runs trained
     at once (1 keeps timings clean).
     """
 
+    testbed: Literal["gpt", "dit"] = "gpt"
     imports: list[str] = Field(default_factory=list)
     norms: list[str] = Field(default_factory=lambda: ["layernorm", "rmsnorm"], min_length=1)
     placements: list[Literal["pre", "post", "sandwich"]] = Field(
@@ -145,6 +246,7 @@ class ExperimentConfig(Section):
     seeds: int | list[int] = 3
     baseline: str | None = None
     margin_bpb: float = Field(0.02, gt=0)
+    margin_val_loss: float = Field(0.002, gt=0)
     device: str = "auto"
     threads: int | None = Field(None, ge=1)
     parallel: int = Field(1, ge=1)
@@ -152,6 +254,21 @@ class ExperimentConfig(Section):
     train: TrainSettings = Field(default_factory=TrainSettings)
     anomaly: AnomalySettings = Field(default_factory=AnomalySettings)
     data: DataSettings = Field(default_factory=DataSettings)
+    dit: DiTSettings = Field(default_factory=DiTSettings)
+    shapes: ShapesSettings = Field(default_factory=ShapesSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _testbed_defaults(cls, data: Any) -> Any:
+        """The DiT testbed's defaults for the norms and the ``train`` keys left out."""
+        if not isinstance(data, dict) or data.get("testbed") != "dit":
+            return data
+        data = dict(data)
+        data.setdefault("norms", list(DIT_DEFAULT_NORMS))
+        train = data.get("train", {})
+        if isinstance(train, dict):
+            data["train"] = {**DIT_TRAIN_DEFAULTS, **train}
+        return data
 
     @field_validator("seeds")
     @classmethod
@@ -181,12 +298,13 @@ class ExperimentConfig(Section):
 
     @field_validator("norms")
     @classmethod
-    def _check_norms(cls, v: list[str]) -> list[str]:
+    def _check_norms(cls, v: list[str], info: ValidationInfo) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError("a norm is listed twice")
+        check = check_dit_norm if info.data.get("testbed") == "dit" else check_model_norm
         for norm in v:
             try:
-                check_model_norm(norm)
+                check(norm)
             except (TypeError, ValueError) as err:
                 raise ValueError(str(err).removeprefix("norm: ")) from None
         return v
@@ -197,6 +315,39 @@ class ExperimentConfig(Section):
         if len(set(v)) != len(v):
             raise ValueError("a placement is listed twice")
         return v
+
+    @model_validator(mode="after")
+    def _check_testbed_options(self) -> ExperimentConfig:
+        if self.testbed == "dit" and self.placements != ["pre"]:
+            others = ", ".join(p for p in self.placements if p != "pre") or "pre twice"
+            raise ValueError(
+                f"placements: the dit testbed is pre-norm only (its conditional norms modulate "
+                f"the input of each sublayer and gate its output); got {others}. Expected: pre"
+            )
+        other = "gpt" if self.testbed == "dit" else "dit"
+        for option in GPT_ONLY if self.testbed == "dit" else DIT_ONLY:
+            given = self._given(option)
+            if given is not None:
+                hint = _HINTS.get(option, "set testbed: dit (or --testbed dit) to use it")
+                raise ValueError(
+                    f"{given}: an option of the {other} testbed, but this experiment's testbed "
+                    f"is {self.testbed}; {hint}"
+                )
+        return self
+
+    def _given(self, option: str) -> str | None:
+        """The dotted name of the key ``option`` (``"data"``, ``"train.eval_windows"``) if the
+        config gave it (for a section: its first key given, or the section itself), else None."""
+        section, _, key = option.partition(".")
+        if section not in self.model_fields_set:
+            return None
+        value = getattr(self, section)
+        if not isinstance(value, BaseModel):
+            return section
+        if key:
+            return option if key in value.model_fields_set else None
+        given = [k for k in type(value).model_fields if k in value.model_fields_set]
+        return f"{section}.{given[0]}" if given else section
 
     @model_validator(mode="after")
     def _check_baseline(self) -> ExperimentConfig:
@@ -220,13 +371,40 @@ class ExperimentConfig(Section):
     def baseline_arm(self) -> str:
         return self.baseline or self.arm_names()[0]
 
+    def tokens_per_sample(self) -> int:
+        """Tokens in one training sample: the GPT's context, or the DiT's patches per image."""
+        return self.shapes.seq_len if self.testbed == "dit" else self.model.context
+
     def resolved_steps(self) -> int:
         """Training steps: ``train.steps``, or ⌈``train.tokens`` / tokens per step⌉."""
         t = self.train
         if t.steps is not None:
             return t.steps
         assert t.tokens is not None  # TrainSettings guarantees one of the two
-        return math.ceil(t.tokens / (t.batch_size * self.model.context))
+        return math.ceil(t.tokens / (t.batch_size * self.tokens_per_sample()))
+
+    def margin(self) -> float:
+        """The equivalence margin of the testbed's quality metric (in that metric's unit)."""
+        return self.margin_val_loss if self.testbed == "dit" else self.margin_bpb
+
+    def dump(self) -> dict[str, Any]:
+        """The validated config as JSON-ready data, without the other testbed's options."""
+        other = GPT_ONLY if self.testbed == "dit" else DIT_ONLY
+        data = self.model_dump(mode="json", exclude={o for o in other if "." not in o})
+        for option in other:
+            section, _, key = option.partition(".")
+            if key:
+                data[section].pop(key, None)
+        return data
+
+
+_HINTS = {
+    "model": "the DiT's settings are under dit",
+    "data": "the dit testbed trains on its embedded shapes (set under shapes); --data (text) "
+    "is for the gpt testbed",
+    "margin_bpb": "the dit testbed's equivalence margin is margin_val_loss",
+    "train.eval_windows": "the dit testbed validates on every image of shapes.n_val",
+}
 
 
 def arm_name(norm: str, placement: str) -> str:

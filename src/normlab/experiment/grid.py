@@ -12,9 +12,10 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
+from normlab.data.shapes import SHAPE_CLASSES
 from normlab.experiment.config import ExperimentConfig
-from normlab.models import build_gpt, check_paired
-from normlab.models.config import GPTConfig
+from normlab.experiment.tasks import build_model
+from normlab.models import check_paired
 
 FACTOR_NAMES = ("norm", "placement")
 IDENTITY_FIELDS = ("run_id", "arm", *FACTOR_NAMES)
@@ -77,13 +78,47 @@ def check_only_factors_differ(runs: list[dict[str, Any]], allowed: Iterable[str]
         )
 
 
+DIT_DATA_KEYS = ("source", "image_size", "patch_size", "n_train", "n_val", "seed", "fingerprint")
+"""What a DiT run records of its data: the request that makes the images again, and their
+fingerprint."""
+
+
+def _dit_settings(
+    cfg: ExperimentConfig,
+    train: dict[str, Any],
+    device: str,
+    threads: int,
+    data_info: dict[str, Any],
+) -> dict[str, Any]:
+    """The DiT's shared settings: its model (every DiTConfig field but the norm), the flow's
+    time distribution, and the data's request and fingerprint."""
+    model = cfg.dit.dit_config(
+        cfg.shapes.in_channels, cfg.shapes.seq_len, len(SHAPE_CLASSES), cfg.norms[0]
+    ).to_dict()
+    del model["norm"]
+    train.pop("eval_windows")  # the GPT's; the DiT validates on every validation image
+    return {
+        "testbed": "dit",
+        "model": model,
+        "flow": {"time_distribution": cfg.dit.time_distribution},
+        "train": train,
+        "anomaly": cfg.anomaly.model_dump(),
+        "device": device,
+        "threads": threads,
+        "imports": list(cfg.imports),
+        "data": {k: data_info[k] for k in DIT_DATA_KEYS},
+    }
+
+
 def shared_settings(
     cfg: ExperimentConfig, device: str, threads: int, data_info: dict[str, Any]
 ) -> dict[str, Any]:
     """Everything a run needs that is the same for every arm and seed."""
     steps = cfg.resolved_steps()
     train = cfg.train.model_dump()
-    train.update(steps=steps, tokens=steps * cfg.train.batch_size * cfg.model.context)
+    train.update(steps=steps, tokens=steps * cfg.train.batch_size * cfg.tokens_per_sample())
+    if cfg.testbed == "dit":
+        return _dit_settings(cfg, train, device, threads, data_info)
     return {
         "model": cfg.model.model_dump(),
         "train": train,
@@ -114,7 +149,7 @@ def plan_runs(
         models = {}
         seed_runs = []
         for arm, norm, placement in cfg.arms():
-            model = build_gpt(GPTConfig(**settings["model"], norm=norm, placement=placement), seed)
+            model = build_model({**settings, "norm": norm, "placement": placement}, seed)
             models[arm] = model
             n_params, n_norm_params = model.count_parameters()
             seed_runs.append(

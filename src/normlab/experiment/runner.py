@@ -38,6 +38,7 @@ from rich.progress import (
 
 from normlab._io import write_json_atomic
 from normlab.data.cache import prepare_tokens
+from normlab.data.shapes import prepare_shapes
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
 from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
@@ -85,18 +86,19 @@ def experiment_record(
     varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": values["norm"]}
     first = runs[0]
     fixed = {f: v[0] for f, v in values.items() if f not in varied}
-    fixed.update(
-        flatten({k: first[k] for k in ("model", "train", "anomaly", "device", "threads", "data")})
-    )
+    keys = ("testbed", "model", "flow", "train", "anomaly", "device", "threads", "data")
+    fixed.update(flatten({k: first[k] for k in keys if k in first}))
+    margin_key = "margin_val_loss" if cfg.testbed == "dit" else "margin_bpb"
     return {
+        "testbed": cfg.testbed,
         "arms": cfg.arm_names(),
         "baseline_arm": cfg.baseline_arm(),
         "seeds": cfg.seed_list(),
-        "margin_bpb": cfg.margin_bpb,
+        margin_key: cfg.margin(),
         "target_val_loss": cfg.train.target_val_loss,
         "varied": varied,
         "fixed": fixed,
-        "config": cfg.model_dump(mode="json"),
+        "config": cfg.dump(),
         "environment": env,
         "data": data_info,
         "runs": [r["run_id"] for r in runs],
@@ -225,8 +227,11 @@ def _is_unused(out: Path) -> bool:
 def _outcome(summary: dict[str, Any]) -> str:
     status = summary.get("status")
     if status == "finished":
-        bpb = summary.get("final_val_bpb")
-        return f"[green]finished[/] val bpb {bpb:.3f}" if bpb is not None else "finished"
+        if "final_val_bpb" in summary:  # the GPT testbed
+            bpb = summary.get("final_val_bpb")
+            return f"[green]finished[/] val bpb {bpb:.3f}" if bpb is not None else "finished"
+        loss = summary.get("final_val_loss")
+        return f"[green]finished[/] val loss {loss:.4f}" if loss is not None else "finished"
     if status == "diverged":
         return f"[yellow]diverged[/] at step {summary.get('diverged_at')}"
     return f"[red]crashed[/] {escape(str(summary.get('error', '')))}"
@@ -391,17 +396,7 @@ def _run_locked(
     show_progress: bool,
 ) -> dict[str, dict[str, Any]]:
     """Prepare the data, plan and check the runs, write ``experiment.json``, train the grid."""
-    started = time.perf_counter()
-    data_info = prepare_tokens(
-        out / "data", cfg.data.path, cfg.data.max_bytes, cfg.data.val_fraction
-    )
-    console.print(
-        f"data: {data_info['source']} ({data_info['fingerprint']}), "
-        f"{data_info['n_train_tokens']:,} train / {data_info['n_val_tokens']:,} val bytes "
-        f"from {data_info['n_train_files']} / {data_info['n_val_files']} files "
-        f"({time.perf_counter() - started:.1f} s)"
-    )
-    check_data_fits(cfg, data_info)
+    data_info = prepare_data(cfg, out / "data", console)
     runs = plan_runs(cfg, device, threads, data_info)
     finished_runs(runs, out)  # refuses before experiment.json is touched
     seen = set()
@@ -428,6 +423,32 @@ def _run_locked(
         experiment_record(cfg, runs, data_info, environment(device, threads)),
     )
     return run_grid(runs, out, cfg.parallel, console, show_progress)
+
+
+def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+    """Prepare the testbed's data in ``data_dir`` (the GPT's token cache, or the description of
+    the DiT's shapes), say what it is, and check that it fits; returns ``data.json``'s content."""
+    started = time.perf_counter()
+    if cfg.testbed == "dit":
+        s = cfg.shapes
+        info = prepare_shapes(data_dir, s.image_size, s.patch_size, s.n_train, s.n_val, s.seed)
+        console.print(
+            f"data: {info['source']} ({info['fingerprint']}), {info['n_train']:,} train / "
+            f"{info['n_val']:,} val images of {s.image_size}×{s.image_size} pixels, "
+            f"{len(info['classes'])} classes ({', '.join(info['classes'])}), each "
+            f"{info['seq_len']} tokens of {info['in_channels']} channels "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        return info
+    info = prepare_tokens(data_dir, cfg.data.path, cfg.data.max_bytes, cfg.data.val_fraction)
+    console.print(
+        f"data: {info['source']} ({info['fingerprint']}), "
+        f"{info['n_train_tokens']:,} train / {info['n_val_tokens']:,} val bytes "
+        f"from {info['n_train_files']} / {info['n_val_files']} files "
+        f"({time.perf_counter() - started:.1f} s)"
+    )
+    check_data_fits(cfg, info)
+    return info
 
 
 def build_report_if_available(out: Path, console: Console) -> bool:

@@ -6,6 +6,7 @@ import math
 
 import torch
 
+from normlab.models.dit import DiT
 from normlab.models.gpt import GPT
 
 
@@ -26,7 +27,7 @@ def lr_at(step: int, peak_lr: float, total_steps: int, warmup: int, min_ratio: f
 
 
 def make_optimizer(
-    model: GPT, lr: float, weight_decay: float, betas: tuple[float, float]
+    model: GPT | DiT, lr: float, weight_decay: float, betas: tuple[float, float]
 ) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices and embeddings only (not on norms, biases or scalars).
 

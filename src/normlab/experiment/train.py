@@ -1,6 +1,8 @@
 """Train one run of the grid from its resolved config (``run.json``), logging every step.
 
-This is the body of a worker process; it knows nothing of the grid. It appends ``train``,
+This is the body of a worker process; it knows nothing of the grid. What depends on the testbed
+(GPT or DiT: model, data, loss, validation) comes from :mod:`normlab.experiment.tasks`; the loop,
+schedule, clipping, anomaly detection and timing are shared. It appends ``train``,
 ``eval``, ``layer_grad_norms`` and ``anomaly`` records to ``metrics.jsonl`` (see
 docs/run-format.md) and returns the run's summary. A non-finite loss or gradient stops the run
 with status ``"diverged"``: a result, not an error.
@@ -18,14 +20,13 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
 from normlab._io import append_jsonl
-from normlab.data.batches import TrainBatches, validation_windows
-from normlab.data.cache import load_tokens
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
-from normlab.experiment.evaluate import bits_per_byte, validation_loss
 from normlab.experiment.schedule import lr_at, make_optimizer
-from normlab.models import GPT, GPTConfig, build_gpt, combined_digest, shared_parameter_digests
+from normlab.experiment.tasks import make_task, warm_up_gpt
+from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -35,11 +36,11 @@ class RunAborted(RuntimeError):
 
 
 def gpt_config(spec: dict[str, Any]) -> GPTConfig:
-    """The testbed of a resolved run config."""
+    """The testbed of a resolved GPT run config."""
     return GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
 
 
-def _group_grad_norms(model: GPT, groups: dict[str, list[str]]) -> dict[str, float]:
+def _group_grad_norms(model: nn.Module, groups: dict[str, list[str]]) -> dict[str, float]:
     params = dict(model.named_parameters())
     norms = {}
     for group, names in groups.items():
@@ -51,22 +52,7 @@ def _group_grad_norms(model: GPT, groups: dict[str, list[str]]) -> dict[str, flo
     return norms
 
 
-def warm_up(model: GPT, device: torch.device, batch_size: int) -> None:
-    """One forward and backward on a batch of the training shape [``batch_size``, context], in
-    eval mode, before anything is timed, so that what the norms and torch set up on first use
-    (kernels compiled and cached on disk, lazily initialised libraries) is not charged to the run.
-
-    The shape matters: kernels specialise on it (the Triton norms pick their rows per program
-    from the number of rows, N = batch_size · context), so a smaller warm-up batch would leave the
-    training shape's compilation to step 1. Gradients are cleared afterwards."""
-    was_training = model.training
-    model.eval()
-    idx = torch.zeros(batch_size, model.config.context, dtype=torch.long, device=device)
-    _, loss = model(idx, idx)
-    if loss is not None:
-        loss.backward()
-    model.zero_grad(set_to_none=True)
-    model.train(was_training)
+warm_up = warm_up_gpt  # the GPT's warm-up, under its earlier name
 
 
 def peak_rss_bytes() -> int:
@@ -114,10 +100,11 @@ def train_run(
 ) -> dict[str, Any]:
     """Train the run described by ``spec`` (the content of ``run.json``); return its summary.
 
-    The token cache is read from ``run_dir/../../data``. ``on_step(step)`` is called after every
+    The GPT's token cache is read from ``run_dir/../../data``; the DiT's images are made again
+    from ``spec["data"]``. ``on_step(step)`` is called after every
     step (progress); ``should_stop()`` is polled every step and raises :class:`RunAborted`.
-    ``wait_for_start()``, if given, is called once the run is set up (data mapped, model built
-    and checked, optimiser made) and must return when training may begin; ``wall_s`` and every
+    ``wait_for_start()``, if given, is called once the run is set up (data mapped or made, model
+    built and checked, optimiser made) and must return when training may begin; ``wall_s`` and every
     timing count from then on.
     """
     run_dir = Path(run_dir)
@@ -127,14 +114,8 @@ def train_run(
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(seed)
 
-    data = load_tokens(run_dir.parent.parent / "data")
-    if data.info["fingerprint"] != spec["data"]["fingerprint"]:
-        raise RuntimeError(
-            f"data: the cache reads as {data.info['fingerprint']}, run.json expects "
-            f"{spec['data']['fingerprint']}"
-        )
-    cfg = gpt_config(spec)
-    model = build_gpt(cfg, seed)
+    task = make_task(spec, run_dir)
+    model = task.model
     digest = combined_digest(shared_parameter_digests(model))
     if digest != spec["init_digest"]:
         raise RuntimeError(
@@ -142,13 +123,11 @@ def train_run(
             f"checked {spec['init_digest'][:16]}"
         )
     model.to(device)
-    warm_up(model, device, t["batch_size"])
+    task.warm_up(device)
     optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
     params = list(model.parameters())
-    groups = model.parameter_groups()
-    batches = TrainBatches(data.train, t["batch_size"], cfg.context, seed)
-    windows = validation_windows(data.val, cfg.context, t["eval_windows"])
-    tokens_per_step = t["batch_size"] * cfg.context
+    groups = task.parameter_groups()
+    tokens_per_step = task.tokens_per_step
     total_steps = t["steps"]
     max_norm = t["grad_clip"] if t["grad_clip"] > 0 else math.inf
     a = spec["anomaly"]
@@ -165,12 +144,10 @@ def train_run(
     status, diverged_at, steps_done = "finished", None, 0
 
     def evaluate(step: int) -> None:
-        val_loss = validation_loss(model, windows, t["batch_size"], str(device))
         record = {
             "type": "eval",
             "step": step,
-            "val_loss": val_loss,
-            "val_bpb": bits_per_byte(val_loss),
+            **task.evaluate(device),
             "tokens_seen": step * tokens_per_step,
             "elapsed_s": train_time,
         }
@@ -196,8 +173,7 @@ def train_run(
         for group in optimizer.param_groups:
             group["lr"] = lr
         started = time.perf_counter()
-        x, y = batches.next()
-        _, loss = model(x.to(device), y.to(device))
+        loss = task.train_loss(device)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         loss_value = loss.item()
@@ -258,6 +234,7 @@ def train_run(
     )
     tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
     final = evals[-1] if status == "finished" else None
+    quality = task.quality_summary(final, finite_evals)
     return {
         "run_id": spec["run_id"],
         "arm": spec["arm"],
@@ -270,9 +247,7 @@ def train_run(
         "tokens": steps_done * tokens_per_step,
         "n_params": n_params,
         "n_norm_params": n_norm_params,
-        "final_val_loss": final["val_loss"] if final else None,
-        "final_val_bpb": final["val_bpb"] if final else None,
-        "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+        **quality,
         "final_train_loss": statistics.fmean(tail) if tail else None,
         "tokens_per_s": statistics.median(throughputs) if throughputs else None,
         "peak_memory_bytes": peak_bytes,
@@ -287,5 +262,5 @@ def train_run(
         "device": str(device),
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
-        "data_fingerprint": data.info["fingerprint"],
+        "data_fingerprint": task.data_fingerprint,
     }

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab._io import write_json_atomic
+from normlab.experiment.tasks import quality_fields
 from normlab.experiment.train import RunAborted, train_run
 
 RUN_FILE = "run.json"
@@ -29,11 +30,24 @@ SUMMARY_FIELDS = (
     "target_val_loss", "time_to_target_s", "tokens_to_target", "n_loss_spikes", "n_grad_spikes",
     "n_clipped", "wall_s", "device", "torch_version", "threads", "data_fingerprint",
 )  # fmt: skip
+"""The fields of a GPT run's summary; a DiT run's has its own validation fields instead of
+``final_val_loss``, ``final_val_bpb``, ``best_val_bpb`` (see :func:`summary_fields`)."""
+
+
+def summary_fields(spec: dict[str, Any]) -> tuple[str, ...]:
+    """The fields of the summary of the run ``spec``, in order."""
+    validation = quality_fields(spec)
+    head, tail = SUMMARY_FIELDS[:11], SUMMARY_FIELDS[14:]
+    return (*head, *validation, *tail)
 
 
 def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, Any]:
     """The summary of a run that raised: identity from ``spec``, metrics null, the error kept."""
-    summary: dict[str, Any] = dict.fromkeys(SUMMARY_FIELDS)
+    try:
+        fields = summary_fields(spec)
+    except ValueError:  # a run.json naming an unknown testbed still gets a crashed summary
+        fields = SUMMARY_FIELDS
+    summary: dict[str, Any] = dict.fromkeys(fields)
     for key in ("run_id", "arm", "seed", "norm", "placement", "n_params", "n_norm_params"):
         summary[key] = spec.get(key)
     summary.update(

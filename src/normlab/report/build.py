@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab.analysis.metrics import PROFILES, profile_of
 from normlab.analysis.runs import CompareFolder, load_compare_folder
 from normlab.analysis.summary import analyze
 from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
@@ -21,14 +22,20 @@ from normlab.report.plots import (
     plot_grad_norm,
     plot_paired_comparison,
     plot_training_loss,
-    plot_val_bpb,
+    plot_validation,
 )
 from normlab.report.runs_csv import runs_csv_text
 from normlab.report.style import arm_colors
 
 __all__ = ["build_report"]
 
-_PLOT_NAMES = ("paired_comparison", "training_loss", "val_bpb", "grad_norm", "final_metrics")
+_PLOT_NAMES = (
+    "paired_comparison",
+    "training_loss",
+    *dict.fromkeys(t.curve for t in PROFILES.values()),  # val_bpb, val_loss
+    "grad_norm",
+    "final_metrics",
+)
 _CLIP_KEYS = ("grad_clip", "clip_grad_norm", "grad_clip_norm", "max_grad_norm", "clip_grad")
 
 
@@ -63,6 +70,7 @@ def _plots(
     folder: CompareFolder, analysis: dict[str, Any], curves: Mapping[str, list[RunCurves]]
 ) -> tuple[Plot, list[Plot]]:
     colors = arm_colors(folder.arms)
+    testbed = profile_of(analysis.get("testbed"))
     base = analysis["baseline_arm"]
     clip = _find_number(folder.experiment.get("fixed"), _CLIP_KEYS)
     if clip is None:
@@ -71,7 +79,7 @@ def _plots(
     verdict = Plot(
         "paired_comparison",
         "Each arm against the baseline, seed by seed",
-        f"Left: final validation bpb minus {base}'s, per paired seed (dots), their mean (◆), "
+        f"Left: {testbed.quality_label} minus {base}'s, per paired seed (dots), their mean (◆), "
         f"the {ci}% t-interval (thin) and the {ci_tost}% interval that TOST uses (thick); inside "
         "the green band the arms are equivalent. Middle and right: throughput and peak-memory "
         f"ratios to the baseline with {ci}% intervals of the paired log ratio.",
@@ -88,16 +96,16 @@ def _plots(
                 "Mean over seeds per arm with the min–max band; × marks a detected loss spike, "
                 "▼ the last finite loss of a diverged run. Right: the second half of training, "
                 "zoomed in.",
-                figure_png(plot_training_loss(curves, colors)),
+                figure_png(plot_training_loss(curves, colors, testbed.train_unit)),
             )
         )
     if has_eval:
         plots.append(
             Plot(
-                "val_bpb",
-                "Validation bits per byte",
+                testbed.curve,
+                testbed.curve_title,
                 "Mean over seeds at each evaluation with the min–max band.",
-                figure_png(plot_val_bpb(curves, colors)),
+                figure_png(plot_validation(curves, colors, testbed)),
             )
         )
     if has_train:
@@ -113,7 +121,7 @@ def _plots(
     plots.append(
         Plot(
             "final_metrics",
-            "Final validation bpb, throughput and peak memory per arm",
+            f"{testbed.quality_label.capitalize()}, throughput and peak memory per arm",
             "Dots are seeds (finished runs), ◆ the mean with its 95% t-interval. These "
             "per-arm intervals include the seed-to-seed variation that the paired comparison "
             "above cancels, so overlapping bars do not mean 'no difference'.",
@@ -147,7 +155,9 @@ def build_report(out_dir: Path) -> dict[str, Path]:
         if f"plots/{name}.png" not in written:
             (out / "plots" / f"{name}.png").unlink(missing_ok=True)
     written["summary.json"] = write_json_atomic(out / "summary.json", analysis)
-    written["runs.csv"] = write_text_atomic(out / "runs.csv", runs_csv_text(folder.runs))
+    written["runs.csv"] = write_text_atomic(
+        out / "runs.csv", runs_csv_text(folder.runs, folder.testbed)
+    )
     written["report.md"] = write_text_atomic(out / "report.md", render_markdown(content))
     written["report.html"] = write_text_atomic(out / "report.html", render_html(content))
     return written

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.analysis.format import fmt_bytes, fmt_num, fmt_p, fmt_ratio, fmt_signed
-from normlab.analysis.metrics import METRICS
+from normlab.analysis.metrics import Profile, profile_of
 from normlab.analysis.runs import CompareFolder
 
 __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
@@ -20,6 +20,8 @@ __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", 
 _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "final_val_bpb": (1.0, 4, ""),
     "best_val_bpb": (1.0, 4, ""),
+    "final_val_loss": (1.0, 4, ""),
+    "best_val_loss": (1.0, 4, ""),
     "final_train_loss": (1.0, 4, ""),
     "tokens_per_s": (1.0, 0, ""),
     "peak_memory_bytes": (2.0**20, 1, " MiB"),
@@ -27,7 +29,22 @@ _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "n_grad_spikes": (1.0, 2, ""),
     "time_to_target_s": (1.0, 2, " s"),
 }
-_PRETTY_NORMS = {"layernorm": "LayerNorm", "rmsnorm": "RMSNorm", "dyt": "DyT"}
+_PRETTY_NORMS = {
+    "layernorm": "LayerNorm",
+    "rmsnorm": "RMSNorm",
+    "dyt": "DyT",
+    "adaln_zero": "adaLN-Zero",
+    "adarms": "AdaRMS",
+}
+
+
+def _testbed(a: dict[str, Any]) -> Profile:
+    """The testbed of the analysis (``gpt`` for analyses written before the DiT testbed)."""
+    return profile_of(a.get("testbed"))
+
+
+def _margin(a: dict[str, Any]) -> float:
+    return a[_testbed(a).margin_key]
 
 
 @dataclass(frozen=True)
@@ -135,11 +152,12 @@ def tost_pct(a: dict[str, Any]) -> int:
 
 
 def _verdict_table(a: dict[str, Any]) -> Table:
+    testbed = _testbed(a)
     rows = []
     for arm in a["arm_order"]:
         if arm == a["baseline_arm"]:
             continue
-        v, q = a["verdicts"][arm], a["comparisons"][arm]["final_val_bpb"]
+        v, q = a["verdicts"][arm], a["comparisons"][arm][testbed.quality]
         t = a["comparisons"][arm]["tokens_per_s"]
         diff = (
             f"{fmt_signed(q['mean_diff'])} [{fmt_signed(q['ci_low'])}, {fmt_signed(q['ci_high'])}]"
@@ -169,7 +187,7 @@ def _verdict_table(a: dict[str, Any]) -> Table:
     return Table(
         columns=[
             "arm",
-            f"Δ final val bpb [{confidence_pct(a)}% CI]",
+            f"Δ {testbed.short_label} [{confidence_pct(a)}% CI]",
             "quality",
             f"throughput ratio [{confidence_pct(a)}% CI]",
             "speed",
@@ -243,7 +261,7 @@ def _has_test(a: dict[str, Any], metric: str, arm: str) -> bool:
 def _stats_table(a: dict[str, Any]) -> Table:
     rows, classes = [], []
     base = a["baseline_arm"]
-    for spec in METRICS:
+    for spec in _testbed(a).metrics:
         first = True
         for arm in a["arm_order"]:
             s = a["arms"][arm][spec.name]
@@ -297,6 +315,7 @@ def _stats_table(a: dict[str, Any]) -> Table:
 
 
 def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
+    testbed = _testbed(a)
     reasons = {r["run_id"]: r["reason"] for r in a["runs"]}
     rows, classes = [], []
     for r in sorted(folder.runs, key=lambda r: (a["arm_order"].index(r.arm), r.seed)):
@@ -313,7 +332,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
                 r.status,
                 reasons[r.run_id],
                 _fmt_value(r.summary.get("steps")) if r.summary else "—",
-                _fmt_metric("final_val_bpb", r.value("final_val_bpb")),
+                _fmt_metric(testbed.quality, r.value(testbed.quality)),
                 _fmt_metric("final_train_loss", r.value("final_train_loss")),
                 _fmt_metric("tokens_per_s", r.value("tokens_per_s")),
                 fmt_bytes(r.value("peak_memory_bytes")),
@@ -331,7 +350,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
             "status",
             "note",
             "steps",
-            "final val bpb",
+            testbed.short_label,
             "final train loss",
             "tokens/s",
             "peak memory",
@@ -380,14 +399,17 @@ def _environment_table(a: dict[str, Any]) -> Table:
 
 def _method(a: dict[str, Any]) -> list[str]:
     alpha = a["alpha"]
+    testbed = _testbed(a)
+    note = [testbed.method_note] if testbed.method_note else []
     return [
+        *note,
         "Runs are paired: seed k of every arm starts from the same initial values and sees the "
         "same batches, so each comparison uses the per-seed differences d_k = arm − baseline.",
         f"Intervals are Student-t intervals of the mean difference, d̄ ± t(1 − α/2, n − 1)·s/√n "
         f"with α = {alpha:g}. Throughput and memory use the log ratio ln(arm / baseline), "
         "reported as a geometric-mean ratio.",
-        f"Equivalence: two one-sided t-tests (TOST) against the margin ±{a['margin_bpb']:g} bits "
-        f"per byte; equivalent when both reject at α = {alpha:g}, i.e. when the "
+        f"Equivalence: two one-sided t-tests (TOST) against the margin ±{_margin(a):g} "
+        f"{testbed.unit}; equivalent when both reject at α = {alpha:g}, i.e. when the "
         f"{tost_pct(a)}% interval lies inside the margin. Equivalence is "
         "checked before superiority, so a detectable but negligible difference reads "
         "'equivalent'.",
@@ -431,16 +453,17 @@ def build_content(
     )
     n_done = sum(r.done for r in folder.runs)
     curve_names = {p.name for p in plots}
+    testbed = _testbed(a)
     curves_note = (
         ""
-        if {"training_loss", "val_bpb"} <= curve_names
+        if {"training_loss", testbed.curve} <= curve_names
         else "Some per-step curves are missing: no run with a result has train or eval records "
         "in its metrics.jsonl."
     )
     subtitle = (
         f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
         f"runs with a result · baseline {a['baseline_arm']} · equivalence margin "
-        f"±{a['margin_bpb']:g} bpb · folder {folder.path.resolve().name}"
+        f"±{_margin(a):g} {testbed.short_unit} · folder {folder.path.resolve().name}"
     )
     return ReportContent(
         title=_title(folder),

@@ -36,6 +36,8 @@ class RunCurves:
     eval_steps: np.ndarray
     val_bpb: np.ndarray
     anomalies: list[dict[str, Any]] = field(default_factory=list)
+    val_loss: np.ndarray = field(default_factory=lambda: np.array([]))
+    """The ``val_loss`` of each eval record (GPT: nats per byte; DiT: the flow-matching MSE)."""
 
     def value_at(self, step: int, series: str) -> float:
         """``series`` ("train_loss" or "grad_norm") at ``step``, or NaN."""
@@ -63,6 +65,7 @@ def load_run_curves(run: RunResult) -> RunCurves:
         eval_steps=np.array([int(r["step"]) for r in evals], dtype=np.int64),
         val_bpb=np.array([_num(r.get("val_bpb")) for r in evals]),
         anomalies=[r for r in records if r.get("type") == "anomaly"],
+        val_loss=np.array([_num(r.get("val_loss")) for r in evals]),
     )
 
 

@@ -20,6 +20,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from normlab.analysis.metrics import Profile, profile_of
 from normlab.analysis.stats import t_interval
 from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
 from normlab.report.style import plot_style
@@ -31,6 +32,7 @@ __all__ = [
     "plot_paired_comparison",
     "plot_training_loss",
     "plot_val_bpb",
+    "plot_validation",
     "smoothing_window",
 ]
 
@@ -178,10 +180,17 @@ def _marker_legend(ax: Axes, what: str | None, diverged: bool) -> None:
     ax.legend(handles, labels, loc="upper right")
 
 
-def plot_training_loss(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
+def _testbed(analysis: Mapping[str, Any]) -> Profile:
+    return profile_of(analysis.get("testbed"))
+
+
+def plot_training_loss(
+    curves: CurvesByArm, colors: Mapping[str, str], unit: str = "nats per byte"
+) -> Figure:
     """Training loss per arm: mean over seeds, min–max band, spikes and divergences marked.
 
-    Left: the whole run; right: the second half, zoomed in, where the arms differ.
+    Left: the whole run; right: the second half, zoomed in, where the arms differ. ``unit``
+    labels the y axis (the GPT's nats per byte by default).
     """
     window = smoothing_window(curves)
     bands = _series_bands(curves, "train_steps", "train_loss", window)
@@ -197,7 +206,7 @@ def plot_training_loss(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure
             spikes = _markers(ax, curves, colors, _LOSS_KINDS, "train_loss") or spikes
             ax.set_xlabel("step")
         _integer_steps(full, zoom)
-        full.set_ylabel("training loss (nats per byte)")
+        full.set_ylabel(f"training loss ({unit})")
         smooth = f", moving average over {window} steps" if window > 1 else ""
         full.set_title(f"Training loss: mean over seeds, band = min–max{smooth}", loc="left")
         last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
@@ -209,7 +218,13 @@ def plot_training_loss(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure
 
 def plot_val_bpb(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
     """Validation bits per byte at each evaluation: mean over seeds and min–max band."""
-    bands = _series_bands(curves, "eval_steps", "val_bpb")
+    return plot_validation(curves, colors, profile_of("gpt"))
+
+
+def plot_validation(curves: CurvesByArm, colors: Mapping[str, str], testbed: Profile) -> Figure:
+    """The testbed's validation series (``testbed.curve``: bits per byte for the GPT, the
+    flow-matching loss for the DiT) at each evaluation: mean over seeds and min–max band."""
+    bands = _series_bands(curves, "eval_steps", testbed.curve)
     with plot_style():
         fig, (full, zoom) = _figure(10.0, 3.8, 2, [1.35, 1.0])
         for arm, band in bands.items():
@@ -217,8 +232,10 @@ def plot_val_bpb(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
             for ax in (full, zoom):
                 _draw_band(ax, band, colors[arm], label, marker="o")
                 ax.set_xlabel("step")
-        full.set_ylabel("validation loss (bits per byte)")
-        full.set_title("Validation bpb: mean over seeds, band = min–max", loc="left")
+        full.set_ylabel(f"validation loss ({testbed.unit})")
+        full.set_title(
+            f"Validation {testbed.curve_word}: mean over seeds, band = min–max", loc="left"
+        )
         last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
         _zoom(zoom, list(bands.values()), last / 2)
         zoom.set_title("Second half, zoomed in", loc="left")
@@ -330,8 +347,10 @@ def _per_arm_panel(
 def plot_final_metrics(
     analysis: Mapping[str, Any], colors: Mapping[str, str], memory_kind: str | None = None
 ) -> Figure:
-    """Final validation bpb, throughput and peak memory per arm: seeds as dots, mean ◆ with
-    its 95 % t-interval (unpaired: it includes the seed-to-seed variation shared by all arms)."""
+    """The final quality metric (GPT: validation bpb; DiT: validation loss), throughput and peak
+    memory per arm: seeds as dots, mean ◆ with its 95 % t-interval (unpaired: it includes the
+    seed-to-seed variation shared by all arms)."""
+    testbed = _testbed(analysis)
     arms = list(analysis["arm_order"])
     mem_label = "peak memory (MiB" + (f", {memory_kind})" if memory_kind else ")")
     with plot_style():
@@ -341,9 +360,9 @@ def plot_final_metrics(
             analysis,
             arms,
             colors,
-            "final_val_bpb",
+            testbed.quality,
             1.0,
-            "final validation bpb (bits per byte)",
+            f"{testbed.quality_label} ({testbed.unit})",
             4,
         )
         _per_arm_panel(
@@ -357,7 +376,7 @@ def plot_final_metrics(
             2,
         )
         _per_arm_panel(axes[2], analysis, arms, colors, "peak_memory_bytes", 2**20, mem_label, 1)
-        axes[0].set_title("Final validation bpb", loc="left")
+        axes[0].set_title(testbed.quality_label.capitalize(), loc="left")
         axes[1].set_title("Training throughput", loc="left")
         axes[2].set_title("Peak memory", loc="left")
         if len(arms) > 3:
@@ -443,13 +462,15 @@ def _verdict_label(ax: Axes, y: float, word: str) -> None:
 
 
 def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
-    """Each arm against the baseline, seed by seed: Δ final bpb with the ±margin band, and the
-    throughput and peak-memory ratios, each with its 100·(1 − α) % interval (the 100·(1 − 2α) %
-    TOST interval drawn thick on the bpb panel; 95 % and 90 % at the default α = 0.05)."""
+    """Each arm against the baseline, seed by seed: Δ of the final quality metric (GPT: bpb; DiT:
+    validation loss) with the ±margin band, and the throughput and peak-memory ratios, each with
+    its 100·(1 − α) % interval (the 100·(1 − 2α) % TOST interval drawn thick on the quality
+    panel; 95 % and 90 % at the default α = 0.05)."""
+    testbed = _testbed(analysis)
     base = analysis["baseline_arm"]
     alpha = float(analysis.get("alpha", 0.05))
     arms = [a for a in analysis["arm_order"] if a != base]
-    margin = float(analysis["margin_bpb"])
+    margin = float(analysis[testbed.margin_key])
     with plot_style():
         fig, (q_ax, t_ax, m_ax) = _figure(10.0, 1.6 + 0.8 * max(1, len(arms)), 3, [1.5, 1, 1])
         q_ax.axvspan(-margin, margin, color="#2e7d32", alpha=0.10, linewidth=0)
@@ -463,8 +484,8 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
                 analysis["verdicts"][arm],
                 colors[arm],
             )
-            q, t, m = comp["final_val_bpb"], comp["tokens_per_s"], comp["peak_memory_bytes"]
-            q_seeds = _paired_values(analysis, arm, "final_val_bpb", False)
+            q, t, m = comp[testbed.quality], comp["tokens_per_s"], comp["peak_memory_bytes"]
+            q_seeds = _paired_values(analysis, arm, testbed.quality, False)
             _interval_row(
                 q_ax,
                 y,
@@ -491,10 +512,10 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
         for ax in (q_ax, t_ax, m_ax):
             ax.set_ylim(-0.6, len(rows) - 0.4)
             ax.grid(axis="y", visible=False)
-        q_ax.set_title(f"Δ final validation bpb vs {base}", loc="left")
+        q_ax.set_title(f"Δ {testbed.quality_label} vs {base}", loc="left")
         t_ax.set_title("Throughput ratio", loc="left")
         m_ax.set_title("Peak memory ratio", loc="left")
-        q_ax.set_xlabel("bits per byte (lower is better)")
+        q_ax.set_xlabel(f"{testbed.unit} (lower is better)")
         t_ax.set_xlabel("× baseline (higher is better)")
         m_ax.set_xlabel("× baseline (lower is better)")
         lo, hi = q_ax.get_xlim()
@@ -505,7 +526,11 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
             span = max(abs(lo - 1.0), abs(hi - 1.0), 0.01)
             ax.set_xlim(1.0 - span, 1.0 + span)
         handles = [
-            Patch(color="#2e7d32", alpha=0.2, label=f"equivalence margin ±{margin:g} bpb"),
+            Patch(
+                color="#2e7d32",
+                alpha=0.2,
+                label=f"equivalence margin ±{margin:g} {testbed.short_unit}",
+            ),
             Line2D(
                 [],
                 [],

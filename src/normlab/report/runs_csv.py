@@ -9,7 +9,7 @@ from typing import Any
 
 from normlab.analysis.runs import RunResult
 
-__all__ = ["RUN_COLUMNS", "runs_csv_text"]
+__all__ = ["DIT_RUN_COLUMNS", "RUN_COLUMNS", "run_columns", "runs_csv_text"]
 
 RUN_COLUMNS: tuple[str, ...] = (
     "run_id",
@@ -47,7 +47,24 @@ RUN_COLUMNS: tuple[str, ...] = (
 writes follows in alphabetical order. ``traceback`` is left out (it is in the run's own
 summary.json); runs without a summary get status ``unfinished``."""
 
+DIT_RUN_COLUMNS: tuple[str, ...] = tuple(
+    c
+    for name in RUN_COLUMNS
+    for c in (
+        ("final_val_loss", "best_val_loss")
+        if name == "final_val_loss"
+        else (() if name in ("final_val_bpb", "best_val_bpb") else (name,))
+    )
+)
+"""A DiT run's summary fields: its validation fields (``final_val_loss``, ``best_val_loss``,
+the flow-matching MSE) instead of the GPT's three."""
+
 _OMITTED = {"traceback"}
+
+
+def run_columns(testbed: str = "gpt") -> tuple[str, ...]:
+    """The documented summary fields of a run of ``testbed``, in order."""
+    return DIT_RUN_COLUMNS if testbed == "dit" else RUN_COLUMNS
 
 
 def _cell(v: Any) -> str:
@@ -60,10 +77,12 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def runs_csv_text(runs: list[RunResult]) -> str:
-    """The CSV text (header + one row per run, ordered as given)."""
-    extra = sorted({k for r in runs for k in r.summary} - set(RUN_COLUMNS) - _OMITTED)
-    columns = [*RUN_COLUMNS, *extra]
+def runs_csv_text(runs: list[RunResult], testbed: str = "gpt") -> str:
+    """The CSV text (header + one row per run, ordered as given), with the columns of
+    ``testbed``'s summaries (:func:`run_columns`) first."""
+    documented = run_columns(testbed)
+    extra = sorted({k for r in runs for k in r.summary} - set(documented) - _OMITTED)
+    columns = [*documented, *extra]
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)

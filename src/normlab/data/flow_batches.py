@@ -1,0 +1,91 @@
+"""Paired batches for flow matching: the same images, noises and times for every arm of a seed.
+
+Training: images are visited in a fresh random order each epoch (a permutation drawn from a
+generator seeded by the run's seed alone), and for each batch the times t and the noises x0 are
+drawn, in that order, from a CPU ``torch.Generator`` seeded by the run's seed alone. So for seed k
+every arm sees identical (x1, label, x0, t) at every step, whatever the device.
+
+Validation: a fixed set of (x1, label, x0, t), one per validation image, with x0 and t drawn from
+a generator seeded by the data seed: the same for every arm and every seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import torch
+
+from normlab.models.flow import sample_noise, sample_time
+
+__all__ = ["FlowBatch", "FlowBatches", "flow_seed", "validation_triples"]
+
+FlowBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+"""(x1 [B, T, C] float32, label [B] int64, x0 [B, T, C] float32, t [B] float32), on the CPU."""
+
+
+def flow_seed(seed: int, tag: str) -> int:
+    """A 63-bit generator seed for the stream ``tag`` of run (or data) seed ``seed``."""
+    digest = hashlib.sha256(f"{seed}:{tag}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
+
+
+def _draw(
+    x1: torch.Tensor, generator: torch.Generator, distribution: str
+) -> tuple[torch.Tensor, torch.Tensor]:
+    t = sample_time(x1.shape[0], generator, distribution=distribution)
+    return sample_noise(x1, generator), t
+
+
+class FlowBatches:
+    """``next()`` returns the step's :data:`FlowBatch` (see the module docstring)."""
+
+    def __init__(
+        self,
+        images: np.ndarray,
+        labels: np.ndarray,
+        batch_size: int,
+        seed: int,
+        distribution: str = "logit_normal",
+    ) -> None:
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+        if images.shape[0] != labels.shape[0] or images.shape[0] < 1:
+            raise ValueError(
+                f"images: expected one label per image and at least one image, got "
+                f"{images.shape[0]} images and {labels.shape[0]} labels"
+            )
+        self.images = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
+        self.labels = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
+        self.batch_size = batch_size
+        self.distribution = distribution
+        self.order_rng = np.random.Generator(np.random.PCG64(flow_seed(seed, "flow-order")))
+        self.generator = torch.Generator(device="cpu").manual_seed(flow_seed(seed, "flow-noise"))
+        self._order = np.empty(0, dtype=np.int64)
+
+    def next_indices(self) -> np.ndarray:
+        """Indices of the next batch's images: the current epoch's permutation, continued into
+        a new one when it runs out."""
+        while self._order.size < self.batch_size:
+            perm = self.order_rng.permutation(self.images.shape[0])
+            self._order = np.concatenate([self._order, perm])
+        idx, self._order = self._order[: self.batch_size], self._order[self.batch_size :]
+        return idx
+
+    def next(self) -> FlowBatch:
+        idx = torch.from_numpy(self.next_indices())
+        x1, label = self.images[idx], self.labels[idx]
+        x0, t = _draw(x1, self.generator, self.distribution)
+        return x1, label, x0, t
+
+
+def validation_triples(
+    images: np.ndarray, labels: np.ndarray, data_seed: int, distribution: str = "logit_normal"
+) -> FlowBatch:
+    """One (x1, label, x0, t) per validation image, x0 and t drawn from a generator seeded by
+    ``data_seed`` alone: identical for every arm and every run seed."""
+    x1 = torch.from_numpy(np.ascontiguousarray(images, dtype=np.float32))
+    label = torch.from_numpy(np.ascontiguousarray(labels, dtype=np.int64))
+    generator = torch.Generator(device="cpu").manual_seed(flow_seed(data_seed, "flow-validation"))
+    x0, t = _draw(x1, generator, distribution)
+    return x1, label, x0, t

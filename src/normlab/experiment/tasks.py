@@ -1,0 +1,270 @@
+"""What differs between the testbeds, behind one interface the grid and the training loop share.
+
+A testbed says how to build an arm's model from a resolved run config (``run.json``), and, in the
+worker, how to draw a training batch and compute its loss, how to validate, and which quality
+fields a run's summary holds:
+
+- ``gpt``: the byte-level GPT on the token cache; cross-entropy; validation in nats and bits per
+  byte on fixed windows; summary ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb``.
+- ``dit``: the flow-matching DiT on the embedded shapes; the flow-matching loss (MSE of the
+  velocity); validation on fixed (x1, x0, t) triples; summary ``final_val_loss``,
+  ``best_val_loss``.
+
+A run config without ``testbed`` is a GPT run (folders written before the DiT testbed existed).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+import torch
+from torch import nn
+
+from normlab.data.batches import TrainBatches, validation_windows
+from normlab.data.cache import load_tokens
+from normlab.data.flow_batches import FlowBatches, validation_triples
+from normlab.data.shapes import load_shapes
+from normlab.experiment.evaluate import bits_per_byte, flow_validation_loss, validation_loss
+from normlab.models import (
+    GPT,
+    DiT,
+    DiTConfig,
+    GPTConfig,
+    build_dit,
+    build_gpt,
+    flow_matching_loss,
+)
+
+__all__ = [
+    "QUALITY_FIELDS",
+    "Task",
+    "build_model",
+    "dit_parameter_groups",
+    "make_task",
+    "quality_fields",
+    "testbed_of",
+    "warm_up_gpt",
+]
+
+QUALITY_FIELDS: dict[str, tuple[str, ...]] = {
+    "gpt": ("final_val_loss", "final_val_bpb", "best_val_bpb"),
+    "dit": ("final_val_loss", "best_val_loss"),
+}
+"""The validation fields of a run's summary, per testbed (in the order summary.json has them)."""
+
+
+def testbed_of(spec: dict[str, Any]) -> str:
+    """The testbed of a resolved run config (``gpt`` when it names none)."""
+    testbed = spec.get("testbed", "gpt")
+    if testbed not in QUALITY_FIELDS:
+        raise ValueError(f"testbed: expected one of {', '.join(QUALITY_FIELDS)}, got {testbed!r}")
+    return testbed
+
+
+def quality_fields(spec: dict[str, Any]) -> tuple[str, ...]:
+    """The validation fields a summary of this run holds (see :data:`QUALITY_FIELDS`)."""
+    return QUALITY_FIELDS[testbed_of(spec)]
+
+
+def dit_config(spec: dict[str, Any]) -> DiTConfig:
+    """The DiT of a resolved DiT run config (``model`` holds every DiTConfig field but the
+    norm)."""
+    return DiTConfig(**spec["model"], norm=spec["norm"])
+
+
+def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
+    """The arm's model with the paired initialisation for ``seed``; ``spec`` needs ``model``,
+    ``norm``, ``placement`` (and ``testbed`` for a DiT)."""
+    if testbed_of(spec) == "dit":
+        return build_dit(dit_config(spec), seed)
+    return build_gpt(
+        GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"]), seed
+    )
+
+
+def dit_parameter_groups(model: DiT) -> dict[str, list[str]]:
+    """Parameter names grouped for per-layer gradient norms, as the GPT's groups:
+    ``embed`` (tokens, positions, time and label embeddings), ``block{i}.attn``,
+    ``block{i}.mlp``, ``block{i}.norms`` (their modulation), ``norm_final``, ``head``."""
+    norms = set(model.norm_parameter_names())
+    groups: dict[str, list[str]] = {}
+    for name, _ in model.named_parameters():
+        parts = name.split(".")
+        if parts[0] == "blocks":
+            key = f"block{parts[1]}.{'norms' if name in norms else parts[2]}"
+        elif name in norms:
+            key = "norm_final"
+        elif parts[0] == "head":
+            key = "head"
+        else:
+            key = "embed"
+        groups.setdefault(key, []).append(name)
+    return groups
+
+
+def warm_up_gpt(model: GPT, device: torch.device, batch_size: int) -> None:
+    """One forward and backward on a batch of the training shape [``batch_size``, context], in
+    eval mode, before anything is timed, so that what the norms and torch set up on first use
+    (kernels compiled and cached on disk, lazily initialised libraries) is not charged to the run.
+
+    The shape matters: kernels specialise on it (the Triton norms pick their rows per program
+    from the number of rows, N = batch_size · context), so a smaller warm-up batch would leave the
+    training shape's compilation to step 1. Gradients are cleared afterwards."""
+    was_training = model.training
+    model.eval()
+    idx = torch.zeros(batch_size, model.config.context, dtype=torch.long, device=device)
+    _, loss = model(idx, idx)
+    if loss is not None:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+
+
+class Task(Protocol):
+    """One run's model and data, as the training loop uses them."""
+
+    model: nn.Module
+    tokens_per_step: int
+    data_fingerprint: str
+
+    def warm_up(self, device: torch.device) -> None:
+        """A forward and backward on a batch of the training shape in eval mode (gradients
+        cleared afterwards), so that first-use set-up is not charged to the run."""
+
+    def train_loss(self, device: torch.device) -> torch.Tensor:
+        """The next training batch's loss (a 0-d tensor with a graph)."""
+
+    def evaluate(self, device: torch.device) -> dict[str, float]:
+        """The validation record's values: ``val_loss`` (and, for the GPT, ``val_bpb``)."""
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        """Parameter names grouped for the ``layer_grad_norms`` records."""
+
+    def quality_summary(
+        self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        """The summary's validation fields: ``final`` is the last eval record of a finished run
+        (None otherwise), ``finite_evals`` the eval records with a finite loss."""
+
+
+def _check_fingerprint(found: str, spec: dict[str, Any], what: str) -> None:
+    expected = spec["data"]["fingerprint"]
+    if found != expected:
+        raise RuntimeError(f"data: the {what} reads as {found}, run.json expects {expected}")
+
+
+class GPTTask:
+    """The GPT testbed: byte windows of the token cache in ``run_dir/../../data``."""
+
+    def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
+        t = spec["train"]
+        data = load_tokens(Path(run_dir).parent.parent / "data")
+        _check_fingerprint(data.info["fingerprint"], spec, "cache")
+        cfg = GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
+        self.model = build_gpt(cfg, spec["seed"])
+        self.batch_size = t["batch_size"]
+        self.batches = TrainBatches(data.train, t["batch_size"], cfg.context, spec["seed"])
+        self.windows = validation_windows(data.val, cfg.context, t["eval_windows"])
+        self.tokens_per_step = t["batch_size"] * cfg.context
+        self.data_fingerprint = data.info["fingerprint"]
+
+    def warm_up(self, device: torch.device) -> None:
+        warm_up_gpt(self.model, device, self.batch_size)
+
+    def train_loss(self, device: torch.device) -> torch.Tensor:
+        x, y = self.batches.next()
+        _, loss = self.model(x.to(device), y.to(device))
+        return loss
+
+    def evaluate(self, device: torch.device) -> dict[str, float]:
+        val_loss = validation_loss(self.model, self.windows, self.batch_size, str(device))
+        return {"val_loss": val_loss, "val_bpb": bits_per_byte(val_loss)}
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        return self.model.parameter_groups()
+
+    def quality_summary(
+        self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return {
+            "final_val_loss": final["val_loss"] if final else None,
+            "final_val_bpb": final["val_bpb"] if final else None,
+            "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+        }
+
+
+class DiTTask:
+    """The DiT testbed: the embedded shapes, made again from ``spec["data"]`` and checked
+    against its fingerprint; paired batches, noises and times from the run's seed."""
+
+    def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
+        t, d = spec["train"], spec["data"]
+        data = load_shapes(d["image_size"], d["patch_size"], d["n_train"], d["n_val"], d["seed"])
+        _check_fingerprint(data.info["fingerprint"], spec, "shapes dataset")
+        cfg = dit_config(spec)
+        if (cfg.seq_len, cfg.in_channels) != data.train.shape[1:]:
+            raise RuntimeError(
+                f"model: seq_len {cfg.seq_len} and in_channels {cfg.in_channels} do not match the "
+                f"data's tokens {tuple(data.train.shape[1:])}"
+            )
+        self.model = build_dit(cfg, spec["seed"])
+        self.conditional = cfg.n_classes > 0
+        self.batch_size = t["batch_size"]
+        distribution = spec["flow"]["time_distribution"]
+        self.batches = FlowBatches(
+            data.train, data.train_labels, t["batch_size"], spec["seed"], distribution
+        )
+        self.triples = validation_triples(data.val, data.val_labels, d["seed"], distribution)
+        self.tokens_per_step = t["batch_size"] * cfg.seq_len
+        self.data_fingerprint = data.info["fingerprint"]
+
+    def _loss(self, batch: tuple[torch.Tensor, ...], device: torch.device) -> torch.Tensor:
+        x1, label, x0, t = (v.to(device) for v in batch)
+        return flow_matching_loss(self.model, x1, x0, t, label if self.conditional else None)
+
+    def warm_up(self, device: torch.device) -> None:
+        """On zeros of the training shape [batch_size, T, C]."""
+        model = self.model
+        was_training = model.training
+        model.eval()
+        shape = (self.batch_size, *self.batches.images.shape[1:])
+        zeros = torch.zeros(shape)
+        batch = (
+            zeros,
+            torch.zeros(self.batch_size, dtype=torch.long),
+            zeros,
+            torch.zeros(shape[0]),
+        )
+        self._loss(batch, device).backward()
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+
+    def train_loss(self, device: torch.device) -> torch.Tensor:
+        return self._loss(self.batches.next(), device)
+
+    def evaluate(self, device: torch.device) -> dict[str, float]:
+        x1, label, x0, t = self.triples
+        val_loss = flow_validation_loss(
+            self.model, x1, x0, t, label if self.conditional else None, self.batch_size, device
+        )
+        return {"val_loss": val_loss}
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        return dit_parameter_groups(self.model)
+
+    def quality_summary(
+        self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return {
+            "final_val_loss": final["val_loss"] if final else None,
+            "best_val_loss": min((e["val_loss"] for e in finite_evals), default=None),
+        }
+
+
+def make_task(spec: dict[str, Any], run_dir: Path) -> Task:
+    """The testbed's :class:`Task` for the run config ``spec`` (its data checked against the
+    fingerprint in ``spec``, its model built with the paired initialisation)."""
+    if testbed_of(spec) == "dit":
+        return DiTTask(spec, run_dir)
+    return GPTTask(spec, run_dir)
