@@ -111,7 +111,9 @@ def test_locked_folder_is_a_clear_error(tmp_path: Path) -> None:
     assert code == 1 and "another normlab command" in output
 
 
-@pytest.mark.parametrize("name", ["default.yaml", "postln_high_lr.yaml", "rmsnorm_gemma_dyt.yaml"])
+@pytest.mark.parametrize(
+    "name", ["default.yaml", "postln_high_lr.yaml", "rmsnorm_gemma_dyt.yaml", "dit.yaml"]
+)
 def test_examples_are_valid(name: str) -> None:
     cfg = validate_config(load_config_file(EXAMPLES / name))
     assert cfg.arm_names()
@@ -119,3 +121,8 @@ def test_examples_are_valid(name: str) -> None:
 
 def test_default_example_is_the_default() -> None:
     assert validate_config(load_config_file(EXAMPLES / "default.yaml")) == validate_config({})
+
+
+def test_dit_example_is_the_dit_default() -> None:
+    dit = validate_config(load_config_file(EXAMPLES / "dit.yaml"))
+    assert dit == validate_config({"testbed": "dit"})
