@@ -218,7 +218,8 @@ def test_plan_pairs_the_init_of_every_shared_parameter(tmp_path: Path) -> None:
     assert runs[0]["init_digest"] == runs[1]["init_digest"] != runs[2]["init_digest"]
     assert runs[2]["init_digest"] == runs[3]["init_digest"]
     assert runs[0]["testbed"] == "dit" and runs[0]["model"]["seq_len"] == 4
-    assert runs[0]["n_params"] != runs[1]["n_params"]  # only the norms differ
+    assert runs[0]["norm"] != runs[1]["norm"]  # only the norms differ
+    assert runs[0]["n_params"] == runs[1]["n_params"]  # (3 + 3 + 2)·D·(D + 1) each
     a, b = build_model(runs[0], 0), build_model(runs[1], 0)
     shared = shared_parameter_digests(a)
     assert shared == shared_parameter_digests(b) and "blocks.0.attn.qkv.weight" in shared
@@ -227,7 +228,8 @@ def test_plan_pairs_the_init_of_every_shared_parameter(tmp_path: Path) -> None:
     assert pa["blocks.0.mlp.fc.weight"].abs().sum() > 0
     norms_a = {n: p.shape for n, p in pa.items() if n not in shared}
     norms_b = {n: p.shape for n, p in pb.items() if n not in shared}
-    assert norms_a and norms_a != norms_b  # adaLN-Zero's final norm has a gate, AdaRMS's not
+    assert norms_a and norms_a == norms_b  # the same modulation shapes; only the norm differs
+    assert type(a.norm_final) is not type(b.norm_final)
 
 
 def test_every_arm_of_a_seed_sees_the_same_images_noises_and_times(tmp_path: Path) -> None:

@@ -94,6 +94,54 @@ def test_output_is_exactly_zero_and_every_block_the_identity_at_init(norm: str) 
 
 
 @pytest.mark.parametrize("norm", NORMS)
+def test_every_arm_modulates_from_silu_of_the_condition(norm: str) -> None:
+    """Only the norm may differ between arms: adaLN-Zero computes Linear(SiLU(c)) itself, so
+    AdaRMS must be handed SiLU(c) too, or its modulation is linear in the time MLP's output and
+    the label embedding (time and class could not interact in it)."""
+    torch.manual_seed(2)
+    model = perturb_(DiT(tiny(norm=norm, n_classes=3)))
+    seen: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        if name.endswith("modulation"):
+            module.register_forward_hook(
+                lambda _m, args, _out, name=name: seen.__setitem__(name, args[0])
+            )
+    t, label = torch.rand(4), torch.tensor([0, 1, 2, 3])
+    model(torch.randn(4, 6, 3), t, label)
+    expected = torch.nn.functional.silu(model.condition(t, label))
+    assert len(seen) == 2 * model.config.n_layers + 1
+    for name, given in seen.items():
+        torch.testing.assert_close(given, expected, msg=name)
+
+
+def test_time_and_class_interact_in_the_adarms_modulation() -> None:
+    torch.manual_seed(3)
+    model = perturb_(DiT(tiny(norm="adarms", n_classes=2)))
+    norm = model.blocks[0].norm_attn
+
+    def modulation(t: float, label: int) -> torch.Tensor:
+        captured: list[torch.Tensor] = []
+        hook = norm.modulation.register_forward_hook(lambda _m, _a, out: captured.append(out))
+        model(torch.zeros(1, 6, 3), torch.tensor([t]), torch.tensor([label]))
+        hook.remove()
+        return captured[0]
+
+    interaction = (modulation(0.2, 0) - modulation(0.2, 1)) - (
+        modulation(0.8, 0) - modulation(0.8, 1)
+    )
+    assert interaction.abs().max() > 1e-3
+
+
+def test_the_final_norm_has_no_gate_parameters() -> None:
+    """DiT's final layer modulates with (shift, scale) only: 2·D outputs, whatever the kind."""
+    for norm in NORMS:
+        model = DiT(tiny(norm=norm))
+        assert model.norm_final.modulation.out_features == 2 * 16, norm
+    sizes = {norm: sum(p.numel() for p in DiT(tiny(norm=norm)).parameters()) for norm in NORMS}
+    assert sizes["adaln_zero"] == sizes["adarms"]
+
+
+@pytest.mark.parametrize("norm", NORMS)
 def test_zero_init_does_not_block_learning(norm: str) -> None:
     """At step 0 only the output Linear gets a gradient (everything else sits behind its zero
     weight); after one step the output moves, and the next gradient reaches every modulation
@@ -428,7 +476,7 @@ def test_audit_finds_the_dit_norms_as_conditional_pre_norms(norm: str) -> None:
     for name, s in sites.items():
         assert s.role == ("final" if name == "norm_final" else "pre"), name
         assert s.conditioning == "per sequence", name
-        assert s.returns_gate == (name != "norm_final" or norm == "adaln_zero"), name
+        assert s.returns_gate == (name != "norm_final"), name
     assert a.n_norm_params == sum(
         p.numel() for n, p in model.named_parameters() if n in set(model.norm_parameter_names())
     )

@@ -166,6 +166,20 @@ def test_adaln_zero_follows_dit(cond_shape: tuple) -> None:
     torch.testing.assert_close(g, gate)
 
 
+def test_adaln_zero_without_gate_is_dits_final_layer() -> None:
+    """DiT's final layer: shift, scale = Linear(SiLU(c)).chunk(2), no gate (2·D outputs)."""
+    ada = normlab.AdaLayerNormZero(D, C, gate=False)
+    assert ada.modulation.out_features == 2 * D
+    randomise(ada)
+    x, c = seeded(2, 3, D), seeded(2, C, seed=4)
+    y, g = ada(x, c)
+    assert g is None
+    shift, scale = nn.Linear.forward(ada.modulation, TF.silu(c)).chunk(2, dim=-1)
+    dit_norm = nn.LayerNorm(D, elementwise_affine=False, eps=1e-6)
+    expected = dit_norm(x) * (1 + scale[:, None]) + shift[:, None]
+    torch.testing.assert_close(y, expected, rtol=1e-5, atol=1e-5)
+
+
 # --- what every module must survive ------------------------------------------------------------
 
 MODULES: dict[str, Callable[[], nn.Module]] = {
@@ -177,8 +191,9 @@ MODULES: dict[str, Callable[[], nn.Module]] = {
     "adarms": lambda: normlab.AdaRMSNorm(D, C),
     "adarms_nogate": lambda: normlab.AdaRMSNorm(D, C, gate=False),
     "adaln_zero": lambda: normlab.AdaLayerNormZero(D, C),
+    "adaln_zero_nogate": lambda: normlab.AdaLayerNormZero(D, C, gate=False),
 }
-CONDITIONAL = {"adarms", "adarms_nogate", "adaln_zero"}
+CONDITIONAL = {"adarms", "adarms_nogate", "adaln_zero", "adaln_zero_nogate"}
 
 
 def run(name: str, module: nn.Module, dtype: torch.dtype = torch.float32) -> torch.Tensor:
@@ -203,7 +218,8 @@ EXTRA_REPR = {
     "rmsnorm_fp32": ["casting='fp32'", "elementwise_affine=True"],
     "adarms": ["16", "cond_dim=8", "eps=1e-06", "gate=True"],
     "adarms_nogate": ["gate=False"],
-    "adaln_zero": ["16", "cond_dim=8", "eps=1e-06"],
+    "adaln_zero": ["16", "cond_dim=8", "eps=1e-06", "gate=True"],
+    "adaln_zero_nogate": ["gate=False"],
 }
 
 

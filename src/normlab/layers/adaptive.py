@@ -104,8 +104,10 @@ class AdaLayerNormZero(nn.Module):
     """adaLN-Zero (DiT): (shift, scale, gate) = Linear(SiLU(c)); y = x̂ ⊙ (1 + scale) + shift.
 
     x̂ = (x − μ)·rsqrt(σ² + ε), a LayerNorm with no affine. ``forward(x, cond)`` returns
-    ``(y, gate)``; the Linear starts at zero, so every gated branch starts closed. ``cond`` is
-    [B, C] (per sequence) or [B, T, C] (per token), as for :class:`AdaRMSNorm`.
+    ``(y, gate)`` (``gate`` is ``None`` with ``gate=False``: (shift, scale) = Linear(SiLU(c)),
+    as DiT's final layer); the Linear starts at zero, so every gated branch starts closed.
+    ``cond`` is [B, C] (per sequence) or [B, T, C] (per token), as for :class:`AdaRMSNorm`.
+    The SiLU is this module's ``act``.
     """
 
     def __init__(
@@ -115,25 +117,34 @@ class AdaLayerNormZero(nn.Module):
         eps: float = 1e-6,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        gate: bool = True,
     ) -> None:
         super().__init__()
         self.dim = check_dim(dim, "dim")
         self.cond_dim = check_dim(cond_dim, "cond_dim")
         self.eps = check_eps(eps)
+        self.gate = check_bool(gate, "gate")
         self.act = nn.SiLU()
-        self.modulation = ZeroLinear(self.cond_dim, 3 * self.dim, device=device, dtype=dtype)
+        chunks = 3 if self.gate else 2
+        self.modulation = ZeroLinear(self.cond_dim, chunks * self.dim, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
         """Zero the modulation Linear (weight and bias)."""
         self.modulation.reset_parameters()
 
-    def forward(self, x: torch.Tensor, cond: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, cond: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         check_last_dim(check_input("x", x), self.dim, "dim")
         check_cond(cond, x, self.cond_dim)
         _check_cond_dtype(cond, self.modulation)
-        shift, scale, gate = self.modulation(self.act(cond)).chunk(3, dim=-1)
+        mod = self.modulation(self.act(cond))
+        if self.gate:
+            shift, scale, gate = mod.chunk(3, dim=-1)
+        else:
+            (shift, scale), gate = mod.chunk(2, dim=-1), None
         y = F.ada_layer_norm(x, scale, shift, self.eps)
-        return y, _broadcastable_gate(gate, x)
+        return y, None if gate is None else _broadcastable_gate(gate, x)
 
     def extra_repr(self) -> str:
-        return f"{self.dim}, cond_dim={self.cond_dim}, eps={self.eps}"
+        return f"{self.dim}, cond_dim={self.cond_dim}, eps={self.eps}, gate={self.gate}"

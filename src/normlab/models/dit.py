@@ -9,8 +9,14 @@ optional class label to a velocity of the same shape as x_t (see :mod:`normlab.m
                 y, g = N₂(h; c);  h ← h + g ⊙ MLP(y)
     y, _ = N_final(h; c);  v = Linear₀(y)                         [B, T, C_in]
 
-The final norm is modulated (shift, scale) and has no gate where the kind offers that
-(``adarms``); adaLN-Zero always returns one, and it is left unused there.
+The final norm is modulated (shift, scale) and built without a gate where the kind offers that
+(``adarms`` and ``adaln_zero`` do); a kind that always returns one has it left unused there.
+
+Every arm computes its modulation as Linear(SiLU(c)): adaLN-Zero applies the SiLU itself (its
+``act``), and every other conditional norm (AdaRMS: [s, t, g] = Linear(c′)) receives c′ = SiLU(c),
+the π0.5 convention, where the condition that reaches AdaRMS ends in a swish. Without that, the
+AdaRMS arm's modulation would be a linear function of the time MLP's output plus the label
+embedding (time and class could not interact in it), a difference beyond the norm.
 
 Every N is the same *conditional* norm kind of :mod:`normlab.registry` (``adaln_zero``,
 ``adarms``, or any kind registered with ``conditional=True``), modulated by c. Its modulation
@@ -148,8 +154,8 @@ def make_dit_norm(
     When ``eps`` is given and the built norm has an ``eps`` attribute, it is built with that ε,
     so every arm of a comparison shares one ε. ``gate=False`` asks for a norm without a gate
     where the kind offers one (a boolean ``gate`` attribute, as ``AdaRMSNorm(gate=False)``:
-    [s, t] = Linear(c)); a kind that always returns a gate (adaLN-Zero) keeps it and the caller
-    ignores it.
+    [s, t] = Linear(c), and ``AdaLayerNormZero(gate=False)``); a kind that always returns a gate
+    keeps it and the caller ignores it.
     """
     check_dit_norm(kind)
     kw: dict[str, Any] = {"cond_dim": cond_dim}
@@ -241,6 +247,16 @@ class FeedForward(nn.Module):
         return self.proj(F.gelu(self.fc(x), approximate="tanh"))
 
 
+def applies_own_activation(norm: nn.Module) -> bool:
+    """Whether a conditional norm puts its condition through SiLU itself (adaLN-Zero's ``act``:
+    Linear(SiLU(c))). Such a norm is given c; every other one SiLU(c) (see the module docstring)."""
+    return isinstance(getattr(norm, "act", None), nn.SiLU)
+
+
+def _norm_cond(norm: nn.Module, c: torch.Tensor, c_act: torch.Tensor) -> torch.Tensor:
+    return c if applies_own_activation(norm) else c_act
+
+
 def _gated_add(h: torch.Tensor, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
     """h + g ⊙ out (:func:`normlab.functional.gated_residual`); h + out for a norm with no gate."""
     return h + out if gate is None else gated_residual(h, out, gate)
@@ -251,6 +267,8 @@ class DiTBlock(nn.Module):
 
     y, g = N₁(h; c);  h ← h + g ⊙ Attn(y)
     y, g = N₂(h; c);  h ← h + g ⊙ MLP(y)
+
+    (a norm that does not apply SiLU to its condition itself is given ``c_act`` = SiLU(c)).
     """
 
     def __init__(self, cfg: DiTConfig) -> None:
@@ -260,11 +278,14 @@ class DiTBlock(nn.Module):
         self.norm_mlp = make_dit_norm(cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps)
         self.mlp = FeedForward(cfg)
 
-    def forward(self, h: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-        """``h``: [B, T, D]; ``c``: [B, D]."""
-        y, gate = self.norm_attn(h, c)
+    def forward(
+        self, h: torch.Tensor, c: torch.Tensor, c_act: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``h``: [B, T, D]; ``c``: [B, D]; ``c_act``: SiLU(c), computed here when not given."""
+        c_act = F.silu(c) if c_act is None else c_act
+        y, gate = self.norm_attn(h, _norm_cond(self.norm_attn, c, c_act))
         h = _gated_add(h, self.attn(y), gate)
-        y, gate = self.norm_mlp(h, c)
+        y, gate = self.norm_mlp(h, _norm_cond(self.norm_mlp, c, c_act))
         return _gated_add(h, self.mlp(y), gate)
 
 
@@ -322,10 +343,12 @@ class DiT(nn.Module):
         t = self._check_t(t, x)
         label = self._check_label(label, x)
         c = self.condition(t, label)
+        c_act = F.silu(c)
         h = self.x_embed(x) + self.pos_emb[: x.shape[1]].to(self.x_embed.weight.dtype)
         for block in self.blocks:
-            h = block(h, c)
-        y, _ = self.norm_final(h, c)  # modulated (shift, scale); no gate, or one left unused
+            h = block(h, c, c_act)
+        # modulated (shift, scale); no gate, or one left unused
+        y, _ = self.norm_final(h, _norm_cond(self.norm_final, c, c_act))
         return self.head(y)
 
     def _check_x(self, x: object) -> None:
