@@ -17,24 +17,12 @@ from torch import nn
 
 import normlab
 import normlab.functional as NF
+from module_helpers import randomise, seeded
 from normlab.explain import explain_vector
 
 D, C = 16, 8
 FLOATS = [torch.float32, torch.bfloat16, torch.float16, torch.float64]
 FLOAT_IDS = ["float32", "bfloat16", "float16", "float64"]
-
-
-def seeded(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
-
-
-def randomise(module: nn.Module, seed: int = 1) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g).to(p.dtype))
-    return module
 
 
 def twins(kind: str, shape: object = D, **kw: object) -> tuple[nn.Module, nn.Module]:

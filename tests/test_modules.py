@@ -14,22 +14,10 @@ import torch.nn.functional as TF
 from torch import nn
 
 import normlab
+from module_helpers import randomise, seeded
 from normlab.modulation import dit_to_pi05, pi05_to_dit, reorder_chunks, reorder_linear
 
 D, C = 16, 8
-
-
-def seeded(*shape: int, seed: int = 0, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=torch.float64).to(dtype)
-
-
-def randomise(module: nn.Module, seed: int = 1) -> nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g).to(p.dtype))
-    return module
 
 
 def rms_hat64(x: torch.Tensor, eps: float) -> torch.Tensor:
