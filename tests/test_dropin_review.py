@@ -65,7 +65,6 @@ def test_rmsnorm_eps_none_matches_torch(dtype: torch.dtype) -> None:
     ],
     ids=["bf16_w32", "bf16_wbf16", "fp16_w32", "fp16_wfp16"],
 )
-@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")
 def test_gemma_casting_rounds_like_torch_rmsnorm(dtype: torch.dtype, w_dtype: torch.dtype) -> None:
     """torch.nn.RMSNorm meets x̂ and the gain in float32 and rounds once: ``casting="gemma"``.
     (A backend with its own reduction order may flip a rounding now and then.)"""
