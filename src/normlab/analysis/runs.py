@@ -66,6 +66,12 @@ class RunResult:
         """The run's ``metrics.jsonl`` (it may not exist)."""
         return self.path / "metrics.jsonl"
 
+    @property
+    def samples_path(self) -> Path:
+        """The run's ``samples.npy``: the first generated images of a finished DiT run (it may
+        not exist)."""
+        return self.path / "samples.npy"
+
     def value(self, metric: str) -> float | None:
         """``summary[metric]`` as a finite float, or None when absent, null or non-numeric."""
         raw = self.summary.get(metric)

@@ -22,7 +22,7 @@ from normlab.data.cache import (
     read_corpus,
     request_key,
 )
-from normlab.data.flow_batches import FlowBatches, flow_seed, validation_triples
+from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.data.shapes import (
     SHAPE_CLASSES,
     SHAPES,
@@ -73,6 +73,7 @@ __all__ = [
     "read_corpus",
     "read_files",
     "request_key",
+    "sample_inputs",
     "split_by_file",
     "split_single",
     "stdlib_root",

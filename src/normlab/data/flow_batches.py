@@ -7,6 +7,10 @@ every arm sees identical (x1, label, x0, t) at every step, whatever the device.
 
 Validation: a fixed set of (x1, label, x0, t), one per validation image, with x0 and t drawn from
 a generator seeded by the data seed: the same for every arm and every seed.
+
+Sampling: the noises x0 the Euler sampler starts from at the end of a run, and their labels
+(balanced over the classes), also follow from the data seed alone (:func:`sample_inputs`), so
+every arm and every seed carries the same noise to its samples.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import torch
 
 from normlab.models.flow import sample_noise, sample_time
 
-__all__ = ["FlowBatch", "FlowBatches", "flow_seed", "validation_triples"]
+__all__ = ["FlowBatch", "FlowBatches", "flow_seed", "sample_inputs", "validation_triples"]
 
 FlowBatch = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 """(x1 [B, T, C] float32, label [B] int64, x0 [B, T, C] float32, t [B] float32), on the CPU."""
@@ -89,3 +93,24 @@ def validation_triples(
     generator = torch.Generator(device="cpu").manual_seed(flow_seed(data_seed, "flow-validation"))
     x0, t = _draw(x1, generator, distribution)
     return x1, label, x0, t
+
+
+def sample_inputs(
+    n: int, seq_len: int, channels: int, n_classes: int, data_seed: int
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The start of the end-of-run sampling: (x0 [n, seq_len, channels] float32, labels).
+
+    x0 ~ N(0, I) is drawn from a CPU generator seeded by ``data_seed`` alone (stream
+    ``flow-samples``): identical for every arm and every run seed. Labels are balanced over the
+    classes in a fixed cycle, label_i = i mod ``n_classes`` (so any 4 · n_classes consecutive
+    samples hold 4 of each class), int64 [n]; None when ``n_classes`` is 0 (unconditional).
+    """
+    for name, value, low in (("n", n, 1), ("seq_len", seq_len, 1), ("channels", channels, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+    if isinstance(n_classes, bool) or not isinstance(n_classes, int) or n_classes < 0:
+        raise ValueError(f"n_classes: expected an int >= 0, got {n_classes!r}")
+    generator = torch.Generator(device="cpu").manual_seed(flow_seed(data_seed, "flow-samples"))
+    x0 = torch.randn((n, seq_len, channels), generator=generator, dtype=torch.float32)
+    labels = torch.arange(n, dtype=torch.int64) % n_classes if n_classes > 0 else None
+    return x0, labels

@@ -39,6 +39,7 @@ __all__ = [
     "SHAPES",
     "SHAPE_CLASSES",
     "ShapeData",
+    "balanced_selection",
     "load_shapes",
     "make_shape_images",
     "make_shapes",
@@ -160,6 +161,34 @@ def unpatchify(tokens: np.ndarray, size: int) -> np.ndarray:
         raise ValueError(f"tokens: shape {tokens.shape} is not patches of a {size} × {size} image")
     x = tokens.reshape(n, side, side, patch, patch).transpose(0, 1, 3, 2, 4)
     return np.ascontiguousarray(x.reshape(n, size, size))
+
+
+def balanced_selection(
+    labels: np.ndarray, n: int, n_classes: int, wrap: bool = False
+) -> np.ndarray:
+    """Indices of ``n`` images whose labels follow the cycle 0, 1, …, n_classes − 1, 0, 1, …
+    (the labels the DiT's samples are generated with): position i holds the k-th image, in
+    order, of label i mod ``n_classes``, k = i // n_classes. With ``n_classes`` 0: the first
+    ``n`` images. A class with fewer than k + 1 images raises ``ValueError``, or with ``wrap``
+    starts over at its first image (k taken modulo its count; an empty class still raises)."""
+    n = _check_int("n", n, 0)
+    n_classes = _check_int("n_classes", n_classes, 0)
+    labels = np.asarray(labels)
+    if n_classes == 0:
+        if labels.shape[0] < n and not (wrap and labels.shape[0]):
+            raise ValueError(f"labels: {labels.shape[0]} images, expected at least {n}")
+        return np.arange(n) % max(1, labels.shape[0])
+    by_class = [np.flatnonzero(labels == c) for c in range(n_classes)]
+    out = []
+    for i in range(n):
+        members, k = by_class[i % n_classes], i // n_classes
+        if k >= members.size and not (wrap and members.size):
+            raise ValueError(
+                f"labels: class {i % n_classes} has {members.size} images, expected at least "
+                f"{k + 1}"
+            )
+        out.append(members[k % members.size])
+    return np.asarray(out, dtype=np.int64)
 
 
 def shapes_fingerprint(*arrays: np.ndarray) -> str:

@@ -1,5 +1,6 @@
 """Validation: mean cross-entropy and bits per byte on a fixed set of windows (GPT); the
-flow-matching loss on a fixed set of (x1, x0, t) triples (DiT)."""
+flow-matching loss on a fixed set of (x1, x0, t) triples (DiT), and the DiT's samples from fixed
+noises (:func:`generate_samples`)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import math
 
 import torch
 
-from normlab.models.flow import flow_matching_loss
+from normlab.models.flow import euler_sample, flow_matching_loss
 from normlab.models.gpt import GPT
 
 
@@ -70,3 +71,31 @@ def flow_validation_loss(
     finally:
         model.train(was_training)
     return total / count
+
+
+@torch.no_grad()
+def generate_samples(
+    model: torch.nn.Module,
+    x0: torch.Tensor,
+    label: torch.Tensor | None,
+    steps: int,
+    batch_size: int,
+    device: torch.device | str,
+) -> torch.Tensor:
+    """Samples of a flow model: :func:`normlab.models.flow.euler_sample` with ``steps`` Euler
+    steps from each noise x0_i (``label_i`` passed when given), in eval mode without gradients,
+    in chunks of ``batch_size``; returns them on the CPU in float32, shaped like ``x0``."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+    was_training = model.training
+    model.eval()
+    out = []
+    try:
+        for start in range(0, x0.shape[0], batch_size):
+            chunk = slice(start, start + batch_size)
+            lab = None if label is None else label[chunk].to(device)
+            x = euler_sample(model, x0[chunk].to(device), steps, lab)
+            out.append(x.float().cpu())
+    finally:
+        model.train(was_training)
+    return torch.cat(out)

@@ -8,24 +8,33 @@ fields a run's summary holds:
   byte on fixed windows; summary ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb``.
 - ``dit``: the flow-matching DiT on the embedded shapes; the flow-matching loss (MSE of the
   velocity); validation on fixed (x1, x0, t) triples; summary ``final_val_loss``,
-  ``best_val_loss``.
+  ``best_val_loss`` and, from the samples a finished run generates (:meth:`DiTTask.finish`),
+  ``final_sample_sw2``; the first samples are kept in the run folder's ``samples.npy``.
 
 A run config without ``testbed`` is a GPT run (folders written before the DiT testbed existed).
 """
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 from torch import nn
 
+from normlab._io import write_bytes_atomic
 from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import load_tokens
-from normlab.data.flow_batches import FlowBatches, validation_triples
-from normlab.data.shapes import load_shapes
-from normlab.experiment.evaluate import bits_per_byte, flow_validation_loss, validation_loss
+from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
+from normlab.data.shapes import load_shapes, unpatchify
+from normlab.experiment.evaluate import (
+    bits_per_byte,
+    flow_validation_loss,
+    generate_samples,
+    validation_loss,
+)
 from normlab.models import (
     GPT,
     DiT,
@@ -34,10 +43,16 @@ from normlab.models import (
     build_dit,
     build_gpt,
     flow_matching_loss,
+    sliced_wasserstein2,
 )
 
 __all__ = [
     "QUALITY_FIELDS",
+    "SAMPLES_FILE",
+    "SAMPLE_BATCH",
+    "SAMPLE_GRID",
+    "SAMPLE_STEPS",
+    "SW2_PROJECTIONS",
     "Task",
     "build_model",
     "dit_parameter_groups",
@@ -49,9 +64,19 @@ __all__ = [
 
 QUALITY_FIELDS: dict[str, tuple[str, ...]] = {
     "gpt": ("final_val_loss", "final_val_bpb", "best_val_bpb"),
-    "dit": ("final_val_loss", "best_val_loss"),
+    "dit": ("final_val_loss", "best_val_loss", "final_sample_sw2"),
 }
 """The validation fields of a run's summary, per testbed (in the order summary.json has them)."""
+
+SAMPLE_STEPS = 32
+"""Euler steps of the samples a finished DiT run generates."""
+SAMPLE_BATCH = 256
+"""Samples generated at a time."""
+SW2_PROJECTIONS = 256
+"""Random unit projections of the sliced Wasserstein-2 distance ``final_sample_sw2``."""
+SAMPLE_GRID = 16
+"""The first generated images kept in ``samples.npy`` (4 per class with the 4 shape classes)."""
+SAMPLES_FILE = "samples.npy"
 
 
 def testbed_of(spec: dict[str, Any]) -> str:
@@ -147,6 +172,11 @@ class Task(Protocol):
         """The summary's validation fields: ``final`` is the last eval record of a finished run
         (None otherwise), ``finite_evals`` the eval records with a finite loss."""
 
+    def finish(self, device: torch.device) -> dict[str, Any]:
+        """Called once on a finished run, after the last evaluation: summary fields beyond
+        :meth:`quality_summary`'s (they replace its nulls) and files written to the run
+        folder. Nothing for the GPT."""
+
 
 def _check_fingerprint(found: str, spec: dict[str, Any], what: str) -> None:
     expected = spec["data"]["fingerprint"]
@@ -193,6 +223,9 @@ class GPTTask:
             "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
         }
 
+    def finish(self, device: torch.device) -> dict[str, Any]:
+        return {}
+
 
 class DiTTask:
     """The DiT testbed: the embedded shapes, made again from ``spec["data"]`` and checked
@@ -218,6 +251,11 @@ class DiTTask:
         self.triples = validation_triples(data.val, data.val_labels, d["seed"], distribution)
         self.tokens_per_step = t["batch_size"] * cfg.seq_len
         self.data_fingerprint = data.info["fingerprint"]
+        self.run_dir = Path(run_dir)
+        self.data_seed = d["seed"]
+        self.image_size = d["image_size"]
+        self.n_classes = cfg.n_classes
+        self.val_images = unpatchify(data.val, d["image_size"])
 
     def _loss(self, batch: tuple[torch.Tensor, ...], device: torch.device) -> torch.Tensor:
         x1, label, x0, t = (v.to(device) for v in batch)
@@ -259,7 +297,36 @@ class DiTTask:
         return {
             "final_val_loss": final["val_loss"] if final else None,
             "best_val_loss": min((e["val_loss"] for e in finite_evals), default=None),
+            "final_sample_sw2": None,
         }
+
+    def finish(self, device: torch.device) -> dict[str, Any]:
+        """Generate one sample per validation image and compare the two sets.
+
+        The noises and the balanced labels come from the data seed
+        (:func:`normlab.data.flow_batches.sample_inputs`), so every arm and seed starts from the
+        same noise; :data:`SAMPLE_STEPS` Euler steps in eval mode without gradients. Returns
+        ``final_sample_sw2``: the sliced Wasserstein-2 distance between the generated and the
+        validation images, flattened pixels, over :data:`SW2_PROJECTIONS` projections drawn
+        from the data seed. Writes the first :data:`SAMPLE_GRID` images, [SAMPLE_GRID, H, W]
+        float32 as generated (not clipped), to ``samples.npy`` in the run folder, atomically.
+        """
+        n, seq_len, channels = self.triples[0].shape
+        x0, labels = sample_inputs(n, seq_len, channels, self.n_classes, self.data_seed)
+        label = labels if self.conditional else None
+        tokens = generate_samples(self.model, x0, label, SAMPLE_STEPS, SAMPLE_BATCH, device)
+        images = unpatchify(tokens.numpy(), self.image_size)
+        generator = torch.Generator().manual_seed(flow_seed(self.data_seed, "sample-sw2"))
+        sw2 = sliced_wasserstein2(
+            torch.from_numpy(images),
+            torch.from_numpy(self.val_images),
+            generator,
+            SW2_PROJECTIONS,
+        )
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(images[:SAMPLE_GRID], dtype=np.float32))
+        write_bytes_atomic(self.run_dir / SAMPLES_FILE, buf.getvalue())
+        return {"final_sample_sw2": sw2}
 
 
 def make_task(spec: dict[str, Any], run_dir: Path) -> Task:

@@ -235,6 +235,8 @@ def train_run(
     tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
     final = evals[-1] if status == "finished" else None
     quality = task.quality_summary(final, finite_evals)
+    if final is not None:
+        quality.update(task.finish(device))
     return {
         "run_id": spec["run_id"],
         "arm": spec["arm"],

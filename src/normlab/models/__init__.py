@@ -21,8 +21,10 @@ from normlab.models.flow import (
     euler_sample,
     flow_matching_loss,
     interpolate,
+    random_projections,
     sample_noise,
     sample_time,
+    sliced_wasserstein2,
     target_velocity,
 )
 from normlab.models.gpt import GPT, Block
@@ -65,9 +67,11 @@ __all__ = [
     "make_model_norm",
     "model_norm_kinds",
     "parameter_seed",
+    "random_projections",
     "sample_noise",
     "sample_time",
     "shared_parameter_digests",
+    "sliced_wasserstein2",
     "target_velocity",
     "tensor_digest",
 ]

@@ -8,10 +8,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.analysis.metrics import PROFILES, profile_of
-from normlab.analysis.runs import CompareFolder, load_compare_folder
+from normlab.analysis.runs import CompareFolder, RunResult, load_compare_folder
 from normlab.analysis.summary import analyze
+from normlab.data.shapes import balanced_selection, make_shapes, shapes_fingerprint
 from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
 from normlab.report.curves import RunCurves, load_run_curves
 from normlab.report.html import render_html
@@ -21,6 +24,7 @@ from normlab.report.plots import (
     plot_final_metrics,
     plot_grad_norm,
     plot_paired_comparison,
+    plot_samples,
     plot_training_loss,
     plot_validation,
 )
@@ -35,6 +39,7 @@ _PLOT_NAMES = (
     *dict.fromkeys(t.curve for t in PROFILES.values()),  # val_bpb, val_loss
     "grad_norm",
     "final_metrics",
+    "samples",
 )
 _CLIP_KEYS = ("grad_clip", "clip_grad_norm", "grad_clip_norm", "max_grad_norm", "clip_grad")
 
@@ -64,6 +69,90 @@ def _memory_kind(folder: CompareFolder) -> str | None:
         }
     )
     return ", ".join(kinds) or None
+
+
+def _read_samples(run: RunResult) -> np.ndarray | None:
+    """A finished run's ``samples.npy`` as [n, H, W] floats, or None when absent or unreadable."""
+    if run.status != "finished" or not run.samples_path.is_file():
+        return None
+    try:
+        images = np.load(run.samples_path, allow_pickle=False)
+    except (OSError, ValueError):
+        return None
+    ok = images.ndim == 3 and images.shape[0] > 0 and np.issubdtype(images.dtype, np.floating)
+    return images.astype(np.float64) if ok else None
+
+
+def _n_classes(run: RunResult) -> int:
+    model = run.config.get("model")
+    n = model.get("n_classes") if isinstance(model, dict) else None
+    return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
+
+
+def _reference_images(folder: CompareFolder, n: int, n_classes: int) -> np.ndarray | None:
+    """``n`` validation images with the samples' labels (i mod ``n_classes``), made again from
+    ``data/data.json`` as the workers make them (a class with too few validation images starts
+    over); None when the data is not the shapes, or when it no longer comes out with the
+    folder's fingerprint."""
+    d = folder.data
+    try:
+        if d.get("source") != "shapes":
+            return None
+        sets = make_shapes(d["n_train"], d["n_val"], d["image_size"], d["seed"])
+        if shapes_fingerprint(*sets) != d.get("fingerprint"):
+            return None
+        val, labels = sets[2], sets[3]
+        return val[balanced_selection(labels, n, n_classes, wrap=True)].astype(np.float64)
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _samples_plot(folder: CompareFolder, colors: Mapping[str, str]) -> Plot | None:
+    """The "Samples" figure: for one seed (the first whose every arm finished with samples, else
+    the one with most such arms), a row of each arm's first generated images, all from the same
+    noises, and a row of validation images with the same labels; None without samples."""
+    by_seed: dict[int, list[tuple[str, np.ndarray, RunResult]]] = {}
+    for seed in folder.seeds:
+        for arm in folder.arms:
+            run = next((r for r in folder.runs_of(arm) if r.seed == seed), None)
+            images = _read_samples(run) if run is not None else None
+            if images is not None:
+                by_seed.setdefault(seed, []).append((arm, images, run))
+    if not by_seed:
+        return None
+    seed = max(by_seed, key=lambda k: (len(by_seed[k]), -folder.seeds.index(k)))
+    found = by_seed[seed]
+    n = min(images.shape[0] for _, images, _ in found)
+    size = {images.shape[1:] for _, images, _ in found}
+    if len(size) != 1:
+        return None
+    rows = [(arm, images[:n]) for arm, images, _ in found]
+    n_classes = _n_classes(found[0][2])
+    reference = _reference_images(folder, n, n_classes)
+    if reference is not None and reference.shape[1:] == next(iter(size)):
+        rows.append(("validation", reference))
+    classes = folder.data.get("classes")
+    titles = (
+        [str(classes[i % n_classes]) for i in range(n)]
+        if n_classes and isinstance(classes, list) and len(classes) >= n_classes
+        else None
+    )
+    missing = [arm for arm in folder.arms if arm not in {a for a, _, _ in found}]
+    caption = (
+        f"Seed {seed}: the first {n} images each arm generated at the end of training (Euler "
+        "sampler, 32 steps), every arm from the same noises"
+        + (" and labels" if n_classes else "")
+        + "; the column is the noise, so images in a column differ only by the model."
+        + (
+            " Bottom row: validation images of the same classes, for reference."
+            if rows[-1][0] == "validation"
+            else ""
+        )
+        + " Pixels from −1 (black) to +1 (white), clipped."
+        + (f" No samples for {', '.join(missing)} at this seed." if missing else "")
+    )
+    png = figure_png(plot_samples(rows, colors, titles))
+    return Plot("samples", "Samples", caption, png)
 
 
 def _plots(
@@ -128,6 +217,9 @@ def _plots(
             figure_png(plot_final_metrics(analysis, colors, _memory_kind(folder))),
         )
     )
+    samples = _samples_plot(folder, colors)
+    if samples is not None:
+        plots.append(samples)
     return verdict, plots
 
 

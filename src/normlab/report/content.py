@@ -22,6 +22,7 @@ _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "best_val_bpb": (1.0, 4, ""),
     "final_val_loss": (1.0, 4, ""),
     "best_val_loss": (1.0, 4, ""),
+    "final_sample_sw2": (1.0, 4, ""),
     "final_train_loss": (1.0, 4, ""),
     "tokens_per_s": (1.0, 0, ""),
     "peak_memory_bytes": (2.0**20, 1, " MiB"),
@@ -314,8 +315,14 @@ def _stats_table(a: dict[str, Any]) -> Table:
     )
 
 
+_RUN_EXTRA_COLUMNS = {"final_sample_sw2": "sample SW2"}
+"""Per-run columns shown after the quality metric when the testbed has the metric."""
+
+
 def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
     testbed = _testbed(a)
+    names = {m.name for m in testbed.metrics}
+    extra_metrics = [m for m in _RUN_EXTRA_COLUMNS if m in names]
     reasons = {r["run_id"]: r["reason"] for r in a["runs"]}
     rows, classes = [], []
     for r in sorted(folder.runs, key=lambda r: (a["arm_order"].index(r.arm), r.seed)):
@@ -325,6 +332,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
             else "—"
         )
         clipped = r.value("n_clipped")
+        extra = [_fmt_metric(m, r.value(m)) for m in extra_metrics]
         rows.append(
             [
                 r.arm,
@@ -333,6 +341,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
                 reasons[r.run_id],
                 _fmt_value(r.summary.get("steps")) if r.summary else "—",
                 _fmt_metric(testbed.quality, r.value(testbed.quality)),
+                *extra,
                 _fmt_metric("final_train_loss", r.value("final_train_loss")),
                 _fmt_metric("tokens_per_s", r.value("tokens_per_s")),
                 fmt_bytes(r.value("peak_memory_bytes")),
@@ -351,6 +360,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
             "note",
             "steps",
             testbed.short_label,
+            *(_RUN_EXTRA_COLUMNS[m] for m in extra_metrics),
             "final train loss",
             "tokens/s",
             "peak memory",
@@ -360,7 +370,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
             "wall time",
         ],
         rows,
-        ["left", "right", "left", "left"] + ["right"] * 9,
+        ["left", "right", "left", "left"] + ["right"] * (9 + len(extra_metrics)),
         badges=(2,),
         row_class=classes,
     ).drop_empty((3,))

@@ -30,6 +30,7 @@ __all__ = [
     "plot_final_metrics",
     "plot_grad_norm",
     "plot_paired_comparison",
+    "plot_samples",
     "plot_training_loss",
     "plot_val_bpb",
     "plot_validation",
@@ -561,4 +562,61 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
             ),
         ]
         fig.legend(handles=handles, loc="outside lower center", ncols=5)
+    return fig
+
+
+def _montage(images: np.ndarray, gap: int = 1) -> np.ndarray:
+    """[n, H, W] side by side in one [H, n·(W + gap) − gap] image, the gaps at +1 (white)."""
+    n, h, w = images.shape
+    out = np.ones((h, n * (w + gap) - gap), dtype=np.float64)
+    for i in range(n):
+        out[:, i * (w + gap) : i * (w + gap) + w] = images[i]
+    return out
+
+
+def plot_samples(
+    rows: Sequence[tuple[str, np.ndarray]],
+    colors: Mapping[str, str],
+    column_titles: Sequence[str] | None = None,
+) -> Figure:
+    """One row of images per (name, images [n, H, W]) pair, every row of the same shape, pixels
+    in [−1, 1] (clipped) shown in grey from black (−1) to white (+1); a row's name labels it, in
+    the arm's colour when ``colors`` has one. ``column_titles`` (one per image) head the top
+    row."""
+    if not rows:
+        raise ValueError("rows: expected at least one row of images")
+    shapes = {images.shape for _, images in rows}
+    if len(shapes) != 1 or len(next(iter(shapes))) != 3:
+        raise ValueError(f"rows: expected images of one shape [n, H, W], got {sorted(shapes)}")
+    n, _, w = next(iter(shapes))
+    with plot_style():
+        fig = Figure(figsize=(0.5 * n + 1.8, 0.55 * len(rows) + 0.35), layout="constrained")
+        FigureCanvasAgg(fig)
+        axes = fig.subplots(len(rows), 1, squeeze=False)[:, 0]
+        for ax, (name, images) in zip(axes, rows, strict=True):
+            ax.imshow(
+                _montage(np.clip(images, -1.0, 1.0)),
+                cmap="gray",
+                vmin=-1.0,
+                vmax=1.0,
+                interpolation="nearest",
+            )
+            ax.set_xticks([])
+            ax.set_yticks([])
+            ax.grid(False)
+            for spine in ax.spines.values():
+                spine.set_visible(False)
+            ax.set_ylabel(
+                name, rotation=0, ha="right", va="center", color=colors.get(name, "black")
+            )
+        for i, title in enumerate(list(column_titles or [])[:n]):
+            axes[0].text(
+                i * (w + 1) + (w - 1) / 2,
+                -1.0,
+                title,
+                ha="center",
+                va="bottom",
+                fontsize=7,
+                color="#59636e",
+            )
     return fig

@@ -51,13 +51,13 @@ DIT_RUN_COLUMNS: tuple[str, ...] = tuple(
     c
     for name in RUN_COLUMNS
     for c in (
-        ("final_val_loss", "best_val_loss")
+        ("final_val_loss", "best_val_loss", "final_sample_sw2")
         if name == "final_val_loss"
         else (() if name in ("final_val_bpb", "best_val_bpb") else (name,))
     )
 )
 """A DiT run's summary fields: its validation fields (``final_val_loss``, ``best_val_loss``,
-the flow-matching MSE) instead of the GPT's three."""
+the flow-matching MSE, and ``final_sample_sw2``) instead of the GPT's three."""
 
 _OMITTED = {"traceback"}
 
