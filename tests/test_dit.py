@@ -500,3 +500,18 @@ def test_cli_audit_model_dit() -> None:
     ):
         bad = runner.invoke(app, ["audit", "model", "dit", *args])
         assert bad.exit_code == 2 and f"Invalid value for {flag}" in bad.output, bad.output
+
+
+def test_compiles_as_one_graph_and_still_refuses_a_bad_label() -> None:
+    """The label range check must not break the graph (or sync a GPU): under torch.compile it is
+    an asynchronous device assertion, which still fails a label out of range."""
+    torch._dynamo.reset()
+    model = perturb_(DiT(tiny(n_classes=3), seed=0))
+    x, t = torch.randn(2, 6, 3), torch.rand(2)
+    compiled = torch.compile(model, fullgraph=True)
+    torch.testing.assert_close(
+        compiled(x, t, torch.tensor([1, 3])), model(x, t, torch.tensor([1, 3]))
+    )
+    with pytest.raises(RuntimeError, match="label"):
+        compiled(x, t, torch.tensor([1, 4]))
+    torch._dynamo.reset()

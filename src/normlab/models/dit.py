@@ -409,7 +409,11 @@ class DiT(nn.Module):
             raise ValueError(
                 f"label: is on {label.device} but x is on {x.device}; expected the same device"
             )
-        if int(label.min()) < 0 or int(label.max()) > n:
+        in_range = ((label >= 0) & (label <= n)).all()
+        if label.device.type != "cpu" or torch.compiler.is_compiling():
+            # No host sync (and no graph break): the device checks and fails the next sync.
+            torch._assert_async(in_range, f"label: values must lie in 0 … {n}")
+        elif not bool(in_range):
             raise ValueError(
                 f"label: values must lie in 0 … {n} ({n} is the null class), got "
                 f"{int(label.min())} … {int(label.max())}"
