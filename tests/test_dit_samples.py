@@ -160,6 +160,8 @@ def test_finished_dit_runs_record_sw2_and_keep_samples(dit_out: Path) -> None:
         samples = np.load(run / "samples.npy", allow_pickle=False)
         assert samples.shape == (SAMPLE_GRID, 8, 8) and samples.dtype == np.float32
         assert np.isfinite(samples).all()
+        reference = np.load(run / "reference.npy", allow_pickle=False)
+        assert reference.shape == samples.shape and reference.dtype == np.float32
     assert len(values) == 4
     header = next(csv.reader(io.StringIO((dit_out / "runs.csv").read_text())))
     assert header[header.index("best_val_loss") + 1] == "final_sample_sw2"
@@ -268,6 +270,10 @@ def test_samples_figure_falls_back_to_a_seed_every_arm_finished(
     build_report(copy)
     md = (copy / "report.md").read_text()
     assert "Seed 0:" in md and "No samples for adarms-pre at this seed." in md
+    (copy / "runs" / "adaln_zero-pre__s0" / "reference.npy").unlink()
+    build_report(copy)  # the reference row is read from the run folder, never made again
+    md = (copy / "report.md").read_text()
+    assert "Seed 0:" in md and "Bottom row: validation images" not in md
     (copy / "runs" / "adaln_zero-pre__s0" / "samples.npy").unlink()
     build_report(copy)
     assert "plots/samples.png" not in (copy / "report.md").read_text()

@@ -72,6 +72,12 @@ class RunResult:
         not exist)."""
         return self.path / "samples.npy"
 
+    @property
+    def reference_path(self) -> Path:
+        """The run's ``reference.npy``: validation images with the labels of its samples (it
+        may not exist)."""
+        return self.path / "reference.npy"
+
     def value(self, metric: str) -> float | None:
         """``summary[metric]`` as a finite float, or None when absent, null or non-numeric."""
         raw = self.summary.get(metric)

@@ -28,7 +28,7 @@ from normlab._io import write_bytes_atomic
 from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import load_tokens
 from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
-from normlab.data.shapes import load_shapes, unpatchify
+from normlab.data.shapes import balanced_selection, load_shapes, unpatchify
 from normlab.experiment.evaluate import (
     bits_per_byte,
     flow_validation_loss,
@@ -48,6 +48,7 @@ from normlab.models import (
 
 __all__ = [
     "QUALITY_FIELDS",
+    "REFERENCE_FILE",
     "SAMPLES_FILE",
     "SAMPLE_BATCH",
     "SAMPLE_GRID",
@@ -77,6 +78,8 @@ SW2_PROJECTIONS = 256
 SAMPLE_GRID = 16
 """The first generated images kept in ``samples.npy`` (4 per class with the 4 shape classes)."""
 SAMPLES_FILE = "samples.npy"
+REFERENCE_FILE = "reference.npy"
+"""Validation images with the labels of ``samples.npy``, for the report's Samples figure."""
 
 
 def testbed_of(spec: dict[str, Any]) -> str:
@@ -256,6 +259,7 @@ class DiTTask:
         self.image_size = d["image_size"]
         self.n_classes = cfg.n_classes
         self.val_images = unpatchify(data.val, d["image_size"])
+        self.val_labels = np.asarray(data.val_labels)
 
     def _loss(self, batch: tuple[torch.Tensor, ...], device: torch.device) -> torch.Tensor:
         x1, label, x0, t = (v.to(device) for v in batch)
@@ -309,7 +313,9 @@ class DiTTask:
         ``final_sample_sw2``: the sliced Wasserstein-2 distance between the generated and the
         validation images, flattened pixels, over :data:`SW2_PROJECTIONS` projections drawn
         from the data seed. Writes the first :data:`SAMPLE_GRID` images, [SAMPLE_GRID, H, W]
-        float32 as generated (not clipped), to ``samples.npy`` in the run folder, atomically.
+        float32 as generated (not clipped), to ``samples.npy`` in the run folder, and validation
+        images with the same labels to ``reference.npy`` (so the report reads both from disk),
+        each atomically.
         """
         n, seq_len, channels = self.triples[0].shape
         x0, labels = sample_inputs(n, seq_len, channels, self.n_classes, self.data_seed)
@@ -323,10 +329,18 @@ class DiTTask:
             generator,
             SW2_PROJECTIONS,
         )
-        buf = io.BytesIO()
-        np.save(buf, np.ascontiguousarray(images[:SAMPLE_GRID], dtype=np.float32))
-        write_bytes_atomic(self.run_dir / SAMPLES_FILE, buf.getvalue())
+        grid = min(SAMPLE_GRID, images.shape[0])
+        pick = balanced_selection(self.val_labels, grid, self.n_classes, wrap=True)
+        _save_npy(self.run_dir / SAMPLES_FILE, images[:grid])
+        _save_npy(self.run_dir / REFERENCE_FILE, self.val_images[pick])
         return {"final_sample_sw2": sw2}
+
+
+def _save_npy(path: Path, images: np.ndarray) -> None:
+    """``images`` as a float32 ``.npy`` file, written to a temporary name and renamed."""
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(images, dtype=np.float32))
+    write_bytes_atomic(path, buf.getvalue())
 
 
 def make_task(spec: dict[str, Any], run_dir: Path) -> Task:

@@ -14,7 +14,6 @@ from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.analysis.metrics import PROFILES, profile_of
 from normlab.analysis.runs import CompareFolder, RunResult, load_compare_folder
 from normlab.analysis.summary import analyze
-from normlab.data.shapes import balanced_selection, make_shapes, shapes_fingerprint
 from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
 from normlab.report.curves import RunCurves, load_run_curves
 from normlab.report.html import render_html
@@ -71,16 +70,22 @@ def _memory_kind(folder: CompareFolder) -> str | None:
     return ", ".join(kinds) or None
 
 
-def _read_samples(run: RunResult) -> np.ndarray | None:
-    """A finished run's ``samples.npy`` as [n, H, W] floats, or None when absent or unreadable."""
-    if run.status != "finished" or not run.samples_path.is_file():
+def _read_images(run: RunResult, path: Path) -> np.ndarray | None:
+    """A finished run's image file (``samples.npy``, ``reference.npy``) as [n, H, W] floats, or
+    None when absent or unreadable."""
+    if run.status != "finished" or not path.is_file():
         return None
     try:
-        images = np.load(run.samples_path, allow_pickle=False)
+        images = np.load(path, allow_pickle=False)
     except (OSError, ValueError):
         return None
     ok = images.ndim == 3 and images.shape[0] > 0 and np.issubdtype(images.dtype, np.floating)
     return images.astype(np.float64) if ok else None
+
+
+def _read_samples(run: RunResult) -> np.ndarray | None:
+    """A finished run's generated images (``samples.npy``)."""
+    return _read_images(run, run.samples_path)
 
 
 def _n_classes(run: RunResult) -> int:
@@ -89,22 +94,11 @@ def _n_classes(run: RunResult) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
-def _reference_images(folder: CompareFolder, n: int, n_classes: int) -> np.ndarray | None:
-    """``n`` validation images with the samples' labels (i mod ``n_classes``), made again from
-    ``data/data.json`` as the workers make them (a class with too few validation images starts
-    over); None when the data is not the shapes, or when it no longer comes out with the
-    folder's fingerprint."""
-    d = folder.data
-    try:
-        if d.get("source") != "shapes":
-            return None
-        sets = make_shapes(d["n_train"], d["n_val"], d["image_size"], d["seed"])
-        if shapes_fingerprint(*sets) != d.get("fingerprint"):
-            return None
-        val, labels = sets[2], sets[3]
-        return val[balanced_selection(labels, n, n_classes, wrap=True)].astype(np.float64)
-    except (KeyError, TypeError, ValueError):
-        return None
+def _reference_images(run: RunResult, n: int) -> np.ndarray | None:
+    """The first ``n`` validation images with the labels of the run's samples, as the worker
+    stored them (``reference.npy``); None when absent or too few."""
+    images = _read_images(run, run.reference_path)
+    return images[:n] if images is not None and images.shape[0] >= n else None
 
 
 def _samples_plot(folder: CompareFolder, colors: Mapping[str, str]) -> Plot | None:
@@ -128,7 +122,7 @@ def _samples_plot(folder: CompareFolder, colors: Mapping[str, str]) -> Plot | No
         return None
     rows = [(arm, images[:n]) for arm, images, _ in found]
     n_classes = _n_classes(found[0][2])
-    reference = _reference_images(folder, n, n_classes)
+    reference = _reference_images(found[0][2], n)
     if reference is not None and reference.shape[1:] == next(iter(size)):
         rows.append(("validation", reference))
     classes = folder.data.get("classes")
