@@ -8,6 +8,7 @@ from normlab import functional
 from normlab.kernels import available_backends, register_backend, set_default_backend
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 from normlab.modulation import dit_to_pi05, pi05_to_dit, reorder_chunks, reorder_linear
+from normlab.patching import NormReplacement, replace_norms
 from normlab.registry import available_norms, is_conditional, make_norm, register_norm
 
 __version__ = "0.1.0"
@@ -16,6 +17,7 @@ __all__ = [
     "AdaLayerNormZero",
     "AdaRMSNorm",
     "LayerNorm",
+    "NormReplacement",
     "RMSNorm",
     "__version__",
     "available_backends",
@@ -29,5 +31,6 @@ __all__ = [
     "register_norm",
     "reorder_chunks",
     "reorder_linear",
+    "replace_norms",
     "set_default_backend",
 ]

@@ -10,6 +10,7 @@ or sandwich), ``dit`` (the small DiT for flow matching; ``--norm`` a conditional
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from typing import Annotated
 
 import typer
@@ -26,6 +27,7 @@ from normlab.audit.targets import (
     load_norm,
 )
 from normlab.cli.app import app
+from normlab.patching import replace_norms
 
 
 def _bad_parameter(err: Exception, params: dict[str, str]) -> typer.BadParameter:
@@ -123,6 +125,14 @@ def audit_model_cmd(
         ),
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    replaceable: Annotated[
+        bool,
+        typer.Option(
+            "--replaceable",
+            help="Also say which normlab layer reproduces each norm (normlab.replace_norms "
+            "with dry_run: verified on random input, nothing changed).",
+        ),
+    ] = False,
 ) -> None:
     """Find a model's norms and where they sit (pre / post / sandwich, final), and how each
     conditional norm is conditioned."""
@@ -145,17 +155,27 @@ def audit_model_cmd(
         result = audit_model(model, *inputs)
     except (TypeError, ValueError) as err:
         raise _bad_parameter(err, {}) from err
+    swaps = replace_norms(model, dry_run=True) if replaceable else []
+    by_name = {name: r for r in swaps for name in r.names}
     if as_json:
-        typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        out = result.to_dict()
+        if replaceable:
+            out["replacements"] = [asdict(r) for r in swaps]
+        typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
     table = Table(title=f"Norms of {target}: placement {result.placement}")
-    for col in ("module", "class", "block", "role", "condition", "params"):
+    columns = ["module", "class", "block", "role", "condition", "params"]
+    for col in columns + (["normlab replacement"] if replaceable else []):
         table.add_column(col, justify="right" if col == "params" else "left")
     for s in result.norms:
         condition = "-" if s.conditioning == "none" else s.conditioning
         if s.returns_gate:
             condition += ", gate"
-        table.add_row(s.name, s.cls, s.block or "-", s.role, condition, str(s.n_params))
+        row = [s.name, s.cls, s.block or "-", s.role, condition, str(s.n_params)]
+        if replaceable:
+            swap = by_name.get(s.name)
+            row.append("-" if swap is None else swap.replacement or f"none: {swap.reason}")
+        table.add_row(*row)
     console = Console()
     console.print(table)
     share = result.n_norm_params / max(result.n_params, 1)

@@ -11,6 +11,7 @@ from normlab._checks import (
     check_casting,
     check_finite_number,
     check_optional_eps,
+    stats_dtype,
 )
 from normlab.layers.layer_norm import ShapeArg, norm_over_trailing, normalized_shape_tuple
 
@@ -27,7 +28,9 @@ class RMSNorm(nn.Module):
     rounds like Hugging Face ``LlamaRMSNorm``, ``"gemma"`` like ``GemmaRMSNorm`` and like
     ``torch.nn.RMSNorm``. The state dict holds ``weight`` only, so it loads ``torch.nn.RMSNorm``'s
     and ``LlamaRMSNorm``'s; with ``weight_offset=1.0, casting="gemma"`` it loads and reproduces
-    ``GemmaRMSNorm``.
+    ``GemmaRMSNorm``. ``promote_output=True`` gives the output the dtype
+    ``torch.promote_types(casting's output dtype, weight dtype)``: Hugging Face ``LlamaRMSNorm``
+    multiplies a float32 weight by x̂ rounded to a 16-bit input's dtype and so returns float32.
     """
 
     def __init__(
@@ -40,6 +43,7 @@ class RMSNorm(nn.Module):
         *,
         weight_offset: float = 0.0,
         casting: str = "llama",
+        promote_output: bool = False,
     ) -> None:
         super().__init__()
         self.normalized_shape: tuple[int, ...] = normalized_shape_tuple(normalized_shape)
@@ -47,6 +51,7 @@ class RMSNorm(nn.Module):
         self.elementwise_affine = check_bool(elementwise_affine, "elementwise_affine")
         self.weight_offset = check_finite_number(weight_offset, "weight_offset")
         self.casting = check_casting(casting)
+        self.promote_output = check_bool(promote_output, "promote_output")
         if self.elementwise_affine:
             self.weight = nn.Parameter(
                 torch.empty(self.normalized_shape, device=device, dtype=dtype)
@@ -64,10 +69,17 @@ class RMSNorm(nn.Module):
         return norm_over_trailing(self._rms_norm, x, self.normalized_shape, (self.weight,))
 
     def _rms_norm(self, x: torch.Tensor, weight: torch.Tensor | None) -> torch.Tensor:
-        return F.rms_norm(x, weight, self.eps, self.weight_offset, self.casting)
+        out_dtype = None
+        if self.promote_output and weight is not None:
+            default = stats_dtype(x.dtype) if self.casting == "fp32" else x.dtype
+            out_dtype = torch.promote_types(default, weight.dtype)
+        return F.rms_norm(
+            x, weight, self.eps, self.weight_offset, self.casting, out_dtype=out_dtype
+        )
 
     def extra_repr(self) -> str:
         return (
             f"{self.normalized_shape}, eps={self.eps}, weight_offset={self.weight_offset}, "
             f"casting={self.casting!r}, elementwise_affine={self.elementwise_affine}"
+            + (", promote_output=True" if self.promote_output else "")
         )
