@@ -31,6 +31,7 @@ from normlab.data import (
     validation_triples,
 )
 from normlab.experiment import ConfigError, plan_runs, validate_config
+from normlab.experiment.config import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT
 from normlab.experiment.runner import _outcome
 from normlab.experiment.tasks import build_model, make_task
 from normlab.experiment.worker import crashed_summary, summary_fields
@@ -112,6 +113,19 @@ def test_dit_defaults() -> None:
         ({"testbed": "dit", "dit": {"n_heads": 5}}, "dit: n_heads: d_model=64"),
         ({"testbed": "dit", "shapes": {"patch_size": 3}}, "shapes: patch_size 3 does not"),
         ({"testbed": "dit", "margin_val_loss": 0}, "margin_val_loss"),
+        ({"testbed": "dit", "dit": {"label_dropout": 1.0}}, "dit.label_dropout: Input should be"),
+        ({"testbed": "dit", "dit": {"label_dropout": -0.1}}, "dit.label_dropout: Input should"),
+        ({"testbed": "dit", "dit": {"label_dropout": "0.1"}}, "dit.label_dropout: Input should"),
+        ({"testbed": "dit", "dit": {"cfg_scale": -1.0}}, "dit.cfg_scale: Input should be"),
+        ({"testbed": "dit", "dit": {"cfg_scale": float("nan")}}, "dit.cfg_scale: Input should"),
+        (
+            {"testbed": "dit", "dit": {"class_conditional": False, "label_dropout": 0.2}},
+            "dit: label_dropout: 0.2 needs class_conditional: true",
+        ),
+        (
+            {"testbed": "dit", "dit": {"class_conditional": False, "cfg_scale": 3.0}},
+            "dit: cfg_scale: 3.0 needs class_conditional: true",
+        ),
         ({"testbed": "vit"}, "testbed: Input should be 'gpt' or 'dit'"),
     ],
 )
@@ -119,6 +133,23 @@ def test_config_errors_name_the_option(data: dict[str, Any], named: str) -> None
     with pytest.raises(ConfigError) as err:
         validate_config(data)
     assert named in str(err.value)
+
+
+def test_guidance_settings_and_what_a_run_records(tmp_path: Path) -> None:
+    dit = validate_config({"testbed": "dit"}).dit
+    assert dit.label_dropout == DEFAULT_LABEL_DROPOUT == 0.1 and dit.cfg_scale == DEFAULT_CFG_SCALE
+    assert dit.guidance() == {"label_dropout": 0.1, "cfg_scale": DEFAULT_CFG_SCALE}
+    runs = _planned(tmp_path, seeds=1)
+    assert runs[0]["flow"] == {
+        "time_distribution": "logit_normal",
+        "label_dropout": 0.1,
+        "cfg_scale": DEFAULT_CFG_SCALE,
+    }
+    # without class labels: defaults and the neutral values are accepted, and recorded as neutral
+    for given in ({}, {"label_dropout": 0.0, "cfg_scale": 1.0}, {"label_dropout": 0.1}):
+        cfg = validate_config({"testbed": "dit", "dit": {"class_conditional": False, **given}})
+        assert cfg.dit.guidance() == {"label_dropout": 0.0, "cfg_scale": 1.0}
+    assert validate_config({"testbed": "dit", "dit": {"cfg_scale": 0}}).dit.cfg_scale == 0.0
 
 
 def test_unknown_dit_key_lists_the_valid_ones() -> None:
@@ -200,8 +231,8 @@ def test_load_and_prepare_shapes(tmp_path: Path) -> None:
 # ---- pairing ------------------------------------------------------------------------------
 
 
-def _planned(tmp_path: Path, seeds: int = 2) -> list[dict[str, Any]]:
-    cfg = validate_config(tiny(seeds=seeds))
+def _planned(tmp_path: Path, seeds: int = 2, **changes: Any) -> list[dict[str, Any]]:
+    cfg = validate_config(tiny(seeds=seeds, **changes))
     s = cfg.shapes
     info = prepare_shapes(tmp_path / "data", s.image_size, s.patch_size, s.n_train, s.n_val, s.seed)
     return plan_runs(cfg, "cpu", 1, info)
@@ -246,6 +277,86 @@ def test_every_arm_of_a_seed_sees_the_same_images_noises_and_times(tmp_path: Pat
         assert torch.equal(u, v)
     x1, label, _, t = first.triples
     assert x1.shape == (16, 4, 16) and label.shape == (16,) and ((t > 0) & (t < 1)).all()
+
+
+def _dropped(task: Any, steps: int) -> torch.Tensor:
+    """Which labels of the task's next ``steps`` training batches are the null class."""
+    null = task.null_class
+    return torch.cat([task.batches.next()[1] == null for _ in range(steps)])
+
+
+def test_label_dropout_is_paired_across_arms_and_drawn_per_seed(tmp_path: Path) -> None:
+    runs = _planned(tmp_path, seeds=2, dit__label_dropout=0.3)
+    first, second, other_seed = (
+        make_task(r, tmp_path / "runs" / r["run_id"]) for r in (runs[0], runs[1], runs[2])
+    )
+    assert first.null_class == len(SHAPE_CLASSES) and runs[0]["norm"] != runs[1]["norm"]
+    mask, same, other = (_dropped(task, 50) for task in (first, second, other_seed))
+    assert torch.equal(mask, same)  # the same labels dropped in both arms at every step
+    assert not torch.equal(mask, other)  # and other ones for another seed
+    assert mask.float().mean().item() == pytest.approx(0.3, abs=0.1)  # 200 labels
+    # validation keeps the true labels: the loss measures the conditional model
+    assert int(first.triples[1].max()) < first.null_class
+
+
+def test_label_dropout_leaves_order_noise_and_times_alone_and_drops_a_fraction_p() -> None:
+    images = np.zeros((100, 2, 3), dtype=np.float32)
+    labels = np.arange(100) % 4
+    plain = FlowBatches(images, labels, 32, seed=7)
+    dropping = FlowBatches(images, labels, 32, seed=7, label_dropout=0.1, null_class=4)
+    dropped = []
+    for _ in range(400):
+        a, b = plain.next(), dropping.next()
+        for k in (0, 2, 3):
+            assert torch.equal(a[k], b[k])
+        kept = b[1] != 4
+        assert torch.equal(a[1][kept], b[1][kept])
+        dropped.append(~kept)
+    fraction = torch.cat(dropped).float().mean().item()
+    assert fraction == pytest.approx(0.1, abs=0.01)  # 12,800 labels: σ ≈ 0.0027
+    none = FlowBatches(images, labels, 32, seed=7, label_dropout=0.0, null_class=4)
+    assert all((none.next()[1] != 4).all() for _ in range(20))
+
+
+def test_the_null_label_is_trained_only_with_label_dropout(tmp_path: Path) -> None:
+    """The null row of the label embedding gets a gradient when p > 0 and exactly none at p = 0."""
+    grads = {}
+    for p in (0.0, 0.5):
+        spec = _planned(tmp_path / str(p), seeds=1, dit__label_dropout=p)[0]
+        task = make_task(spec, tmp_path / str(p) / "run")
+        with torch.no_grad():  # open the zero-initialised gates and head, so gradients flow
+            gen = torch.Generator().manual_seed(0)
+            for param in task.model.parameters():
+                param.add_(0.1 * torch.randn(param.shape, generator=gen))
+        for _ in range(3):
+            task.train_loss(torch.device("cpu")).backward()
+        weight = task.model.label_embed.weight
+        grads[p] = weight.grad.abs().sum(dim=1)
+    null = len(SHAPE_CLASSES)
+    assert grads[0.0][null] == 0 and (grads[0.0][:null] > 0).all()
+    assert grads[0.5][null] > 0 and grads[0.5][:null].sum() > 0
+
+
+def test_an_unconditional_dit_drops_no_labels_and_samples_unguided(tmp_path: Path) -> None:
+    spec = _planned(tmp_path, seeds=1, dit__class_conditional=False)[0]
+    assert spec["flow"]["label_dropout"] == 0.0 and spec["flow"]["cfg_scale"] == 1.0
+    task = make_task(spec, tmp_path / "run")
+    assert task.null_class is None and task.model.label_embed is None
+    assert task.batches.null_class is None and task.batches.label_dropout == 0.0
+    assert task.finish(torch.device("cpu"))["sample_cfg_scale"] == 1.0
+
+
+def test_flow_batches_refuse_bad_label_dropout() -> None:
+    images, labels = np.zeros((8, 2, 3), dtype=np.float32), np.arange(8) % 4
+    for kw, name in (
+        ({"label_dropout": 1.0, "null_class": 4}, "label_dropout"),
+        ({"label_dropout": -0.1, "null_class": 4}, "label_dropout"),
+        ({"label_dropout": True, "null_class": 4}, "label_dropout"),
+        ({"label_dropout": 0.1}, "null_class"),
+        ({"label_dropout": 0.1, "null_class": -1}, "null_class"),
+    ):
+        with pytest.raises(ValueError, match=rf"^{name}:"):
+            FlowBatches(images, labels, 4, seed=0, **kw)
 
 
 def test_batches_visit_every_image_once_per_epoch() -> None:

@@ -19,10 +19,13 @@ from normlab.models import (
     build_dit,
     check_paired,
     dit_norm_kinds,
+    drop_labels,
     euler_sample,
     flow_matching_loss,
+    guided_velocity,
     init_dit_paired_,
     interpolate,
+    label_dropout_mask,
     sample_noise,
     sample_time,
     target_velocity,
@@ -336,6 +339,136 @@ def test_euler_on_a_curved_field_is_first_order() -> None:
     label = torch.tensor([2])
     out = euler_sample(lambda x, t, y: x * y, x0, 2, label)
     torch.testing.assert_close(out, x0 * 4.0, rtol=1e-15, atol=0)  # (1 + 2/2)^2
+
+
+# ----------------------------------------------------------------------------------------------
+# classifier-free guidance: label dropout and the guided sampler
+# ----------------------------------------------------------------------------------------------
+def test_label_dropout_mask_drops_a_fraction_p_from_its_own_generator() -> None:
+    draws = label_dropout_mask(200_000, 0.1, torch.Generator().manual_seed(0))
+    assert draws.dtype == torch.bool and draws.float().mean().item() == pytest.approx(
+        0.1, abs=0.003
+    )
+    again = label_dropout_mask(200_000, 0.1, torch.Generator().manual_seed(0))
+    other = label_dropout_mask(200_000, 0.1, torch.Generator().manual_seed(1))
+    assert torch.equal(draws, again) and not torch.equal(draws, other)
+    # the same uniforms for every p: nothing dropped at 0, nested masks, the stream advances alike
+    small = label_dropout_mask(1000, 0.05, torch.Generator().manual_seed(3))
+    large = label_dropout_mask(1000, 0.5, torch.Generator().manual_seed(3))
+    assert small.any() and not (small & ~large).any()
+    g0, g1 = torch.Generator().manual_seed(3), torch.Generator().manual_seed(3)
+    assert not label_dropout_mask(1000, 0.0, g0).any()
+    label_dropout_mask(1000, 0.3, g1)
+    assert torch.equal(g0.get_state(), g1.get_state())
+
+
+def test_drop_labels_replaces_exactly_the_masked_labels_by_the_null_class() -> None:
+    label = torch.arange(64) % 4
+    dropped = drop_labels(label, 0.5, torch.Generator().manual_seed(0), null_class=4)
+    mask = label_dropout_mask(64, 0.5, torch.Generator().manual_seed(0))
+    assert torch.equal(dropped, torch.where(mask, 4, label)) and 0 < mask.sum() < 64
+    assert dropped.dtype == torch.long and torch.equal(label, torch.arange(64) % 4)  # untouched
+
+
+def _guided_setup() -> tuple[DiT, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    cfg = tiny(n_classes=3)
+    model = perturb_(build_dit(cfg, seed=0), seed=4).eval()
+    gen = torch.Generator().manual_seed(5)
+    x, t = torch.randn(5, 6, 3, generator=gen), torch.rand(5, generator=gen)
+    return model, x, t, torch.tensor([0, 1, 2, 0, 1]), cfg.null_class  # type: ignore[return-value]
+
+
+def test_guidance_scale_one_is_the_unguided_sampler_exactly() -> None:
+    model, x, t, label, null = _guided_setup()
+    with torch.no_grad():
+        assert torch.equal(guided_velocity(model, x, t, label, null, 1.0), model(x, t, label))
+        unguided = euler_sample(model, x, 4, label)
+        assert torch.equal(
+            euler_sample(model, x, 4, label, cfg_scale=1.0, null_label=null), unguided
+        )
+        assert torch.equal(euler_sample(model, x, 4, label, cfg_scale=1), unguided)
+        guided = euler_sample(model, x, 4, label, cfg_scale=2.0, null_label=null)
+    assert (guided - unguided).abs().max() > 1e-3  # guidance does change the samples
+
+
+def test_guidance_scale_zero_is_the_unconditional_model_and_w_extrapolates() -> None:
+    model, x, t, label, null = _guided_setup()
+    with torch.no_grad():
+        v_cond, v_uncond = model(x, t, label), model(x, t)  # no label: the null class
+        tol = {"rtol": 1e-5, "atol": 1e-6}
+        torch.testing.assert_close(guided_velocity(model, x, t, label, null, 0.0), v_uncond, **tol)
+        torch.testing.assert_close(
+            guided_velocity(model, x, t, label, null, 2.5),
+            v_uncond + 2.5 * (v_cond - v_uncond),
+            **tol,
+        )
+        nulls = torch.full_like(label, null)
+        torch.testing.assert_close(
+            euler_sample(model, x, 3, label, cfg_scale=0.0, null_label=null),
+            euler_sample(model, x, 3, nulls),
+            **tol,
+        )
+
+
+def test_guidance_makes_one_forward_of_conditional_and_null_labels_per_step() -> None:
+    model, x, _, label, null = _guided_setup()
+    calls: list[tuple[int, list[int]]] = []
+
+    def counted(xx: torch.Tensor, tt: torch.Tensor, yy: torch.Tensor) -> torch.Tensor:
+        calls.append((xx.shape[0], yy.tolist()))
+        return model(xx, tt, yy)
+
+    with torch.no_grad():
+        euler_sample(counted, x, 3, label, cfg_scale=1.5, null_label=null)
+    assert calls == [(10, [*label.tolist(), *[null] * 5])] * 3
+
+
+@pytest.mark.parametrize(
+    ("call", "exc", "name"),
+    [
+        (
+            lambda m, x, y: euler_sample(m, x, 2, y, cfg_scale=-0.5, null_label=3),
+            ValueError,
+            "cfg_scale",
+        ),
+        (
+            lambda m, x, y: euler_sample(m, x, 2, y, cfg_scale=float("inf"), null_label=3),
+            ValueError,
+            "cfg_scale",
+        ),
+        (
+            lambda m, x, y: euler_sample(m, x, 2, y, cfg_scale=True, null_label=3),
+            ValueError,
+            "cfg_scale",
+        ),
+        (
+            lambda m, x, y: euler_sample(m, x, 2, None, cfg_scale=2.0, null_label=3),
+            ValueError,
+            "label",
+        ),
+        (lambda m, x, y: euler_sample(m, x, 2, y, cfg_scale=2.0), ValueError, "null_label"),
+        (
+            lambda m, x, y: euler_sample(m, x, 2, y.float(), cfg_scale=2.0, null_label=3),
+            TypeError,
+            "label",
+        ),
+        (
+            lambda m, x, y: euler_sample(m, x, 2, y[:2], cfg_scale=2.0, null_label=3),
+            ValueError,
+            "label",
+        ),
+        (lambda m, x, y: label_dropout_mask(4, 1.0, torch.Generator()), ValueError, "p"),
+        (lambda m, x, y: label_dropout_mask(4, -0.1, torch.Generator()), ValueError, "p"),
+        (lambda m, x, y: label_dropout_mask(0, 0.1, torch.Generator()), ValueError, "batch_size"),
+        (lambda m, x, y: drop_labels(y, 0.1, None, 3), TypeError, "generator"),
+        (lambda m, x, y: drop_labels(y, 0.1, torch.Generator(), -1), ValueError, "null_class"),
+        (lambda m, x, y: drop_labels(y.float(), 0.1, torch.Generator(), 3), TypeError, "label"),
+    ],
+)
+def test_guidance_errors_name_the_argument(call: object, exc: type[Exception], name: str) -> None:
+    model, x, _, label, _ = _guided_setup()
+    with pytest.raises(exc, match=rf"^{name}:"):
+        call(model, x, label)  # type: ignore[operator]
 
 
 _MODES = torch.tensor([[1.0, -0.5], [0.5, 1.0], [-1.0, 0.5], [0.0, -1.0]])

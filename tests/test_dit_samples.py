@@ -23,6 +23,7 @@ from normlab.cli import app
 from normlab.data import SHAPE_CLASSES, flow_seed, make_shapes, sample_inputs, unpatchify
 from normlab.data.shapes import balanced_selection
 from normlab.experiment import tasks
+from normlab.experiment.config import DEFAULT_CFG_SCALE
 from normlab.experiment.tasks import (
     QUALITY_FIELDS,
     SAMPLE_GRID,
@@ -181,27 +182,66 @@ def test_finish_is_sw2_of_euler_samples_against_validation_pixels(
     d = spec["data"]
     _, _, val, _ = make_shapes(d["n_train"], d["n_val"], d["image_size"], d["seed"])
     x0, labels = sample_inputs(d["n_val"], 4, 16, len(SHAPE_CLASSES), d["seed"])
+    assert _hand_sw2(task, spec, x0, labels, val) == pytest.approx(got, rel=1e-9)
+    assert summary["sample_cfg_scale"] == spec["flow"]["cfg_scale"] == DEFAULT_CFG_SCALE
+    kept = np.load(tmp_path / "samples.npy")
+    assert np.allclose(kept, _hand_images(task, spec, x0, labels)[:SAMPLE_GRID], atol=1e-6)
+
+
+def _hand_images(task: Any, spec: dict[str, Any], x0: torch.Tensor, labels: Any) -> np.ndarray:
+    """Euler with guidance at the run's cfg_scale, computed without the task's helpers."""
     task.model.eval()
     with torch.no_grad():
-        tokens = euler_sample(task.model, x0, SAMPLE_STEPS, labels)
-    images = unpatchify(tokens.numpy(), d["image_size"])
-    directions = torch.Generator().manual_seed(flow_seed(d["seed"], "sample-sw2"))
-    expected = sliced_wasserstein2(
+        tokens = euler_sample(
+            task.model, x0, SAMPLE_STEPS, labels, spec["flow"]["cfg_scale"], len(SHAPE_CLASSES)
+        )
+    return unpatchify(tokens.numpy(), spec["data"]["image_size"])
+
+
+def _hand_sw2(
+    task: Any, spec: dict[str, Any], x0: torch.Tensor, labels: Any, val: np.ndarray
+) -> float:
+    images = _hand_images(task, spec, x0, labels)
+    directions = torch.Generator().manual_seed(flow_seed(spec["data"]["seed"], "sample-sw2"))
+    return sliced_wasserstein2(
         torch.from_numpy(images), torch.from_numpy(val), directions, SW2_PROJECTIONS
     )
-    assert got == pytest.approx(expected, rel=1e-9)
-    kept = np.load(tmp_path / "samples.npy")
-    assert np.allclose(kept, images[:SAMPLE_GRID], atol=1e-6)
+
+
+def test_finish_samples_with_the_configured_guidance_scale(dit_out: Path, tmp_path: Path) -> None:
+    """With open gates (an initial DiT outputs 0, whatever the labels) guidance changes the
+    samples: finish follows flow.cfg_scale, w = 1 being the unguided sampler."""
+    spec = json.loads((dit_out / "runs" / "adaln_zero-pre__s0" / "run.json").read_text())
+    d = spec["data"]
+    _, _, val, _ = make_shapes(d["n_train"], d["n_val"], d["image_size"], d["seed"])
+    x0, labels = sample_inputs(d["n_val"], 4, 16, len(SHAPE_CLASSES), d["seed"])
+    got = {}
+    for w in (1.0, 3.0):
+        run = {**spec, "flow": {**spec["flow"], "cfg_scale": w}}
+        task = make_task(run, tmp_path / str(w))
+        with torch.no_grad():
+            gen = torch.Generator().manual_seed(0)
+            for param in task.model.parameters():
+                param.add_(0.3 * torch.randn(param.shape, generator=gen))
+        result = task.finish(torch.device("cpu"))
+        assert result["sample_cfg_scale"] == w
+        assert result["final_sample_sw2"] == pytest.approx(
+            _hand_sw2(task, run, x0, labels, val), rel=1e-9
+        )
+        got[w] = result["final_sample_sw2"]
+    assert got[1.0] != got[3.0]
 
 
 def test_every_arm_and_seed_samples_from_the_same_noise(
     dit_out: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     seen: dict[str, tuple[torch.Tensor, torch.Tensor | None, int]] = {}
+    guidance: set[tuple[float, int | None]] = set()
     run_id = ""
 
-    def record(model, x0, label, steps, batch_size, device):
+    def record(model, x0, label, steps, batch_size, device, cfg_scale, null_label):
         seen[run_id] = (x0.clone(), None if label is None else label.clone(), steps)
+        guidance.add((cfg_scale, null_label))
         return x0.clone()
 
     monkeypatch.setattr(tasks, "generate_samples", record)
@@ -214,6 +254,7 @@ def test_every_arm_and_seed_samples_from_the_same_noise(
     assert len(seen) == 4
     (x0, label, steps), *others = seen.values()
     assert steps == SAMPLE_STEPS and label is not None
+    assert guidance == {(DEFAULT_CFG_SCALE, len(SHAPE_CLASSES))}  # every arm and seed alike
     assert label.tolist() == [i % 4 for i in range(16)]
     assert x0.shape == (16, 4, 16)  # one sample per validation image
     for other_x0, other_label, _ in others:
@@ -246,6 +287,7 @@ def test_report_shows_the_samples_figure_and_the_sw2_rows(dit_out: Path) -> None
     html = (dit_out / "report.html").read_text()
     assert "![Samples](plots/samples.png)" in md
     assert "Seed 0: the first 16 images" in md and "Bottom row: validation images" in md
+    assert f"32 steps, classifier-free guidance w = {DEFAULT_CFG_SCALE:g})" in md
     assert "sample SW2 to validation images (pixel units)" in md
     assert "| sample SW2 |" in md  # the runs table's column
     assert 'id="plot-samples"' in html and "<strong>Samples.</strong>" in html

@@ -2,11 +2,16 @@
 
 Training: images are visited in a fresh random order each epoch (a permutation drawn from a
 generator seeded by the run's seed alone), and for each batch the times t and the noises x0 are
-drawn, in that order, from a CPU ``torch.Generator`` seeded by the run's seed alone. So for seed k
-every arm sees identical (x1, label, x0, t) at every step, whatever the device.
+drawn, in that order, from a CPU ``torch.Generator`` seeded by the run's seed alone. With label
+dropout p > 0 (classifier-free guidance), each label is then replaced by the null class with
+probability p, the mask m_i = [u_i < p] drawn from a third CPU generator seeded by the run's seed
+alone (stream ``flow-label-dropout``; :func:`normlab.models.flow.drop_labels`). So for seed k
+every arm sees identical (x1, label, x0, t), dropped labels included, at every step, whatever
+the device; and since the mask has its own stream, the order, x0 and t do not depend on p.
 
 Validation: a fixed set of (x1, label, x0, t), one per validation image, with x0 and t drawn from
-a generator seeded by the data seed: the same for every arm and every seed.
+a generator seeded by the data seed: the same for every arm and every seed. Its labels are the
+true classes, never dropped, so the validation loss measures the conditional model whatever p is.
 
 Sampling: the noises x0 the Euler sampler starts from at the end of a run, and their labels
 (balanced over the classes), also follow from the data seed alone (:func:`sample_inputs`), so
@@ -20,7 +25,7 @@ import hashlib
 import numpy as np
 import torch
 
-from normlab.models.flow import sample_noise, sample_time
+from normlab.models.flow import drop_labels, sample_noise, sample_time
 
 __all__ = ["FlowBatch", "FlowBatches", "flow_seed", "sample_inputs", "validation_triples"]
 
@@ -41,8 +46,34 @@ def _draw(
     return sample_noise(x1, generator), t
 
 
+def _check_dropout(label_dropout: object, null_class: object) -> tuple[float, int | None]:
+    """(p, null class) of :class:`FlowBatches`: p in [0, 1), and a null class when p > 0."""
+    if (
+        isinstance(label_dropout, bool)
+        or not isinstance(label_dropout, int | float)
+        or not 0 <= label_dropout < 1
+    ):
+        raise ValueError(f"label_dropout: expected a number in [0, 1), got {label_dropout!r}")
+    if null_class is not None and (
+        isinstance(null_class, bool) or not isinstance(null_class, int) or null_class < 0
+    ):
+        raise ValueError(f"null_class: expected an int >= 0 or None, got {null_class!r}")
+    if label_dropout > 0 and null_class is None:
+        raise ValueError(
+            f"null_class: label_dropout={label_dropout} replaces labels by the null class; "
+            "expected its index (an int >= 0), got None"
+        )
+    return float(label_dropout), null_class
+
+
 class FlowBatches:
-    """``next()`` returns the step's :data:`FlowBatch` (see the module docstring)."""
+    """``next()`` returns the step's :data:`FlowBatch` (see the module docstring).
+
+    ``label_dropout`` p: each label of a batch becomes ``null_class`` with probability p
+    (classifier-free guidance training; 0, the default, keeps every label). With a
+    ``null_class`` the dropout mask is drawn at every step, even for p = 0, from the run seed's
+    ``flow-label-dropout`` stream.
+    """
 
     def __init__(
         self,
@@ -51,9 +82,13 @@ class FlowBatches:
         batch_size: int,
         seed: int,
         distribution: str = "logit_normal",
+        *,
+        label_dropout: float = 0.0,
+        null_class: int | None = None,
     ) -> None:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+        self.label_dropout, self.null_class = _check_dropout(label_dropout, null_class)
         if images.shape[0] != labels.shape[0] or images.shape[0] < 1:
             raise ValueError(
                 f"images: expected one label per image and at least one image, got "
@@ -65,6 +100,9 @@ class FlowBatches:
         self.distribution = distribution
         self.order_rng = np.random.Generator(np.random.PCG64(flow_seed(seed, "flow-order")))
         self.generator = torch.Generator(device="cpu").manual_seed(flow_seed(seed, "flow-noise"))
+        self.dropout_generator = torch.Generator(device="cpu").manual_seed(
+            flow_seed(seed, "flow-label-dropout")
+        )
         self._order = np.empty(0, dtype=np.int64)
 
     def next_indices(self) -> np.ndarray:
@@ -80,6 +118,8 @@ class FlowBatches:
         idx = torch.from_numpy(self.next_indices())
         x1, label = self.images[idx], self.labels[idx]
         x0, t = _draw(x1, self.generator, self.distribution)
+        if self.null_class is not None:
+            label = drop_labels(label, self.label_dropout, self.dropout_generator, self.null_class)
         return x1, label, x0, t
 
 

@@ -50,6 +50,13 @@ the GPT's: 32 images per step, a peak learning rate of 2e-3 (higher rates train 
 steps but spread the seeds' results several times wider), no weight decay (as DiT), and a
 target in the unit of its validation loss (the flow-matching MSE, about 1.9 at
 initialisation)."""
+DEFAULT_LABEL_DROPOUT = 0.1
+"""The DiT testbed's label dropout: the probability that a training label becomes the null
+class (DiT's 0.1), which trains the unconditional model classifier-free guidance needs."""
+DEFAULT_CFG_SCALE = 1.5
+"""The guidance scale w of the DiT testbed's samples, v = v_∅ + w · (v_c − v_∅)."""
+GUIDANCE_NEUTRAL: dict[str, float] = {"label_dropout": 0.0, "cfg_scale": 1.0}
+"""The values of the guidance settings that change nothing: no label dropout, no guidance."""
 GPT_ONLY = ("model", "data", "margin_bpb", "train.eval_windows")
 DIT_ONLY = ("dit", "shapes", "margin_val_loss")
 
@@ -88,6 +95,14 @@ class DiTSettings(Section):
     ``class_conditional`` adds a label embedding (the shape's class) to the time embedding that
     modulates every norm. ``time_distribution`` is how training draws the flow time t (and how
     the fixed validation times were drawn): ``logit_normal`` (loc 0, scale 1) or ``uniform``.
+
+    Classifier-free guidance, for a class-conditional DiT only: ``label_dropout`` p ∈ [0, 1) is
+    the probability that training replaces a label by the null class (DiT: 0.1; the same draws
+    for every arm of a seed, see :mod:`normlab.data.flow_batches`), and ``cfg_scale`` w ≥ 0 the
+    guidance scale of the samples a finished run generates, v = v_∅ + w · (v_c − v_∅)
+    (1: no guidance, 0: unconditional). The validation loss always uses the true labels. With
+    ``class_conditional: false`` both must stay at their defaults or at their neutral values
+    (0 and 1), which is what such a run records.
     """
 
     d_model: int = Field(64, ge=8)
@@ -98,6 +113,8 @@ class DiTSettings(Section):
     norm_eps: float | None = Field(1e-6, gt=0)
     time_freq_dim: int = Field(128, ge=2)
     class_conditional: bool = True
+    label_dropout: float = Field(DEFAULT_LABEL_DROPOUT, ge=0, lt=1)
+    cfg_scale: float = Field(DEFAULT_CFG_SCALE, ge=0)
     time_distribution: Literal["logit_normal", "uniform"] = "logit_normal"
     bias: bool = True
     init_std: float = Field(0.02, gt=0)
@@ -107,9 +124,32 @@ class DiTSettings(Section):
         self.dit_config(4, 4, 0, DIT_DEFAULT_NORMS[0])  # the testbed's own checks (heads, …)
         return self
 
+    @model_validator(mode="after")
+    def _check_guidance_needs_labels(self) -> DiTSettings:
+        if self.class_conditional:
+            return self
+        for name, neutral in GUIDANCE_NEUTRAL.items():
+            value = getattr(self, name)
+            if value not in (type(self).model_fields[name].default, neutral):
+                raise ValueError(
+                    f"{name}: {value} needs class_conditional: true (classifier-free guidance "
+                    f"drops and guides class labels, and this DiT has none); expected it left "
+                    f"out or {neutral}"
+                )
+        return self
+
+    def guidance(self) -> dict[str, float]:
+        """``label_dropout`` and ``cfg_scale`` as a run uses them: the neutral 0 and 1 for a
+        DiT without class labels."""
+        if not self.class_conditional:
+            return dict(GUIDANCE_NEUTRAL)
+        return {"label_dropout": self.label_dropout, "cfg_scale": self.cfg_scale}
+
     def dit_config(self, in_channels: int, seq_len: int, n_classes: int, norm: str) -> DiTConfig:
         """The :class:`DiTConfig` of one arm on data with these token shapes."""
-        fields = self.model_dump(exclude={"class_conditional", "time_distribution"})
+        fields = self.model_dump(
+            exclude={"class_conditional", "time_distribution", *GUIDANCE_NEUTRAL}
+        )
         return DiTConfig(
             **fields,
             in_channels=in_channels,

@@ -81,10 +81,15 @@ def generate_samples(
     steps: int,
     batch_size: int,
     device: torch.device | str,
+    cfg_scale: float = 1.0,
+    null_label: int | None = None,
 ) -> torch.Tensor:
     """Samples of a flow model: :func:`normlab.models.flow.euler_sample` with ``steps`` Euler
     steps from each noise x0_i (``label_i`` passed when given), in eval mode without gradients,
-    in chunks of ``batch_size``; returns them on the CPU in float32, shaped like ``x0``."""
+    in chunks of ``batch_size``; returns them on the CPU in float32, shaped like ``x0``.
+
+    ``cfg_scale`` w ≠ 1 samples with classifier-free guidance, v = v_∅ + w · (v_c − v_∅) with
+    ∅ = ``null_label`` (:func:`normlab.models.flow.guided_velocity`); w = 1 is unguided."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
     was_training = model.training
@@ -94,7 +99,7 @@ def generate_samples(
         for start in range(0, x0.shape[0], batch_size):
             chunk = slice(start, start + batch_size)
             lab = None if label is None else label[chunk].to(device)
-            x = euler_sample(model, x0[chunk].to(device), steps, lab)
+            x = euler_sample(model, x0[chunk].to(device), steps, lab, cfg_scale, null_label)
             out.append(x.float().cpu())
     finally:
         model.train(was_training)

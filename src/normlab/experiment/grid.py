@@ -91,7 +91,8 @@ def _dit_settings(
     data_info: dict[str, Any],
 ) -> dict[str, Any]:
     """The DiT's shared settings: its model (every DiTConfig field but the norm), the flow's
-    time distribution, and the data's request and fingerprint."""
+    time distribution, label dropout and sampling guidance scale (0 and 1 without class
+    labels), and the data's request and fingerprint."""
     model = cfg.dit.dit_config(
         cfg.shapes.in_channels, cfg.shapes.seq_len, len(SHAPE_CLASSES), cfg.norms[0]
     ).to_dict()
@@ -100,7 +101,7 @@ def _dit_settings(
     return {
         "testbed": "dit",
         "model": model,
-        "flow": {"time_distribution": cfg.dit.time_distribution},
+        "flow": {"time_distribution": cfg.dit.time_distribution, **cfg.dit.guidance()},
         "train": train,
         "anomaly": cfg.anomaly.model_dump(),
         "device": device,

@@ -7,9 +7,12 @@ fields a run's summary holds:
 - ``gpt``: the byte-level GPT on the token cache; cross-entropy; validation in nats and bits per
   byte on fixed windows; summary ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb``.
 - ``dit``: the flow-matching DiT on the embedded shapes; the flow-matching loss (MSE of the
-  velocity); validation on fixed (x1, x0, t) triples; summary ``final_val_loss``,
-  ``best_val_loss`` and, from the samples a finished run generates (:meth:`DiTTask.finish`),
-  ``final_sample_sw2``; the first samples are kept in the run folder's ``samples.npy``.
+  velocity) on batches whose labels are dropped to the null class with probability
+  ``flow.label_dropout``; validation on fixed (x1, label, x0, t) triples with the true labels;
+  summary ``final_val_loss``, ``best_val_loss`` and, from the samples a finished run generates
+  with classifier-free guidance at ``flow.cfg_scale`` (:meth:`DiTTask.finish`),
+  ``final_sample_sw2`` and the scale used, ``sample_cfg_scale``; the first samples are kept in
+  the run folder's ``samples.npy``.
 
 A run config without ``testbed`` is a GPT run (folders written before the DiT testbed existed).
 """
@@ -65,9 +68,10 @@ __all__ = [
 
 QUALITY_FIELDS: dict[str, tuple[str, ...]] = {
     "gpt": ("final_val_loss", "final_val_bpb", "best_val_bpb"),
-    "dit": ("final_val_loss", "best_val_loss", "final_sample_sw2"),
+    "dit": ("final_val_loss", "best_val_loss", "final_sample_sw2", "sample_cfg_scale"),
 }
-"""The validation fields of a run's summary, per testbed (in the order summary.json has them)."""
+"""The validation fields of a run's summary, per testbed (in the order summary.json has them);
+a DiT's end with the guidance scale its samples were generated with."""
 
 SAMPLE_STEPS = 32
 """Euler steps of the samples a finished DiT run generates."""
@@ -246,10 +250,20 @@ class DiTTask:
             )
         self.model = build_dit(cfg, spec["seed"])
         self.conditional = cfg.n_classes > 0
+        self.null_class = cfg.null_class
         self.batch_size = t["batch_size"]
-        distribution = spec["flow"]["time_distribution"]
+        flow = spec["flow"]
+        distribution = flow["time_distribution"]
+        # run.json written before guidance existed: no label dropout, unguided samples
+        self.cfg_scale = float(flow.get("cfg_scale", 1.0))
         self.batches = FlowBatches(
-            data.train, data.train_labels, t["batch_size"], spec["seed"], distribution
+            data.train,
+            data.train_labels,
+            t["batch_size"],
+            spec["seed"],
+            distribution,
+            label_dropout=float(flow.get("label_dropout", 0.0)),
+            null_class=self.null_class,
         )
         self.triples = validation_triples(data.val, data.val_labels, d["seed"], distribution)
         self.tokens_per_step = t["batch_size"] * cfg.seq_len
@@ -286,6 +300,8 @@ class DiTTask:
         return self._loss(self.batches.next(), device)
 
     def evaluate(self, device: torch.device) -> dict[str, float]:
+        """The flow-matching loss on the validation triples with their true labels (no label
+        dropout), so it measures the conditional model and stays comparable across runs."""
         x1, label, x0, t = self.triples
         val_loss = flow_validation_loss(
             self.model, x1, x0, t, label if self.conditional else None, self.batch_size, device
@@ -302,6 +318,7 @@ class DiTTask:
             "final_val_loss": final["val_loss"] if final else None,
             "best_val_loss": min((e["val_loss"] for e in finite_evals), default=None),
             "final_sample_sw2": None,
+            "sample_cfg_scale": None,
         }
 
     def finish(self, device: torch.device) -> dict[str, Any]:
@@ -309,18 +326,23 @@ class DiTTask:
 
         The noises and the balanced labels come from the data seed
         (:func:`normlab.data.flow_batches.sample_inputs`), so every arm and seed starts from the
-        same noise; :data:`SAMPLE_STEPS` Euler steps in eval mode without gradients. Returns
-        ``final_sample_sw2``: the sliced Wasserstein-2 distance between the generated and the
-        validation images, flattened pixels, over :data:`SW2_PROJECTIONS` projections drawn
-        from the data seed. Writes the first :data:`SAMPLE_GRID` images, [SAMPLE_GRID, H, W]
-        float32 as generated (not clipped), to ``samples.npy`` in the run folder, and validation
-        images with the same labels to ``reference.npy`` (so the report reads both from disk),
-        each atomically.
+        same noise; :data:`SAMPLE_STEPS` Euler steps in eval mode without gradients, with
+        classifier-free guidance v = v_∅ + w · (v_c − v_∅) at w = ``flow.cfg_scale`` for a
+        class-conditional model (w = 1: unguided). Returns ``final_sample_sw2``: the sliced
+        Wasserstein-2 distance between the generated and the validation images, flattened
+        pixels, over :data:`SW2_PROJECTIONS` projections drawn from the data seed, and
+        ``sample_cfg_scale``: the w used (1.0 without labels). Writes the first
+        :data:`SAMPLE_GRID` images, [SAMPLE_GRID, H, W] float32 as generated (not clipped), to
+        ``samples.npy`` in the run folder, and validation images with the same labels to
+        ``reference.npy`` (so the report reads both from disk), each atomically.
         """
         n, seq_len, channels = self.triples[0].shape
         x0, labels = sample_inputs(n, seq_len, channels, self.n_classes, self.data_seed)
         label = labels if self.conditional else None
-        tokens = generate_samples(self.model, x0, label, SAMPLE_STEPS, SAMPLE_BATCH, device)
+        scale = self.cfg_scale if self.conditional else 1.0
+        tokens = generate_samples(
+            self.model, x0, label, SAMPLE_STEPS, SAMPLE_BATCH, device, scale, self.null_class
+        )
         images = unpatchify(tokens.numpy(), self.image_size)
         generator = torch.Generator().manual_seed(flow_seed(self.data_seed, "sample-sw2"))
         sw2 = sliced_wasserstein2(
@@ -333,7 +355,7 @@ class DiTTask:
         pick = balanced_selection(self.val_labels, grid, self.n_classes, wrap=True)
         _save_npy(self.run_dir / SAMPLES_FILE, images[:grid])
         _save_npy(self.run_dir / REFERENCE_FILE, self.val_images[pick])
-        return {"final_sample_sw2": sw2}
+        return {"final_sample_sw2": sw2, "sample_cfg_scale": scale}
 
 
 def _save_npy(path: Path, images: np.ndarray) -> None:

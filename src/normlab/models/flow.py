@@ -10,6 +10,17 @@ A model trained on L approximates E[x1 − x0 | x_t], and integrating dx/dt = v�
 t = 0 (noise) to t = 1 carries noise to samples (:func:`euler_sample`). Times are drawn by
 :func:`sample_time`: uniform, or logit-normal (the default, loc 0 and scale 1 as in Stable
 Diffusion 3), which spends more samples on the middle of the path where v is hardest to predict.
+
+Classifier-free guidance (Ho & Salimans 2022, as in DiT): training replaces each label by the
+null class ∅ with probability p (:func:`drop_labels`, DiT uses p = 0.1), so one network learns
+both the conditional velocity v_c = v̂(x, t, y) and the unconditional one v_∅ = v̂(x, t, ∅).
+Sampling then follows the guided velocity (:func:`guided_velocity`, ``cfg_scale`` of
+:func:`euler_sample`)
+
+    v_w = v_∅ + w · (v_c − v_∅)
+
+w = 1 is the conditional model (no guidance), w = 0 the unconditional one, w > 1 pushes the
+samples further toward their class at some cost in diversity.
 """
 
 from __future__ import annotations
@@ -160,19 +171,132 @@ def flow_matching_loss(
     return (pred.to(dtype) - v.to(dtype)).square().mean()
 
 
+def _check_probability(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < 1:
+        raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
+    return float(value)
+
+
+def _check_label(label: object, batch_size: int | None = None) -> torch.Tensor:
+    if not isinstance(label, torch.Tensor) or label.dtype != torch.long or label.dim() != 1:
+        got = (
+            f"a {label.dtype} tensor of shape {tuple(label.shape)}"
+            if isinstance(label, torch.Tensor)
+            else type(label).__name__
+        )
+        raise TypeError(f"label: expected an int64 tensor [B], got {got}")
+    if batch_size is not None and label.shape[0] != batch_size:
+        raise ValueError(
+            f"label: expected shape [B] = [{batch_size}] (one label per sample), "
+            f"got {tuple(label.shape)}"
+        )
+    return label
+
+
+def _check_index(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
+        raise ValueError(f"{name}: expected the null class's index (an int >= 0), got {value!r}")
+    return int(value)
+
+
+def label_dropout_mask(batch_size: int, p: float, generator: torch.Generator) -> torch.Tensor:
+    """Which labels of a batch of ``batch_size`` to drop: m_i = [u_i < p], bool [batch_size].
+
+    u_i ~ U[0, 1) is drawn from ``generator`` on its device, always ``batch_size`` numbers
+    whatever p is, so the stream advances the same way for every p (p = 0 drops nothing) and,
+    for one generator state, the labels dropped at a smaller p are a subset of those dropped at
+    a larger one. E[Σ_i m_i] = p · batch_size.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1:
+        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
+    p = _check_probability("p", p)
+    generator = _check_generator(generator)
+    u = torch.rand((int(batch_size),), generator=generator, device=generator.device)
+    return u < p
+
+
+def drop_labels(
+    label: torch.Tensor, p: float, generator: torch.Generator, null_class: int
+) -> torch.Tensor:
+    """Label dropout for classifier-free guidance: y′_i = ∅ if m_i else y_i, a new int64 [B].
+
+    m = :func:`label_dropout_mask` (B, ``p``, ``generator``), drawn on the generator's device
+    and moved to the label's; ∅ = ``null_class``. The input is left unchanged.
+    """
+    label = _check_label(label)
+    null_class = _check_index("null_class", null_class)
+    mask = label_dropout_mask(label.shape[0], p, generator).to(label.device)
+    return torch.where(mask, torch.full_like(label, null_class), label)
+
+
+def _check_guidance(cfg_scale: object, label: object, null_label: object) -> float:
+    """``cfg_scale`` as a float, and, when it asks for guidance (≠ 1), the labels it needs."""
+    finite = isinstance(cfg_scale, Real) and abs(float(cfg_scale)) < float("inf")
+    if isinstance(cfg_scale, bool) or not finite or cfg_scale < 0:
+        raise ValueError(
+            f"cfg_scale: expected a finite number >= 0 (1 = no guidance), got {cfg_scale!r}"
+        )
+    if cfg_scale != 1:
+        if label is None:
+            raise ValueError(
+                f"label: classifier-free guidance (cfg_scale={cfg_scale}) needs the class "
+                "labels to guide toward; got None. Pass labels, or cfg_scale=1.0"
+            )
+        _check_index("null_label", null_label)
+    return float(cfg_scale)
+
+
+def guided_velocity(
+    model: VelocityModel,
+    x: torch.Tensor,
+    t: torch.Tensor,
+    label: torch.Tensor,
+    null_label: int,
+    cfg_scale: float,
+) -> torch.Tensor:
+    """The classifier-free guided velocity v_w = v_∅ + w · (v_c − v_∅), shaped like ``x``.
+
+    v_c = model(x, t, ``label``) and v_∅ = model(x, t, ∅) with ∅ = ``null_label`` for every
+    sample, computed in one forward pass over the batch [x; x] with labels [label; ∅] (2B rows),
+    w = ``cfg_scale``. w = 1 returns model(x, t, label) itself (one forward of B rows, no
+    unconditional pass), so it is exactly the unguided velocity; w = 0 gives v_∅.
+    """
+    w = _check_guidance(cfg_scale, label, null_label)
+    label = _check_label(label, x.shape[0])
+    if w == 1:
+        return model(x, t, label)
+    null = torch.full_like(label, int(null_label))
+    both = model(torch.cat([x, x]), torch.cat([t, t]), torch.cat([label, null]))
+    if not isinstance(both, torch.Tensor) or both.shape != (2 * x.shape[0], *x.shape[1:]):
+        got = tuple(both.shape) if isinstance(both, torch.Tensor) else type(both).__name__
+        raise ValueError(
+            f"model: returned {got} for the batch of conditional and null labels; expected "
+            f"a velocity of shape {(2 * x.shape[0], *x.shape[1:])}"
+        )
+    v_cond, v_uncond = both.chunk(2)
+    return v_uncond + w * (v_cond - v_uncond)
+
+
 def euler_sample(
     model: VelocityModel,
     x0: torch.Tensor,
     steps: int,
     label: torch.Tensor | None = None,
+    cfg_scale: float = 1.0,
+    null_label: int | None = None,
 ) -> torch.Tensor:
-    """Integrate dx/dt = model(x, t[, label]) from t = 0 (x = x0) to t = 1 with Euler steps.
+    """Integrate dx/dt = v(x, t) from t = 0 (x = x0) to t = 1 with Euler steps.
 
-    With Δt = 1 / ``steps`` and t_k = k · Δt: x_{k+1} = x_k + Δt · model(x_k, t_k) for
+    With Δt = 1 / ``steps`` and t_k = k · Δt: x_{k+1} = x_k + Δt · v(x_k, t_k) for
     k = 0 … steps − 1; returns x_steps. t_k is passed as a [B] tensor in x0's dtype. On a
     straight path with the exact velocity field every step stays on the path, so the endpoint
     is exact for any number of steps. Gradients follow torch's grad mode (wrap the call in
     ``torch.no_grad()`` to sample).
+
+    v is model(x, t[, label]) when ``cfg_scale`` w is 1 (the default: no guidance, exactly the
+    unguided sampler), else the classifier-free guided velocity
+    v = v_∅ + w · (v_c − v_∅) of :func:`guided_velocity`, which needs ``label`` and the null
+    class ``null_label`` (a DiT's :attr:`~normlab.models.DiTConfig.null_class`).
     """
     if not callable(model):
         raise TypeError(f"model: expected a callable v̂(x, t[, label]), got {type(model).__name__}")
@@ -181,10 +305,14 @@ def euler_sample(
         raise TypeError(f"steps: expected an int >= 1, got {type(steps).__name__} {steps!r}")
     if steps < 1:
         raise ValueError(f"steps: expected an int >= 1, got {steps!r}")
+    w = _check_guidance(cfg_scale, label, null_label)
     dt = 1.0 / int(steps)
     for k in range(int(steps)):
         t = torch.full((x.shape[0],), k * dt, dtype=x.dtype, device=x.device)
-        v = model(x, t) if label is None else model(x, t, label)
+        if w != 1:
+            v = guided_velocity(model, x, t, label, null_label, w)  # type: ignore[arg-type]
+        else:
+            v = model(x, t) if label is None else model(x, t, label)
         if not isinstance(v, torch.Tensor) or v.shape != x.shape:
             got = tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__
             raise ValueError(f"model: returned {got}; expected a velocity of x0's shape")

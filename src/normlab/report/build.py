@@ -94,6 +94,30 @@ def _n_classes(run: RunResult) -> int:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
+def _cfg_scale(run: RunResult) -> float | None:
+    """The classifier-free guidance scale w the run's samples used: the summary's
+    ``sample_cfg_scale``, else its run.json's ``flow.cfg_scale``; None when neither says (a
+    folder written before guidance existed, whose samples are unguided)."""
+    flow = run.config.get("flow")
+    for value in (
+        run.summary.get("sample_cfg_scale"),
+        flow.get("cfg_scale") if isinstance(flow, dict) else None,
+    ):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+    return None
+
+
+def _guidance_words(run: RunResult, n_classes: int) -> str:
+    """How the samples were guided, for the Samples caption ("" without labels)."""
+    w = _cfg_scale(run)
+    if not n_classes:
+        return ""
+    if w is None or w == 1:
+        return ", no guidance"
+    return f", classifier-free guidance w = {w:g}"
+
+
 def _reference_images(run: RunResult, n: int) -> np.ndarray | None:
     """The first ``n`` validation images with the labels of the run's samples, as the worker
     stored them (``reference.npy``); None when absent or too few."""
@@ -134,7 +158,8 @@ def _samples_plot(folder: CompareFolder, colors: Mapping[str, str]) -> Plot | No
     missing = [arm for arm in folder.arms if arm not in {a for a, _, _ in found}]
     caption = (
         f"Seed {seed}: the first {n} images each arm generated at the end of training (Euler "
-        "sampler, 32 steps), every arm from the same noises"
+        f"sampler, 32 steps{_guidance_words(found[0][2], n_classes)}), every arm from the same "
+        "noises"
         + (" and labels" if n_classes else "")
         + "; the column is the noise, so images in a column differ only by the model."
         + (

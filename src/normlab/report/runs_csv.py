@@ -51,13 +51,14 @@ DIT_RUN_COLUMNS: tuple[str, ...] = tuple(
     c
     for name in RUN_COLUMNS
     for c in (
-        ("final_val_loss", "best_val_loss", "final_sample_sw2")
+        ("final_val_loss", "best_val_loss", "final_sample_sw2", "sample_cfg_scale")
         if name == "final_val_loss"
         else (() if name in ("final_val_bpb", "best_val_bpb") else (name,))
     )
 )
 """A DiT run's summary fields: its validation fields (``final_val_loss``, ``best_val_loss``,
-the flow-matching MSE, and ``final_sample_sw2``) instead of the GPT's three."""
+the flow-matching MSE, ``final_sample_sw2`` and ``sample_cfg_scale``, the guidance scale of its
+samples) instead of the GPT's three."""
 
 _OMITTED = {"traceback"}
 
