@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
+import normlab.functional as NF
 from normlab._io import read_jsonl, write_json_atomic
 from normlab.data import prepare_tokens
 from normlab.experiment import (
@@ -20,6 +22,7 @@ from normlab.experiment import (
     run_experiment,
     validate_config,
 )
+from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.runner import WORKER_ENV, is_done, worker_environment
 
 FAULTY_NORMS = '''
@@ -151,6 +154,18 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
     summary = json.loads((ln / "summary.json").read_text())
     assert summary["peak_memory_kind"] == "max_rss" and summary["peak_memory_bytes"] > 0
     assert summary["threads"] == 1 and summary["tokens"] == 6 * 2 * 16
+    # The arms differ in what their norms save for backward, and in nothing else: 3 norm calls
+    # (attention, MLP, final) on 2 · 16 rows of width 16, as the functional norms save them.
+    rms_summary = json.loads((rms / "summary.json").read_text())
+    rows = torch.randn(2 * 16, 16, requires_grad=True)
+    weight, bias = torch.ones(16, requires_grad=True), torch.zeros(16, requires_grad=True)
+    with SavedActivationBytes([weight, bias]) as ln_norm:
+        NF.layer_norm(rows, weight, bias)
+    with SavedActivationBytes([weight]) as rms_norm:
+        NF.rms_norm(rows, weight)
+    assert summary["saved_activation_bytes"] - rms_summary["saved_activation_bytes"] == 3 * (
+        ln_norm.bytes - rms_norm.bytes
+    )
     assert summary["final_val_bpb"] == pytest.approx(summary["final_val_loss"] / 0.6931471805599453)
     records = read_jsonl(ln / "metrics.jsonl")
     kinds = [r["type"] for r in records]

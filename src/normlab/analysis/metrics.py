@@ -62,6 +62,9 @@ METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("tokens_per_s", "throughput", "tokens/s", False, scale="ratio"),
     MetricSpec("peak_memory_bytes", "peak memory", "bytes", True, scale="ratio"),
     MetricSpec(
+        "saved_activation_bytes", "activations saved for backward", "bytes", True, scale="ratio"
+    ),
+    MetricSpec(
         "n_loss_spikes", "loss spikes", "count", True, statuses=DONE_STATUSES, discrete=True
     ),
     MetricSpec(

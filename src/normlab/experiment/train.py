@@ -23,9 +23,10 @@ import torch
 from torch import nn
 
 from normlab._io import append_jsonl
+from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.schedule import lr_at, make_optimizer
-from normlab.experiment.tasks import make_task, warm_up_gpt
+from normlab.experiment.tasks import Task, make_task, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 
 METRICS_FILE = "metrics.jsonl"
@@ -81,6 +82,21 @@ def _peak_memory(device: torch.device) -> tuple[int, str]:
     return peak_rss_bytes(), "max_rss"
 
 
+def _warm_up_counting_saved_bytes(task: Task, device: torch.device) -> int | None:
+    """Run the task's warm-up (a forward and backward of the training shape) and return the
+    bytes its forward saved for the backward, parameters left out (see
+    :mod:`normlab.experiment.activations`); None, after a plain warm-up, where autograd's
+    saved-tensor hooks are not supported."""
+    try:
+        with SavedActivationBytes(task.model.parameters()) as counter:
+            task.warm_up(device)
+        return counter.bytes
+    except (RuntimeError, NotImplementedError):
+        task.model.zero_grad(set_to_none=True)
+        task.warm_up(device)
+        return None
+
+
 def _sync(device: torch.device) -> None:
     """Wait for the device's queued work, so that a step's time covers its kernels."""
     if device.type == "cuda":
@@ -123,7 +139,7 @@ def train_run(
             f"checked {spec['init_digest'][:16]}"
         )
     model.to(device)
-    task.warm_up(device)
+    saved_bytes = _warm_up_counting_saved_bytes(task, device)
     optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
     params = list(model.parameters())
     groups = task.parameter_groups()
@@ -254,6 +270,7 @@ def train_run(
         "tokens_per_s": statistics.median(throughputs) if throughputs else None,
         "peak_memory_bytes": peak_bytes,
         "peak_memory_kind": peak_kind,
+        "saved_activation_bytes": saved_bytes,
         "target_val_loss": target,
         "time_to_target_s": reached["elapsed_s"] if reached else None,
         "tokens_to_target": reached["tokens_seen"] if reached else None,

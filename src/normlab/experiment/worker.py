@@ -27,8 +27,9 @@ SUMMARY_FIELDS = (
     "run_id", "arm", "seed", "norm", "placement", "status", "diverged_at", "steps", "tokens",
     "n_params", "n_norm_params", "final_val_loss", "final_val_bpb", "best_val_bpb",
     "final_train_loss", "tokens_per_s", "peak_memory_bytes", "peak_memory_kind",
-    "target_val_loss", "time_to_target_s", "tokens_to_target", "n_loss_spikes", "n_grad_spikes",
-    "n_clipped", "wall_s", "device", "torch_version", "threads", "data_fingerprint",
+    "saved_activation_bytes", "target_val_loss", "time_to_target_s", "tokens_to_target",
+    "n_loss_spikes", "n_grad_spikes", "n_clipped", "wall_s", "device", "torch_version",
+    "threads", "data_fingerprint",
 )  # fmt: skip
 """The fields of a GPT run's summary; a DiT run's has its own validation fields instead of
 ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb`` (see :func:`summary_fields`)."""

@@ -26,6 +26,7 @@ _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "final_train_loss": (1.0, 4, ""),
     "tokens_per_s": (1.0, 0, ""),
     "peak_memory_bytes": (2.0**20, 1, " MiB"),
+    "saved_activation_bytes": (2.0**20, 2, " MiB"),
     "n_loss_spikes": (1.0, 2, ""),
     "n_grad_spikes": (1.0, 2, ""),
     "time_to_target_s": (1.0, 2, " s"),

@@ -30,6 +30,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "tokens_per_s",
     "peak_memory_bytes",
     "peak_memory_kind",
+    "saved_activation_bytes",
     "target_val_loss",
     "time_to_target_s",
     "tokens_to_target",
