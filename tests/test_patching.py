@@ -8,10 +8,12 @@ tests run without transformers; the last test uses transformers' own models when
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 
 import pytest
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 import normlab
 from module_helpers import randomise, seeded
@@ -99,12 +101,46 @@ class BiasedRMSNorm(LlamaRMSNorm):
 
 
 class NoEpsRMSNorm(nn.Module):
+    """ε = 1e-6 in the code, in no attribute."""
+
     def __init__(self, dim: int) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return hf_like(x, self.weight)
+
+
+class OddEpsRMSNorm(NoEpsRMSNorm):
+    """ε = 1.5e-5 in the code: not a one-digit number, so the rounded estimate is wrong."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        xf = x.float()
+        return self.weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1.5e-5)).to(
+            x.dtype
+        )
+
+
+class OlmoLayerNorm(nn.Module):
+    """OLMo's LayerNorm: no parameters, ε = 1e-5 in the code, in float32."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.normalized_shape = (dim,)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.layer_norm(x.float(), self.normalized_shape, None, None, eps=1e-5)
+        return y.to(x.dtype)
+
+
+class WeightlessRMSNorm(nn.Module):
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.normalized_shape = dim
+        self.eps = 1e-6
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nn.functional.rms_norm(x.float(), (x.shape[-1],), None, self.eps).to(x.dtype)
 
 
 def hf_like(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -157,6 +193,9 @@ def test_every_supported_norm_is_replaced_and_the_model_computes_the_same(
         "gemma": normlab.RMSNorm,
         "t5": normlab.RMSNorm,
     }
+    if dtype != torch.float32:  # T5LayerNorm gives float32 input its 16-bit weight's dtype
+        del expected["t5"]
+        assert "float32 input" in reports["t5"].reason and isinstance(model.t5, T5LayerNorm)
     for name, cls in expected.items():
         assert reports[name].replaced, reports[name].describe()
         assert type(getattr(model, name)) is cls
@@ -254,7 +293,7 @@ def test_names_restrict_the_swap() -> None:
         (OutsideRootRMSNorm(16), "ε placement: outside the root"),
         (UnbiasedLayerNorm(16), "unbiased"),
         (BiasedRMSNorm(16), "an RMS norm with a bias"),
-        (NoEpsRMSNorm(16), "no ε attribute"),
+        (OddEpsRMSNorm(16), "no normlab layer reproduced it"),
         (WrongEpsRMSNorm(16), "no normlab layer reproduced it"),
         (WrongGradientRMSNorm(16), "gradient of x"),
         (nn.GroupNorm(2, 16), "channel groups"),
@@ -270,6 +309,24 @@ def test_modules_normlab_cannot_reproduce_are_kept_with_the_reason(
     assert model[1] is module
     assert not report.replaced and report.replacement is None
     assert reason in report.reason, report.reason
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_parameterless_norms_and_eps_in_no_attribute(dtype: torch.dtype) -> None:
+    """OLMo's LayerNorm has neither parameters nor an ε attribute: the audit's ε estimate,
+    rounded to one digit, is verified like everything else."""
+    model = nn.ModuleDict(
+        {"olmo": OlmoLayerNorm(32), "rms": WeightlessRMSNorm(32), "noeps": NoEpsRMSNorm(32)}
+    ).to(dtype)
+    x = seeded(3, 32, seed=12, dtype=dtype)
+    before = {name: m(x) for name, m in model.items()}
+    reports = _by_name(replace_norms(model, strict=True))
+    assert model["olmo"].eps == 1e-5 and not model["olmo"].elementwise_affine
+    assert "ε = 1e-05 (estimated by the audit)" in reports["olmo"].reason
+    assert model["rms"].eps == 1e-6 and model["rms"].weight is None
+    assert model["noeps"].eps == 1e-6 and "estimated" in reports["noeps"].reason
+    for name, y in before.items():
+        torch.testing.assert_close(model[name](x), y, rtol=1e-5, atol=1e-5)
 
 
 def test_hooks_buffers_and_conditional_norms_are_kept() -> None:
@@ -366,14 +423,295 @@ def test_transformers_models_when_installed(arch: str, dtype: torch.dtype) -> No
     extra = {"decoder_input_ids": ids} if arch == "t5" else {}
     with torch.no_grad():
         before = model(input_ids=ids, **extra).logits
-    reports = replace_norms(model, strict=True)
-    assert reports and all(r.replaced for r in reports)
+    if arch == "t5" and dtype != torch.float32:
+        # T5LayerNorm rounds x̂ to a 16-bit weight's dtype, float32 input too (float16 T5 feeds
+        # it float32 from its float32 ``wo``): no normlab layer does, so every one is kept
+        reports = replace_norms(model)
+        assert reports and all("float32 input" in r.reason for r in reports)
+    else:
+        reports = replace_norms(model, strict=True)
+        assert reports and all(r.replaced for r in reports)
     with torch.no_grad():
         after = model(input_ids=ids, **extra).logits
     if dtype == torch.bfloat16:
         assert torch.equal(after, before)
     else:
         torch.testing.assert_close(after, before, rtol=1e-4, atol=1e-4)
+
+
+# --- side effects, autograd modes, devices ---------------------------------------------------
+
+
+def test_torchs_random_number_generator_is_left_as_it_was() -> None:
+    model = nn.Sequential(nn.Linear(16, 16), LlamaRMSNorm(16), nn.LayerNorm(16))
+    torch.manual_seed(0)
+    replace_norms(model)
+    after = torch.rand(4)
+    torch.manual_seed(0)
+    assert torch.equal(after, torch.rand(4))
+
+
+def test_the_originals_parameters_are_never_written() -> None:
+    """The audit sets a random gain for its casting check: on a copy, not on the model."""
+    model = randomise(nn.Sequential(LlamaRMSNorm(16), GemmaRMSNorm(16)))
+    saved = [(p.detach().clone(), p._version) for p in model.parameters()]
+    replace_norms(model, dry_run=True)
+    for p, (value, version) in zip(model.parameters(), saved, strict=True):
+        assert torch.equal(p, value) and p._version == version
+
+
+@pytest.mark.parametrize("mode", ["no_grad", "inference_mode", "built_in_inference_mode"])
+def test_works_under_no_grad_and_inference_mode(mode: str) -> None:
+    def build() -> nn.Module:
+        return randomise(nn.Sequential(nn.Linear(16, 16), LlamaRMSNorm(16), nn.LayerNorm(16)))
+
+    context = torch.no_grad() if mode == "no_grad" else torch.inference_mode()
+    if mode == "built_in_inference_mode":
+        with context:
+            model = build()
+        context = torch.inference_mode()
+    else:
+        model = build()
+    with context:
+        x = seeded(2, 16, seed=4)
+        before = model(x)
+        reports = replace_norms(model)
+        after = model(x)
+    assert all(r.replaced for r in reports), [r.describe() for r in reports]
+    torch.testing.assert_close(after, before, rtol=1e-5, atol=1e-5)
+
+
+def test_a_model_on_the_meta_device_is_verified_with_stand_in_values() -> None:
+    """A model built on the meta device (to be loaded later): the swap keeps its meta
+    Parameters, and once loaded it computes what the original does."""
+    ref = randomise(nn.Sequential(nn.Linear(16, 16), LlamaRMSNorm(16), GemmaRMSNorm(16)))
+    with torch.device("meta"):
+        model = nn.Sequential(nn.Linear(16, 16), LlamaRMSNorm(16), GemmaRMSNorm(16))
+    weights = [p for p in model.parameters()]
+    reports = replace_norms(model)
+    assert all(r.replaced and "meta-device" in r.reason for r in reports)
+    assert [p for p in model.parameters()] == weights and all(p.is_meta for p in weights)
+    model.load_state_dict(ref.state_dict(), assign=True)
+    x = seeded(3, 16, seed=6)
+    torch.testing.assert_close(model(x), ref(x), rtol=1e-5, atol=1e-5)
+
+
+def test_frozen_parameters_and_modulelist_moduledict_parents() -> None:
+    model = nn.ModuleDict(
+        {"layers": nn.ModuleList([LlamaRMSNorm(16), nn.LayerNorm(16)]), "norm": GemmaRMSNorm(16)}
+    ).requires_grad_(False)
+    reports = replace_norms(model)
+    assert [r.names for r in reports] == [("layers.0",), ("layers.1",), ("norm",)]
+    assert all(r.replaced for r in reports)
+    assert isinstance(model["layers"][0], normlab.RMSNorm)
+    assert isinstance(model["norm"], normlab.RMSNorm)
+    assert not any(p.requires_grad for p in model.parameters())
+
+
+# --- what a verification must catch ----------------------------------------------------------
+
+
+class ChannelsFirstLayerNorm(nn.LayerNorm):
+    """Normalises dim 1 (a [B, C, H, W] image's channels); on [N, C] that is the last one."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.movedim(1, -1)).movedim(-1, 1)
+
+
+class ConvNextLayerNorm(nn.LayerNorm):
+    """Hugging Face ConvNeXt's channels-first LayerNorm: 4-D input only."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x.permute(0, 2, 3, 1)).permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize(
+    "cls", [ChannelsFirstLayerNorm, ConvNextLayerNorm], ids=lambda c: c.__name__
+)
+def test_a_channels_first_layer_norm_is_kept(cls: type[nn.Module]) -> None:
+    model = nn.Sequential(nn.Conv2d(3, 8, 1), cls(8))
+    x = seeded(2, 3, 6, 6, seed=9)
+    before = model(x)
+    (report,) = replace_norms(model)
+    assert not report.replaced and "took none of the probe inputs" in report.reason
+    assert torch.equal(model(x), before)
+
+
+class TupleRMSNorm(LlamaRMSNorm):
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        return super().forward(x), None
+
+
+class ThreeDimsOnlyRMSNorm(LlamaRMSNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        assert x.dim() == 3, "expected [B, T, D]"
+        return super().forward(x)
+
+
+class FusedAddRMSNorm(LlamaRMSNorm):
+    """vLLM's form: norm(x) or, with a residual, (norm(x + residual), x + residual)."""
+
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):  # type: ignore[override]
+        if residual is None:
+            return super().forward(x)
+        h = x + residual
+        return super().forward(h), h
+
+
+class NoGradRMSNorm(LlamaRMSNorm):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            return super().forward(x)
+
+
+@pytest.mark.parametrize(
+    ("module", "reason"),
+    [
+        (TupleRMSNorm(16), "returned tuple"),
+        (NoGradRMSNorm(16), "no gradient of its output"),
+        (WrongGradientRMSNorm(16).bfloat16(), "gradient of x (torch.bfloat16)"),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, nn.Module) else "",
+)
+def test_what_only_the_call_shows_is_caught(module: nn.Module, reason: str) -> None:
+    model = nn.ModuleDict({"norm": module})
+    (report,) = replace_norms(model)
+    assert model["norm"] is module
+    assert not report.replaced and reason in report.reason, report.reason
+
+
+def test_a_norm_that_takes_only_b_t_d_input_is_audited_and_verified_on_it() -> None:
+    model = nn.Sequential(ThreeDimsOnlyRMSNorm(16))
+    (report,) = replace_norms(model)
+    assert report.replaced, report.describe()
+    assert isinstance(model[0], normlab.RMSNorm)
+
+
+def test_float32_input_into_16_bit_norms_is_verified() -> None:
+    """float16 T5 from_pretrained keeps ``wo`` in float32, so its 16-bit T5LayerNorm gets
+    float32 input and returns float16; a replacement returning float32 broke the next Linear."""
+    model = randomise(nn.Sequential(nn.Linear(32, 32), T5LayerNorm(32), LlamaRMSNorm(32))).half()
+    model[0].float()
+    x = seeded(2, 32, seed=10)
+    before = model(x)
+    reports = _by_name(replace_norms(model))
+    assert not reports["1"].replaced and "float32 input" in reports["1"].reason
+    assert reports["2"].replaced and set(reports["2"].max_error) == {"float16", "float32"}
+    assert torch.equal(model(x), before)
+
+
+class Scaled(nn.Module):
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        return 2 * w
+
+
+class LayerNormWithStep(nn.LayerNorm):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.register_buffer("step", torch.zeros(()))
+
+
+class LayerNormWithExtra(nn.LayerNorm):
+    def __init__(self, dim: int) -> None:
+        super().__init__(dim)
+        self.extra = nn.Parameter(torch.zeros(()))
+
+
+def _accelerate_like(module: nn.Module) -> nn.Module:
+    """accelerate's add_hook_to_module sets the instance's forward (device placement)."""
+    old = module.forward
+    module.forward = lambda x: old(x)
+    return module
+
+
+def _state_dict_hooked(module: nn.Module) -> nn.Module:
+    module._register_load_state_dict_pre_hook(lambda *args: None)
+    return module
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: _accelerate_like(LlamaRMSNorm(16)), "forward is set on the instance"),
+        (lambda: FusedAddRMSNorm(16), "takes residual besides the input"),
+        (lambda: _state_dict_hooked(nn.LayerNorm(16)), "hooks"),
+        (lambda: _parametrized(nn.LayerNorm(16)), "parametrized"),
+        (lambda: _parametrized(LlamaRMSNorm(16)), "parametrized"),
+        (lambda: LayerNormWithStep(16), "buffers"),
+        (lambda: LayerNormWithExtra(16), "state dict holds weight, bias, extra"),
+    ],
+    ids=[
+        "accelerate",
+        "fused_add",
+        "state_dict_hook",
+        "param_ln",
+        "param_llama",
+        "buffer",
+        "extra_param",
+    ],
+)
+def test_modules_whose_swap_would_lose_more_than_their_function_are_kept(
+    make: Callable[[], nn.Module], reason: str
+) -> None:
+    module = make()
+    model = nn.Sequential(nn.Linear(16, 16), module)
+    keys = list(model.state_dict())
+    (report,) = replace_norms(model)
+    assert model[1] is module and list(model.state_dict()) == keys
+    assert not report.replaced and reason in report.reason, report.reason
+
+
+def _parametrized(module: nn.Module) -> nn.Module:
+    parametrize.register_parametrization(module, "weight", Scaled())
+    return module
+
+
+class PerHeadLayerNorm(nn.Module):
+    """StableLM's q/k norm: one LayerNorm per head, no parameters of its own."""
+
+    def __init__(self, heads: int, dim: int) -> None:
+        super().__init__()
+        self.norms = nn.ModuleList([nn.LayerNorm(dim, bias=False) for _ in range(heads)])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = torch.split(x, 1, dim=1)
+        return torch.cat([n(p) for n, p in zip(self.norms, parts, strict=True)], dim=1)
+
+
+def test_a_container_of_norms_is_left_and_its_norms_replaced_even_when_strict() -> None:
+    model = nn.Sequential(nn.Linear(16, 16), PerHeadLayerNorm(2, 16))
+    reports = _by_name(replace_norms(model, strict=True))
+    assert not reports["1"].replaced and "holds norm modules" in reports["1"].reason
+    assert reports["1.norms.0"].replaced and isinstance(model[1].norms[1], normlab.LayerNorm)
+
+
+def test_names_select_the_norms_under_a_path() -> None:
+    model = nn.ModuleDict({"a": Block(), "b": Block()})
+    reports = replace_norms(model, names=["a"])
+    assert {n.split(".")[0] for r in reports for n in r.names} == {"a"}
+    assert isinstance(model["a"].llama, normlab.RMSNorm) and isinstance(model["b"].ln, nn.LayerNorm)
+    with pytest.raises(ValueError, match=r"names: 'a\.fc' is not a norm module and holds none"):
+        replace_norms(model, names=["a.fc"])
+    with pytest.raises(TypeError, match="names: expected attribute paths"):
+        replace_norms(model, names=[1])  # type: ignore[list-item]
+
+
+def test_the_audit_runs_once_per_class_and_configuration(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 100-layer model needs its Llama norms audited once; each one is still verified."""
+    from normlab.patching import candidates
+
+    calls = []
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["target"])
+        return normlab.audit.audit_norm(*args, **kwargs)
+
+    monkeypatch.setattr(candidates, "audit_norm", counting)
+    model = randomise(nn.ModuleList([LlamaRMSNorm(16) for _ in range(4)] + [LlamaRMSNorm(32)]))
+    model.append(WrongEpsRMSNorm(16))
+    reports = replace_norms(model)
+    assert len(calls) == 3  # LlamaRMSNorm(16), LlamaRMSNorm(32), WrongEpsRMSNorm(16)
+    assert [r.replaced for r in reports] == [True] * 5 + [False]
 
 
 def hf_like_model() -> tuple[nn.Module, tuple[torch.Tensor]]:
