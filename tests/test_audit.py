@@ -235,3 +235,11 @@ def test_cli_audit_model_gpt() -> None:
     data = json.loads(result.output)
     assert data["placement"] == "post"
     assert {s["cls"] for s in data["norms"]} == {"RMSNorm"}
+
+
+def test_audit_norm_leaves_torchs_global_generator_alone() -> None:
+    torch.manual_seed(123)
+    expected = torch.rand(4)
+    torch.manual_seed(123)
+    audit_norm(torch.nn.RMSNorm(16), 16)
+    assert torch.equal(torch.rand(4), expected)

@@ -96,15 +96,16 @@ def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
     """The most precise input dtype the target accepts: float64 (if it also returns float64),
     else float32, else a 16-bit dtype (a module whose parameters are bfloat16 or float16 and
     that does not cast its input)."""
+    gen = torch.Generator().manual_seed(4)  # torch's global generator is left alone
     try:
-        y = _call(f, torch.randn(2, d, dtype=torch.float64))
+        y = _call(f, torch.randn(2, d, generator=gen, dtype=torch.float64))
         if y.dtype == torch.float64:
             return torch.float64
     except (RuntimeError, TypeError, ValueError):
         pass
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         try:
-            _call(f, torch.randn(2, d).to(dtype))
+            _call(f, torch.randn(2, d, generator=gen).to(dtype))
             return dtype
         except (RuntimeError, TypeError, ValueError):
             continue
