@@ -422,6 +422,11 @@ def test_end_to_end_writes_dit_metrics_analysis_and_report(
     assert summary["status"] == "finished" and summary["steps"] == 4
     assert summary["tokens"] == 4 * 4 * 4  # steps × images × patches per image
     assert summary["best_val_loss"] <= summary["final_val_loss"] < 2.5
+    assert summary["posttrain_errors"] is None, summary["posttrain_errors"]
+    for field in ("ptq_int8wo_delta", "ptq_w8a8_delta", "bf16_eval_delta"):
+        assert math.isfinite(summary[field]) and abs(summary[field]) < 0.5, (field, summary[field])
+    assert summary["act_kurtosis_max"] > 0 and summary["act_max_over_rms"] > 1
+    assert isinstance(summary["outlier_channels"], int)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     evals = [r for r in records if r["type"] == "eval"]
     assert [e["step"] for e in evals] == [0, 2, 4] and "val_bpb" not in evals[0]
@@ -435,6 +440,8 @@ def test_end_to_end_writes_dit_metrics_analysis_and_report(
     quality = analysis["comparisons"]["adarms-pre"]["final_val_loss"]
     assert quality["n_pairs"] == 2 and quality["margin"] == 0.002
     assert analysis["metrics"]["final_val_loss"]["unit"] == "MSE"
+    assert analysis["metrics"]["ptq_w8a8_delta"]["unit"] == "MSE"
+    assert analysis["comparisons"]["adarms-pre"]["ptq_w8a8_delta"]["n_pairs"] == 2
     assert "MSE" in analysis["verdicts"]["adarms-pre"]["quality_text"]
     assert (out / "plots" / "val_loss.png").exists() and not (
         out / "plots" / "val_bpb.png"
@@ -443,6 +450,7 @@ def test_end_to_end_writes_dit_metrics_analysis_and_report(
     assert report.startswith("# adaLN-Zero vs AdaRMS")
     assert "Δ final val loss" in report and "±0.002 MSE" in report
     assert "final validation loss (MSE)" in report
+    assert "int8 W8A8 PTQ degradation (MSE)" in report
     files = text_files(out)
     assert {"report.md", "report.html", "runs.csv", "summary.json"} <= set(files)
     for name, text in files.items():

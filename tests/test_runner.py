@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from normlab.experiment import (
     validate_config,
 )
 from normlab.experiment.activations import SavedActivationBytes
+from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.runner import WORKER_ENV, is_done, worker_environment
 
 FAULTY_NORMS = '''
@@ -78,6 +80,7 @@ for kind, factory in [
 '''
 
 MODULE = "normlab_test_faulty_norms"
+POSTTRAIN_DELTAS = ("ptq_int8wo_delta", "ptq_w8a8_delta", "bf16_eval_delta")
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +137,7 @@ def test_divergence_is_recorded_as_a_result(corpus: Path, tmp_path: Path) -> Non
     assert summary["status"] == "diverged" and summary["diverged_at"] == 4
     assert summary["steps"] == 4 and summary["final_val_bpb"] is None
     assert summary["best_val_bpb"] is not None  # the evaluation before divergence
+    assert all(summary[f] is None for f in POSTTRAIN_FIELDS)  # only a finished run has them
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "diverged"
     records = read_jsonl(run_dir / "metrics.jsonl")
     anomalies = [r for r in records if r["type"] == "anomaly"]
@@ -167,6 +171,12 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
         ln_norm.bytes - rms_norm.bytes
     )
     assert summary["final_val_bpb"] == pytest.approx(summary["final_val_loss"] / 0.6931471805599453)
+    for s in (summary, rms_summary):  # post-training effects, measured on the trained model
+        assert s["posttrain_errors"] is None, s["posttrain_errors"]
+        for field in POSTTRAIN_DELTAS:
+            assert math.isfinite(s[field]) and abs(s[field]) < 0.5, (field, s[field])
+        assert s["act_kurtosis_max"] > 0 and s["act_max_over_rms"] > 1
+        assert isinstance(s["outlier_channels"], int) and s["outlier_channels"] >= 0
     records = read_jsonl(ln / "metrics.jsonl")
     kinds = [r["type"] for r in records]
     assert kinds.count("train") == 6 and kinds.count("eval") == 3  # steps 0, 3, 6

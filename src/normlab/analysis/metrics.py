@@ -49,16 +49,7 @@ class MetricSpec:
     censored: bool = False
 
 
-METRICS: tuple[MetricSpec, ...] = (
-    MetricSpec("final_val_bpb", "final validation bpb", "bits per byte", True, margin_factor=1.0),
-    MetricSpec("best_val_bpb", "best validation bpb", "bits per byte", True, margin_factor=1.0),
-    MetricSpec(
-        "final_train_loss",
-        "final training loss",
-        "nats per byte",
-        True,
-        margin_factor=math.log(2.0),
-    ),
+_SHARED_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("tokens_per_s", "throughput", "tokens/s", False, scale="ratio"),
     MetricSpec("peak_memory_bytes", "peak memory", "bytes", True, scale="ratio"),
     MetricSpec(
@@ -72,8 +63,40 @@ METRICS: tuple[MetricSpec, ...] = (
     ),
     MetricSpec("time_to_target_s", "time to target loss", "s", True, scale="ratio", censored=True),
 )
+"""Speed, memory, spike and time-to-target metrics, the same for every testbed."""
+
+
+def _posttrain_metrics(unit: str) -> tuple[MetricSpec, ...]:
+    """The post-training metrics of :mod:`normlab.experiment.posttrain`, their quality deltas in
+    the testbed's quality ``unit``: informative, compared paired like the others, never part of
+    the verdict (which reads quality, throughput, memory and stability only)."""
+    return (
+        MetricSpec("ptq_int8wo_delta", "int8 weight-only PTQ degradation", unit, True),
+        MetricSpec("ptq_w8a8_delta", "int8 W8A8 PTQ degradation", unit, True),
+        MetricSpec("bf16_eval_delta", "bf16 evaluation degradation", unit, True),
+        MetricSpec("act_kurtosis_max", "max Linear-input kurtosis", "Gaussian = 3", True),
+        MetricSpec("act_max_over_rms", "max Linear-input max|x| / RMS", "ratio", True),
+        MetricSpec("outlier_channels", "outlier channels (max |x| ≥ 6)", "count", True),
+    )
+
+
+METRICS: tuple[MetricSpec, ...] = (
+    MetricSpec("final_val_bpb", "final validation bpb", "bits per byte", True, margin_factor=1.0),
+    MetricSpec("best_val_bpb", "best validation bpb", "bits per byte", True, margin_factor=1.0),
+    MetricSpec(
+        "final_train_loss",
+        "final training loss",
+        "nats per byte",
+        True,
+        margin_factor=math.log(2.0),
+    ),
+    *_SHARED_METRICS,
+    *_posttrain_metrics("bits per byte"),
+)
 """Quality metrics count finished runs only (a diverged run's last numbers describe a truncated
-run; its divergence is judged under stability). Spike counts also count diverged runs."""
+run; its divergence is judged under stability). Spike counts also count diverged runs. The
+post-training metrics (quantization and bf16 degradation in bits per byte, activation outliers)
+exist for finished runs only; summaries written before them hold none and are left out."""
 
 FLOW_UNIT = "MSE"
 """The unit of the DiT's losses: the mean squared error of the predicted velocity v̂ against
@@ -87,11 +110,13 @@ DIT_METRICS: tuple[MetricSpec, ...] = (
     MetricSpec("best_val_loss", "best validation loss", FLOW_UNIT, True, margin_factor=1.0),
     MetricSpec("final_sample_sw2", "sample SW2 to validation images", SW2_UNIT, True),
     MetricSpec("final_train_loss", "final training loss", FLOW_UNIT, True, margin_factor=1.0),
-    *METRICS[3:],
+    *_SHARED_METRICS,
+    *_posttrain_metrics(FLOW_UNIT),
 )
 """The DiT testbed's metrics: its flow-matching losses and the sliced Wasserstein-2 distance of
 its samples (compared paired by seed, without an equivalence margin: it is shown, the validation
-loss decides), then the GPT's speed, memory, spike and time-to-target metrics."""
+loss decides), then the GPT's speed, memory, spike and time-to-target metrics, then the
+post-training metrics with their deltas in the flow-matching MSE."""
 
 
 @dataclass(frozen=True)

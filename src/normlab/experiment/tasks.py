@@ -38,6 +38,7 @@ from normlab.experiment.evaluate import (
     generate_samples,
     validation_loss,
 )
+from normlab.experiment.posttrain import BFloat16Inputs, posttrain_summary
 from normlab.models import (
     GPT,
     DiT,
@@ -46,6 +47,7 @@ from normlab.models import (
     build_dit,
     build_gpt,
     flow_matching_loss,
+    interpolate,
     sliced_wasserstein2,
 )
 
@@ -184,6 +186,12 @@ class Task(Protocol):
         :meth:`quality_summary`'s (they replace its nulls) and files written to the run
         folder. Nothing for the GPT."""
 
+    def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
+        """Called once on a finished run, after :meth:`finish`, with its last eval record: the
+        post-training fields of :data:`normlab.experiment.posttrain.POSTTRAIN_FIELDS`
+        (quantization and bf16 deltas against ``final``'s quality metric, activation outliers
+        on the first validation batch)."""
+
 
 def _check_fingerprint(found: str, spec: dict[str, Any], what: str) -> None:
     expected = spec["data"]["fingerprint"]
@@ -232,6 +240,22 @@ class GPTTask:
 
     def finish(self, device: torch.device) -> dict[str, Any]:
         return {}
+
+    def _val_bpb(self, model: nn.Module, device: torch.device) -> float:
+        loss = validation_loss(model, self.windows, self.batch_size, str(device))
+        return bits_per_byte(loss)
+
+    def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
+        """Deltas in validation bpb (the bf16 copy's logits go to the cross-entropy in
+        float32); activations on the first ``batch_size`` validation windows."""
+
+        def metric(model: nn.Module) -> float:
+            return self._val_bpb(model, device)
+
+        def run_batch(model: nn.Module) -> object:
+            return model(self.windows[: self.batch_size, :-1].to(device))
+
+        return posttrain_summary(self.model, final["val_bpb"], metric, metric, run_batch)
 
 
 class DiTTask:
@@ -356,6 +380,30 @@ class DiTTask:
         _save_npy(self.run_dir / SAMPLES_FILE, images[:grid])
         _save_npy(self.run_dir / REFERENCE_FILE, self.val_images[pick])
         return {"final_sample_sw2": sw2, "sample_cfg_scale": scale}
+
+    def _val_loss(self, model: nn.Module, device: torch.device) -> float:
+        x1, label, x0, t = self.triples
+        return flow_validation_loss(
+            model, x1, x0, t, label if self.conditional else None, self.batch_size, device
+        )
+
+    def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
+        """Deltas in the validation flow-matching MSE (the bf16 copy gets x_t and t in bf16,
+        its velocity goes back to float32 against the float32 target); activations on the
+        first ``batch_size`` validation triples, x_t = (1 − t)·x0 + t·x1."""
+        x1, label, x0, t = (v[: self.batch_size].to(device) for v in self.triples)
+
+        def metric(model: nn.Module) -> float:
+            return self._val_loss(model, device)
+
+        def metric_bf16(model: nn.Module) -> float:
+            return self._val_loss(BFloat16Inputs(model), device)
+
+        def run_batch(model: nn.Module) -> object:
+            x_t = interpolate(x0, x1, t)
+            return model(x_t, t, label) if self.conditional else model(x_t, t)
+
+        return posttrain_summary(self.model, final["val_loss"], metric, metric_bf16, run_batch)
 
 
 def _save_npy(path: Path, images: np.ndarray) -> None:

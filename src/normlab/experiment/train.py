@@ -25,6 +25,7 @@ from torch import nn
 from normlab._io import append_jsonl
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
+from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.schedule import lr_at, make_optimizer
 from normlab.experiment.tasks import Task, make_task, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
@@ -251,8 +252,10 @@ def train_run(
     tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
     final = evals[-1] if status == "finished" else None
     quality = task.quality_summary(final, finite_evals)
+    posttrain: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
     if final is not None:
         quality.update(task.finish(device))
+        posttrain.update(task.posttrain(device, final))
     return {
         "run_id": spec["run_id"],
         "arm": spec["arm"],
@@ -271,6 +274,7 @@ def train_run(
         "peak_memory_bytes": peak_bytes,
         "peak_memory_kind": peak_kind,
         "saved_activation_bytes": saved_bytes,
+        **posttrain,
         "target_val_loss": target,
         "time_to_target_s": reached["elapsed_s"] if reached else None,
         "tokens_to_target": reached["tokens_seen"] if reached else None,

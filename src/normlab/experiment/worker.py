@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from normlab._io import write_json_atomic
+from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.tasks import quality_fields
 from normlab.experiment.train import RunAborted, train_run
 
@@ -27,9 +28,9 @@ SUMMARY_FIELDS = (
     "run_id", "arm", "seed", "norm", "placement", "status", "diverged_at", "steps", "tokens",
     "n_params", "n_norm_params", "final_val_loss", "final_val_bpb", "best_val_bpb",
     "final_train_loss", "tokens_per_s", "peak_memory_bytes", "peak_memory_kind",
-    "saved_activation_bytes", "target_val_loss", "time_to_target_s", "tokens_to_target",
-    "n_loss_spikes", "n_grad_spikes", "n_clipped", "wall_s", "device", "torch_version",
-    "threads", "data_fingerprint",
+    "saved_activation_bytes", *POSTTRAIN_FIELDS, "target_val_loss", "time_to_target_s",
+    "tokens_to_target", "n_loss_spikes", "n_grad_spikes", "n_clipped", "wall_s", "device",
+    "torch_version", "threads", "data_fingerprint",
 )  # fmt: skip
 """The fields of a GPT run's summary; a DiT run's has its own validation fields instead of
 ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb`` (see :func:`summary_fields`)."""

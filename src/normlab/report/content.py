@@ -30,6 +30,12 @@ _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "n_loss_spikes": (1.0, 2, ""),
     "n_grad_spikes": (1.0, 2, ""),
     "time_to_target_s": (1.0, 2, " s"),
+    "ptq_int8wo_delta": (1.0, 5, ""),
+    "ptq_w8a8_delta": (1.0, 5, ""),
+    "bf16_eval_delta": (1.0, 5, ""),
+    "act_kurtosis_max": (1.0, 2, ""),
+    "act_max_over_rms": (1.0, 2, ""),
+    "outlier_channels": (1.0, 1, ""),
 }
 _PRETTY_NORMS = {
     "layernorm": "LayerNorm",

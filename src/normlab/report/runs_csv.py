@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from normlab.analysis.runs import RunResult
+from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 
 __all__ = ["DIT_RUN_COLUMNS", "RUN_COLUMNS", "run_columns", "runs_csv_text"]
 
@@ -31,6 +32,7 @@ RUN_COLUMNS: tuple[str, ...] = (
     "peak_memory_bytes",
     "peak_memory_kind",
     "saved_activation_bytes",
+    *POSTTRAIN_FIELDS,
     "target_val_loss",
     "time_to_target_s",
     "tokens_to_target",

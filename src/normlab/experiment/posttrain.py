@@ -1,0 +1,307 @@
+"""What a trained model does after training: quantization, 16-bit evaluation, activation outliers.
+
+Run once on a finished run's model, after its final evaluation (see
+:meth:`normlab.experiment.tasks.Task.posttrain`); every number is a summary field (see
+docs/run-format.md), lower is better for all of them:
+
+- ``ptq_int8wo_delta``, ``ptq_w8a8_delta``: post-training quantization with torchao on a deep copy
+  of the model, every ``nn.Linear`` quantized (``quantize_`` with ``Int8WeightOnlyConfig()``:
+  int8 weights, per output channel; ``Int8DynamicActivationInt8WeightConfig()``: W8A8, int8
+  weights and int8 activations quantized per token at run time), each copy validated exactly as
+  the normal validation; the field is the quantized copy's validation metric minus the
+  unquantized model's (GPT: bits per byte, DiT: flow-matching MSE).
+- ``bf16_eval_delta``: the same difference for a deep copy in bfloat16 (parameters and floating
+  inputs in bf16, the loss computed in float32 from the bf16 outputs).
+- ``act_kurtosis_max``, ``act_max_over_rms``, ``outlier_channels``: on one fixed validation
+  batch, the inputs of every ``nn.Linear`` inside the model's ``blocks`` (captured with forward
+  pre-hooks, removed afterwards). Per layer, over all the input's values x (n of them), with
+  μ = mean(x), σ² = mean((x − μ)²): kurtosis = mean((x − μ)⁴) / σ⁴ (3 for a Gaussian) and
+  max|x| / RMS(x), RMS(x) = √mean(x²); the fields are the maxima over layers, and the number of
+  (layer, input channel) pairs whose max |x| over the batch is at least
+  :data:`OUTLIER_THRESHOLD` (6, the threshold of LLM.int8()).
+
+A part that fails (torchao missing, a scheme the device does not support) leaves its fields null
+and records why in ``posttrain_errors`` ({field: "ErrorType: message"}); the run still finishes.
+torchao is imported lazily, only here, so ``import normlab`` does not load it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = [
+    "OUTLIER_THRESHOLD",
+    "POSTTRAIN_FIELDS",
+    "PTQ_SCHEMES",
+    "BFloat16Inputs",
+    "LayerInputStats",
+    "activation_outliers",
+    "bf16_delta",
+    "import_torchao",
+    "input_stats",
+    "posttrain_summary",
+    "ptq_deltas",
+    "quantized_copy",
+]
+
+OUTLIER_THRESHOLD = 6.0
+"""A channel is an outlier when its max |x| over the batch reaches this (LLM.int8()'s 6)."""
+
+POSTTRAIN_FIELDS: tuple[str, ...] = (
+    "ptq_int8wo_delta",
+    "ptq_w8a8_delta",
+    "bf16_eval_delta",
+    "act_kurtosis_max",
+    "act_max_over_rms",
+    "outlier_channels",
+    "posttrain_errors",
+    "posttrain_s",
+)
+"""The summary fields this module fills, in summary.json's order (all null for a run that did
+not finish)."""
+
+PTQ_SCHEMES: dict[str, str] = {
+    "ptq_int8wo_delta": "Int8WeightOnlyConfig",
+    "ptq_w8a8_delta": "Int8DynamicActivationInt8WeightConfig",
+}
+"""Summary field → the ``torchao.quantization`` config class (built with no arguments)."""
+
+Metric = Callable[[nn.Module], float]
+"""A model → its validation metric, computed exactly as the run's validation."""
+
+_NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
+"""Loggers that warn at torchao's import about what does not concern int8 on this machine: its
+optional CUDA extensions that fail to load on a CPU-only torch, and an Enum pytree registration
+deprecated in newer torch."""
+
+
+@dataclass(frozen=True)
+class LayerInputStats:
+    """Statistics of one layer's input x (see :func:`input_stats`)."""
+
+    kurtosis: float
+    max_over_rms: float
+    outlier_channels: int
+
+
+def input_stats(x: torch.Tensor, threshold: float = OUTLIER_THRESHOLD) -> LayerInputStats:
+    """Kurtosis, max|x| / RMS and the outlier channels of one layer input ``x`` [..., C].
+
+    Over all n values of x, in float64: μ = Σx / n, σ² = Σ(x − μ)² / n, kurtosis =
+    (Σ(x − μ)⁴ / n) / σ⁴ (3 for a Gaussian, NaN when σ = 0); max|x| / RMS(x) with
+    RMS(x) = √(Σx² / n) (NaN when x is all zeros). A channel is an index of the last dimension;
+    it is an outlier when max |x| over every other dimension is ≥ ``threshold``.
+    """
+    if not isinstance(x, torch.Tensor) or not x.is_floating_point():
+        raise TypeError(f"x: expected a floating torch.Tensor, got {type(x).__name__}")
+    if x.dim() < 1 or x.numel() == 0:
+        raise ValueError(f"x: expected a non-empty tensor [..., C], got shape {tuple(x.shape)}")
+    v = x.detach().to(torch.float64)
+    centred = v - v.mean()
+    var = centred.square().mean().item()
+    kurt = centred.pow(4).mean().item() / var**2 if var > 0 else math.nan
+    absv = v.abs()
+    rms = math.sqrt(v.square().mean().item())
+    ratio = absv.max().item() / rms if rms > 0 else math.nan
+    channel_max = absv.reshape(-1, v.shape[-1]).amax(dim=0)
+    return LayerInputStats(kurt, ratio, int((channel_max >= threshold).sum().item()))
+
+
+def _finite_max(values: list[float]) -> float | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return max(finite) if finite else None
+
+
+@torch.no_grad()
+def activation_outliers(
+    model: nn.Module,
+    run_batch: Callable[[nn.Module], object],
+    threshold: float = OUTLIER_THRESHOLD,
+) -> dict[str, float | int | None]:
+    """``act_kurtosis_max``, ``act_max_over_rms`` and ``outlier_channels`` of ``model`` on the
+    batch that ``run_batch(model)`` runs through it (a forward in eval mode, without gradients).
+
+    The inputs of every ``nn.Linear`` under ``model.blocks`` are captured with forward pre-hooks
+    and reduced by :func:`input_stats` as they pass; the hooks are removed and the training mode
+    restored afterwards, even when the forward raises."""
+    blocks = getattr(model, "blocks", None)
+    if not isinstance(blocks, nn.Module):
+        raise ValueError(f"model: {type(model).__name__} has no `blocks` module to look inside")
+    linears = [(n, m) for n, m in blocks.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise ValueError(f"model: no nn.Linear inside {type(model).__name__}.blocks")
+    stats: dict[str, LayerInputStats] = {}
+
+    def hook_for(name: str) -> Callable[[nn.Module, tuple[Any, ...]], None]:
+        def hook(module: nn.Module, args: tuple[Any, ...]) -> None:
+            if name in stats:
+                raise RuntimeError(f"blocks.{name}: called twice in one batch")
+            stats[name] = input_stats(args[0], threshold)
+
+        return hook
+
+    handles = [m.register_forward_pre_hook(hook_for(n)) for n, m in linears]
+    was_training = model.training
+    model.eval()
+    try:
+        run_batch(model)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    missing = [n for n, _ in linears if n not in stats]
+    if missing:
+        raise RuntimeError(f"the batch did not reach blocks.{', blocks.'.join(missing)}")
+    return {
+        "act_kurtosis_max": _finite_max([s.kurtosis for s in stats.values()]),
+        "act_max_over_rms": _finite_max([s.max_over_rms for s in stats.values()]),
+        "outlier_channels": sum(s.outlier_channels for s in stats.values()),
+    }
+
+
+@contextmanager
+def _quiet_loggers(names: tuple[str, ...]) -> Iterator[None]:
+    """Raise these loggers to ERROR for the block (their warnings dropped, errors kept)."""
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def import_torchao() -> ModuleType:
+    """``torchao.quantization``, imported without torchao's import-time warnings about optional
+    extensions (see :data:`_NOISY_LOGGERS`); an ImportError says torchao is needed and why."""
+    try:
+        with _quiet_loggers(_NOISY_LOGGERS):
+            import torchao.quantization as quantization
+    except ImportError as err:
+        raise ImportError(
+            f"torchao is needed for post-training quantization (pip install torchao): {err}"
+        ) from err
+    return quantization
+
+
+def quantized_copy(model: nn.Module, config: object) -> nn.Module:
+    """A deep copy of ``model`` with every ``nn.Linear`` quantized by torchao's ``quantize_``
+    with ``config``; ``model`` itself is left untouched."""
+    quantization = import_torchao()
+    clone = copy.deepcopy(model)
+    quantization.quantize_(clone, config)
+    return clone
+
+
+def _reason(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    text = f"{type(err).__name__}: {text}" if text else type(err).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _checked(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise FloatingPointError(f"{what}: the validation metric is {value}")
+    return value
+
+
+def ptq_deltas(
+    model: nn.Module,
+    metric: Metric,
+    reference: float,
+    schemes: dict[str, Callable[[], object]] | None = None,
+) -> tuple[dict[str, float | None], dict[str, str]]:
+    """Validation metric of each quantized copy minus ``reference`` (the unquantized model's).
+
+    ``schemes`` maps a summary field to a factory of its torchao config (default:
+    :data:`PTQ_SCHEMES` from ``torchao.quantization``). Returns ({field: delta or None},
+    {field: reason}) with a reason for every None: torchao missing, a scheme that raised, or a
+    non-finite metric."""
+    deltas: dict[str, float | None] = {}
+    errors: dict[str, str] = {}
+    if schemes is None:
+        try:
+            quantization = import_torchao()
+        except ImportError as err:
+            return dict.fromkeys(PTQ_SCHEMES), dict.fromkeys(PTQ_SCHEMES, _reason(err))
+        schemes = {f: getattr(quantization, cls) for f, cls in PTQ_SCHEMES.items()}
+    for field, make_config in schemes.items():
+        try:
+            clone = quantized_copy(model, make_config())
+            deltas[field] = _checked(metric(clone), field) - reference
+        except Exception as err:
+            deltas[field], errors[field] = None, _reason(err)
+    return deltas, errors
+
+
+class BFloat16Inputs(nn.Module):
+    """``inner`` called with its floating tensor arguments cast to bfloat16; a floating tensor
+    output comes back in float32 (so that a loss on it is computed in float32)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, *args: Any) -> Any:
+        cast = [
+            a.to(torch.bfloat16) if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+            for a in args
+        ]
+        out = self.inner(*cast)
+        if isinstance(out, torch.Tensor) and out.is_floating_point():
+            return out.float()
+        return out
+
+
+def bf16_delta(model: nn.Module, metric: Metric, reference: float) -> float:
+    """``metric`` of a bfloat16 deep copy of ``model`` minus ``reference`` (the float32
+    model's). ``metric`` receives the bf16 copy and must feed it bf16 inputs and compute its loss
+    in float32 (the GPT's cross-entropy takes logits ``.float()``; wrap a velocity model in
+    :class:`BFloat16Inputs`)."""
+    clone = copy.deepcopy(model).to(torch.bfloat16)
+    return _checked(metric(clone), "bf16_eval_delta") - reference
+
+
+def posttrain_summary(
+    model: nn.Module,
+    reference: float,
+    metric: Metric,
+    metric_bf16: Metric,
+    run_batch: Callable[[nn.Module], object],
+    schemes: dict[str, Callable[[], object]] | None = None,
+) -> dict[str, Any]:
+    """Every field of :data:`POSTTRAIN_FIELDS` for a trained ``model`` whose validation metric
+    is ``reference``: ``metric`` validates a model (float32 or quantized copy), ``metric_bf16`` a
+    bfloat16 copy (see :func:`bf16_delta`), ``run_batch`` runs the fixed batch of
+    :func:`activation_outliers`; ``schemes`` goes to :func:`ptq_deltas`. A part that raises
+    leaves its fields None and its reason in ``posttrain_errors`` (None when nothing failed);
+    ``posttrain_s`` is the wall time of it all. ``model`` is not modified."""
+    started = time.perf_counter()
+    out: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
+    deltas, errors = ptq_deltas(model, metric, reference, schemes)
+    out.update(deltas)
+    try:
+        out["bf16_eval_delta"] = bf16_delta(model, metric_bf16, reference)
+    except Exception as err:
+        errors["bf16_eval_delta"] = _reason(err)
+    try:
+        out.update(activation_outliers(model, run_batch))
+    except Exception as err:
+        for field in ("act_kurtosis_max", "act_max_over_rms", "outlier_channels"):
+            errors[field] = _reason(err)
+    out["posttrain_errors"] = errors or None
+    out["posttrain_s"] = time.perf_counter() - started
+    return out
