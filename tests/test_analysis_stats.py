@@ -13,6 +13,7 @@ from scipy import stats
 from normlab.analysis.power import seeds_needed, settle_probability
 from normlab.analysis.stats import (
     describe,
+    holm_adjust,
     log_ratio_interval,
     paired_t_interval,
     t_interval,
@@ -200,3 +201,47 @@ def test_seeds_needed_grows_with_noise_and_respects_the_floor():
     assert seeds_needed(0.0, 1.0, 0.0) is None  # nothing to detect, no margin to meet
     with pytest.raises(ValueError, match="sd_diff"):
         seeds_needed(0.1, 0.0, 0.02)
+
+
+def test_holm_adjust_worked_example() -> None:
+    # sorted: 0.005·4 = 0.02, 0.01·3 = 0.03, 0.03·2 = 0.06, 0.04·1 = 0.04 → max so far 0.06
+    assert holm_adjust([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+    assert holm_adjust([]) == []
+    assert holm_adjust([0.2, 0.7]) == pytest.approx([0.4, 0.7])
+    with pytest.raises(ValueError, match="p_values"):
+        holm_adjust([0.1, 1.5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12))
+def test_holm_adjust_matches_its_definition(ps: list[float]) -> None:
+    """p̃₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1)·p₍ⱼ₎), computed the slow way; never below p,
+    never above Bonferroni's m·p, and in the same order as p."""
+    m = len(ps)
+    order = sorted(range(m), key=lambda k: ps[k])
+    slow = [0.0] * m
+    for rank, i in enumerate(order):
+        slow[i] = max(min(1.0, (m - j) * ps[order[j]]) for j in range(rank + 1))
+    adjusted = holm_adjust(ps)
+    assert adjusted == pytest.approx(slow)
+    for p, a in zip(ps, adjusted, strict=True):
+        assert p <= a + 1e-15 and a <= min(1.0, m * p) + 1e-15
+    for i in range(m):
+        for j in range(m):
+            if ps[i] < ps[j]:
+                assert adjusted[i] <= adjusted[j] + 1e-15
+
+
+def test_every_comparison_carries_its_holm_adjusted_p() -> None:
+    from pathlib import Path
+
+    from normlab.analysis import analyze, load_compare_folder
+
+    folder = load_compare_folder(Path(__file__).parent / "fixtures" / "compare_run")
+    comps = analyze(folder)["comparisons"]
+    for arm_comps in comps.values():
+        tested = {n: c["p_value"] for n, c in arm_comps.items() if c["p_value"] is not None}
+        assert len(tested) >= 5
+        expected = dict(zip(tested, holm_adjust(list(tested.values())), strict=True))
+        for name, c in arm_comps.items():
+            assert c["p_holm"] == (pytest.approx(expected[name]) if name in expected else None)

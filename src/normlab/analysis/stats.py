@@ -33,6 +33,7 @@ __all__ = [
     "TInterval",
     "TostResult",
     "describe",
+    "holm_adjust",
     "log_ratio_interval",
     "paired_t_interval",
     "sign_test",
@@ -188,6 +189,25 @@ def sign_test(d: Sequence[float] | np.ndarray) -> SignTest:
     m, k = n_pos + n_neg, max(n_pos, n_neg)
     p = 1.0 if m == 0 else min(1.0, 2.0 * float(stats.binom.sf(k - 1, m, 0.5)))
     return SignTest(int(arr.size), n_pos, n_neg, p)
+
+
+def holm_adjust(p_values: Sequence[float]) -> list[float]:
+    """Holm–Bonferroni adjusted p-values, in the order given.
+
+    With the m p-values sorted ascending, p₍₁₎ ≤ … ≤ p₍ₘ₎, the adjusted value of the i-th is
+    p̃₍ᵢ₎ = max_{j ≤ i} min(1, (m − j + 1) · p₍ⱼ₎). Rejecting every hypothesis with p̃ < α keeps
+    the chance of any false rejection among the m at most α, whatever their dependence.
+    """
+    ps = [float(p) for p in p_values]
+    if any(not (0.0 <= p <= 1.0) for p in ps):
+        raise ValueError(f"p_values: expected numbers in [0, 1], got {ps}")
+    m = len(ps)
+    adjusted = [0.0] * m
+    running = 0.0
+    for rank, i in enumerate(sorted(range(m), key=lambda k: ps[k])):
+        running = max(running, min(1.0, (m - rank) * ps[i]))
+        adjusted[i] = running
+    return adjusted
 
 
 def paired_t_interval(

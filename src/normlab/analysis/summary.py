@@ -9,7 +9,7 @@ from normlab.analysis.metrics import MetricSpec, profile_of
 from normlab.analysis.recommendation import recommend
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
-from normlab.analysis.stats import describe
+from normlab.analysis.stats import describe, holm_adjust
 from normlab.analysis.verdicts import arm_verdict
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
@@ -107,6 +107,18 @@ def compare_metric(
         discrete=spec.discrete,
     )
     return _censored(c, spec, arm_runs, base_runs, alpha) if spec.censored else c
+
+
+def _add_holm(comparisons: dict[str, dict[str, Any]]) -> None:
+    """Give each of one arm's comparisons ``p_holm``: its p-value adjusted by Holm–Bonferroni
+    over every metric of that arm with a p-value (None for the others). The verdicts keep the
+    unadjusted tests; the adjusted value tells how much a single small p means among many."""
+    tested = [name for name, c in comparisons.items() if c["p_value"] is not None]
+    adjusted = holm_adjust([comparisons[name]["p_value"] for name in tested])
+    for c in comparisons.values():
+        c["p_holm"] = None
+    for name, p in zip(tested, adjusted, strict=True):
+        comparisons[name]["p_holm"] = p
 
 
 def run_outcome(run: RunResult) -> str:
@@ -214,6 +226,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
             for spec in metrics
         }
         comparisons[arm] = {name: c.to_dict() for name, c in results.items()}
+        _add_holm(comparisons[arm])
         stab = stability_verdict(runs, base_runs, alpha)
         quality[arm], speed[arm] = results[testbed.quality], results["tokens_per_s"]
         v = arm_verdict(

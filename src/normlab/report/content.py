@@ -255,7 +255,10 @@ def _test_cell(c: dict[str, Any]) -> str:
     sign = str(c.get("test", "")).startswith("exact sign test")
     if c["p_value"] is None or (c["n_pairs"] < 2 and not sign):
         return "—"
-    return f"sign test {fmt_p(c['p_value'])}" if sign else fmt_p(c["p_value"])
+    cell = f"sign test {fmt_p(c['p_value'])}" if sign else fmt_p(c["p_value"])
+    if c.get("p_holm") is not None:
+        cell += f" (Holm {fmt_p(c['p_holm']).removeprefix('p ')})"
+    return cell
 
 
 def _has_test(a: dict[str, Any], metric: str, arm: str) -> bool:
@@ -440,6 +443,11 @@ def _method(a: dict[str, Any]) -> list[str]:
         "exact two-sided sign test on the paired differences, ties dropped: equal counts in "
         "every pair give a zero-width t-interval without being certain. A seed where only one "
         "arm reached the target loss counts in a sign test on which arm reached it first.",
+        "Every metric is tested, so one small p among many can be chance: the test column "
+        "also gives each p-value adjusted by Holm–Bonferroni over all the metrics compared for "
+        "that arm (Holm = 0.03 means the result survives a family-wise error rate of 5%). The "
+        "verdicts use the unadjusted tests; the recommendation rests on quality, speed, memory "
+        "and stability only.",
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
     ]
