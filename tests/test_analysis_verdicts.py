@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from normlab.analysis import (
+    EXACT_TEST,
     CompareFolderError,
     analyze,
     compare_paired,
@@ -92,6 +93,25 @@ def test_zero_variance_differences():
     assert same.verdict == "equivalent" and "identical" in same.note
     shifted = compare_paired([1.5, 2.5, 3.5], [1.0, 2.0, 3.0], lower_is_better=True, margin=0.02)
     assert shifted.verdict == "worse" and shifted.ci_low == shifted.ci_high == pytest.approx(0.5)
+    # The difference is exact: no t-test p = 0 from a zero-width interval.
+    assert shifted.test == EXACT_TEST and shifted.p_value is None and shifted.significant
+
+
+def test_a_metric_that_does_not_vary_with_the_seed_is_compared_exactly():
+    """Bytes saved for the backward are the same in every seed: the ratio is exact, its sign
+    decides, and there is no p-value for Holm's adjustment to count."""
+    arm, base = [20_590_596.0] * 3, [20_627_460.0] * 3
+    c = compare_paired(arm, base, lower_is_better=True, scale="ratio")
+    assert c.verdict == "better" and c.test == EXACT_TEST and c.p_value is None
+    assert c.ratio == pytest.approx(20_590_596 / 20_627_460)
+    worse = compare_paired(base, arm, lower_is_better=True, scale="ratio")
+    assert worse.verdict == "worse" and worse.test == EXACT_TEST
+    # Within an equivalence margin, an exact difference is still "equivalent".
+    small = compare_paired([1.01] * 3, [1.0] * 3, lower_is_better=True, margin=0.02)
+    assert small.verdict == "equivalent"
+    # One seed that differs brings the t-test back.
+    noisy = compare_paired([1.5, 2.5, 3.6], [1.0, 2.0, 3.0], lower_is_better=True)
+    assert noisy.test != EXACT_TEST and noisy.p_value is not None
 
 
 def test_no_pairs():

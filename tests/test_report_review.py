@@ -139,3 +139,24 @@ def test_an_arm_that_never_reached_the_target_still_shows_its_verdict(tmp_path):
     assert len(target) == 1 and target[0][2] == "—" and target[0][3] == "0"
     # the same p adjusted over the arm's 8 tested metrics (the others are all p = 1 here)
     assert target[0][5] == "sign test p = 0.031 (Holm = 0.250)"
+
+
+def test_a_metric_the_same_in_every_seed_reads_exact_not_p_zero(tmp_path):
+    """Bytes saved for the backward do not vary with the seed: the table shows the exact ratio
+    without a p-value, and Holm's adjustment of the arm's other metrics does not count it."""
+    from normlab.report.content import build_content
+
+    runs = []
+    for seed in range(3):
+        base = {**GOOD, "final_val_bpb": 3.5 + 0.01 * seed, "saved_activation_bytes": 2_000_000}
+        arm = {**base, "final_val_bpb": 3.49 + 0.013 * seed, "saved_activation_bytes": 1_990_000}
+        runs.append((ARMS[0], seed, base, []))
+        runs.append((ARMS[1], seed, arm, []))
+    folder = load_compare_folder(_folder(tmp_path / "o", runs, [0, 1, 2]))
+    a = analyze(folder)
+    saved = a["comparisons"][ARMS[1]]["saved_activation_bytes"]
+    assert saved["verdict"] == "better" and saved["p_value"] is None and saved["p_holm"] is None
+    assert saved["ratio"] == pytest.approx(0.995)
+    table = build_content(folder, a, None, []).stats_table
+    row = next(r for r in table.rows if r[1] == ARMS[1] and r[-1] == "better")
+    assert row[5] == "exact (same in every seed)"

@@ -10,7 +10,7 @@ Modules, one job each: :mod:`~normlab.analysis.runs` loads a compare folder,
 :mod:`~normlab.analysis.summary` assembles the top-level ``summary.json``.
 """
 
-from normlab.analysis.comparison import PairedComparison, compare_paired
+from normlab.analysis.comparison import EXACT_TEST, PairedComparison, compare_paired
 from normlab.analysis.metrics import (
     DIT_METRICS,
     METRICS,
@@ -45,6 +45,7 @@ from normlab.analysis.verdicts import ArmVerdict, arm_verdict
 __all__ = [
     "DIT_METRICS",
     "DONE_STATUSES",
+    "EXACT_TEST",
     "METRICS",
     "PROFILES",
     "ArmVerdict",

@@ -11,6 +11,11 @@ d_k = ln(x_k / y_k), at level α (0.05 by default):
 4. otherwise ``inconclusive``, with ``seeds_needed`` from
    :func:`normlab.analysis.power.seeds_needed`.
 
+A metric that does not vary with the seed (the bytes a forward saves for the backward) gives
+the same nonzero difference in every pair. That difference is exact: the verdict follows its
+sign (unless rule 2 calls it equivalent), the test is :data:`EXACT_TEST` and there is no p-value,
+where a t-test would report p = 0 from a zero-width interval.
+
 Equivalence is tested before superiority: a difference that is statistically detectable but
 smaller than the margin is practically nil, and the verdict says ``equivalent`` with
 ``significant`` set to record it.
@@ -34,9 +39,12 @@ import numpy as np
 from normlab.analysis.power import seeds_needed
 from normlab.analysis.stats import TInterval, log_ratio_interval, sign_test, t_interval, tost
 
-__all__ = ["VERDICTS", "PairedComparison", "compare_paired", "decide_by_sign_test"]
+__all__ = ["EXACT_TEST", "VERDICTS", "PairedComparison", "compare_paired", "decide_by_sign_test"]
 
 VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+
+EXACT_TEST = "exact: the same difference in every pair"
+"""The ``test`` of a comparison whose paired differences are all equal and nonzero."""
 
 
 @dataclass(frozen=True)
@@ -193,13 +201,19 @@ def compare_paired(
         tost_p = tost_low = tost_high = None
         equivalent = False
     note = ""
+    exact = sd == 0.0 and mean != 0.0 and not discrete
     if sd == 0.0:
-        note = "the paired differences have zero variance: the interval has zero width"
         if mean == 0.0:
             equivalent = True
             note = "identical values in every pair"
-    if discrete and sd == 0.0 and mean != 0.0:
-        note = "every pair differs by the same count: the sign test decides, not the interval"
+        elif discrete:
+            note = "every pair differs by the same count: the sign test decides, not the interval"
+        else:
+            # A deterministic metric (bytes saved for backward, parameter counts): the difference
+            # is known exactly, so no test applies and no p-value is given.
+            significant, p_value, effect = True, None, mean
+            test = EXACT_TEST
+            note = "the same difference in every pair: the metric does not vary with the seed"
     needed = None
     if equivalent:
         verdict = "equivalent"
@@ -211,6 +225,8 @@ def compare_paired(
         needed = seeds_needed(mean, sd, eq_margin or 0.0, n_done=n, alpha=alpha, power=power)
         if needed is None:
             note = "more than 1000 seeds would be needed: the difference is far below the noise"
+    if exact:
+        common["test"] = test
     return PairedComparison(
         **common,
         p_value=p_value,

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from normlab.analysis.comparison import PairedComparison
+from normlab.analysis.comparison import EXACT_TEST, PairedComparison
 from normlab.analysis.format import fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.stability import StabilityVerdict
 
@@ -93,7 +93,8 @@ def quality_sentence(
         return f"Final {what} is identical in every pair: {diff}."
     if c.verdict in ("better", "worse"):
         word = "lower (better)" if c.verdict == "better" else "higher (worse)"
-        return f"Final {what} is {word}: {diff}, {fmt_p(c.p_value)}."
+        evidence = "the same in every pair" if c.test == EXACT_TEST else fmt_p(c.p_value)
+        return f"Final {what} is {word}: {diff}, {evidence}."
     if c.seeds_needed is None:
         need = "no practical number of seeds would settle it at this noise level"
     else:

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_num, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.metrics import Profile, profile_of
 from normlab.analysis.runs import CompareFolder
@@ -252,6 +253,8 @@ def _params_table(a: dict[str, Any]) -> Table:
 
 def _test_cell(c: dict[str, Any]) -> str:
     """The p-value of a comparison, named "sign test" when the exact sign test decided it."""
+    if c.get("test") == EXACT_TEST:
+        return "exact (same in every seed)"
     sign = str(c.get("test", "")).startswith("exact sign test")
     if c["p_value"] is None or (c["n_pairs"] < 2 and not sign):
         return "—"
