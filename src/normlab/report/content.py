@@ -446,6 +446,9 @@ def _method(a: dict[str, Any]) -> list[str]:
         "exact two-sided sign test on the paired differences, ties dropped: equal counts in "
         "every pair give a zero-width t-interval without being certain. A seed where only one "
         "arm reached the target loss counts in a sign test on which arm reached it first.",
+        "A metric that does not depend on the seed (the bytes saved for the backward) differs "
+        "by the same amount in every pair: that difference is exact, so its verdict follows its "
+        "sign and the test column reads 'exact' instead of a p-value.",
         "Every metric is tested, so one small p among many can be chance: the test column "
         "also gives each p-value adjusted by Holm–Bonferroni over all the metrics compared for "
         "that arm (Holm = 0.03 means the result survives a family-wise error rate of 5%). The "
