@@ -30,6 +30,25 @@ def test_input_stats_match_numpy_on_heavy_tailed_activations() -> None:
     assert got.kurtosis == pytest.approx(stats.kurtosis(v, fisher=False, bias=True), rel=1e-9)
     assert got.max_over_rms == pytest.approx(np.abs(v).max() / np.sqrt(np.mean(v**2)), rel=1e-9)
     assert got.outlier_channels == int((np.abs(x).reshape(-1, 24).max(axis=0) >= 6).sum())
+    channel_rms = np.sqrt(np.mean(x.astype(np.float64).reshape(-1, 24) ** 2, axis=0))
+    expected = stats.kurtosis(channel_rms, fisher=False, bias=True)
+    assert got.channel_rms_kurtosis == pytest.approx(expected, rel=1e-9)
+
+
+def test_channel_rms_kurtosis_grows_when_one_channel_carries_the_energy() -> None:
+    """Channel RMS values (1, 1, 1, 3): mean 1.5, deviations (−.5, −.5, −.5, 1.5), σ² = 0.75,
+    E[d⁴] = (3 · 0.0625 + 5.0625) / 4 = 1.3125, kurtosis 1.3125 / 0.5625 = 7 / 3. Equal channel
+    RMS values (whatever the signs) give NaN: no spread to measure."""
+    x = torch.tensor([[1.0, -1.0, 1.0, 3.0], [-1.0, 1.0, -1.0, -3.0]])
+    assert PT.input_stats(x).channel_rms_kurtosis == pytest.approx(7 / 3)
+    assert math.isnan(PT.input_stats(torch.tensor([[1.0, -1.0], [-1.0, 1.0]])).channel_rms_kurtosis)
+    rng = np.random.default_rng(1)
+    plain = rng.standard_normal((64, 128))
+    hot = plain.copy()
+    hot[:, 7] *= 30.0  # one channel far louder than the rest
+    k_plain = PT.input_stats(torch.from_numpy(plain)).channel_rms_kurtosis
+    k_hot = PT.input_stats(torch.from_numpy(hot)).channel_rms_kurtosis
+    assert k_hot > 50 > k_plain
 
 
 def test_input_stats_hand_values() -> None:
@@ -93,6 +112,7 @@ def test_activation_outliers_reduce_the_block_linear_inputs_and_remove_their_hoo
     assert got == {
         "act_kurtosis_max": max(s.kurtosis for s in expected),
         "act_max_over_rms": max(s.max_over_rms for s in expected),
+        "channel_rms_kurtosis_max": max(s.channel_rms_kurtosis for s in expected),
         "outlier_channels": sum(s.outlier_channels for s in expected),
     }
     assert got["outlier_channels"] >= 1
@@ -231,6 +251,7 @@ def test_posttrain_metrics_are_compared_and_shown_but_leave_the_verdict_alone(
             bf16_eval_delta=0.0031 - 1e-5 * i,
             act_kurtosis_max=(40.0 if rms else 12.0) + i,
             act_max_over_rms=25.0 + 0.5 * i,
+            channel_rms_kurtosis_max=(9.0 if rms else 4.0) + 0.1 * i,
             outlier_channels=3 + i,
             posttrain_errors=None,
         )
@@ -247,4 +268,7 @@ def test_posttrain_metrics_are_compared_and_shown_but_leave_the_verdict_alone(
     assert "int8 W8A8 PTQ degradation (bits per byte)" in report
     assert "0.00012" in report or "0.00013" in report  # five decimals for the deltas
     assert "max Linear-input kurtosis (Gaussian = 3)" in report
+    assert "max kurtosis of Linear-input channel RMS (no unit)" in report
+    channel = after["comparisons"]["rmsnorm-pre"]["channel_rms_kurtosis_max"]
+    assert channel["verdict"] == "worse" and channel["mean_diff"] == pytest.approx(5.3)
     assert r"outlier channels (max \|x\| ≥ 6) (count)" in report  # pipes escaped

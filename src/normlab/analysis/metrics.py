@@ -76,6 +76,9 @@ def _posttrain_metrics(unit: str) -> tuple[MetricSpec, ...]:
         MetricSpec("bf16_eval_delta", "bf16 evaluation degradation", unit, True),
         MetricSpec("act_kurtosis_max", "max Linear-input kurtosis", "Gaussian = 3", True),
         MetricSpec("act_max_over_rms", "max Linear-input max|x| / RMS", "ratio", True),
+        MetricSpec(
+            "channel_rms_kurtosis_max", "max kurtosis of Linear-input channel RMS", "no unit", True
+        ),
         MetricSpec("outlier_channels", "outlier channels (max |x| ≥ 6)", "count", True),
     )
 

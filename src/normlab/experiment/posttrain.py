@@ -12,13 +12,15 @@ docs/run-format.md), lower is better for all of them:
   unquantized model's (GPT: bits per byte, DiT: flow-matching MSE).
 - ``bf16_eval_delta``: the same difference for a deep copy in bfloat16 (parameters and floating
   inputs in bf16, the loss computed in float32 from the bf16 outputs).
-- ``act_kurtosis_max``, ``act_max_over_rms``, ``outlier_channels``: on one fixed validation
-  batch, the inputs of every ``nn.Linear`` inside the model's ``blocks`` (captured with forward
-  pre-hooks, removed afterwards). Per layer, over all the input's values x (n of them), with
-  μ = mean(x), σ² = mean((x − μ)²): kurtosis = mean((x − μ)⁴) / σ⁴ (3 for a Gaussian) and
-  max|x| / RMS(x), RMS(x) = √mean(x²); the fields are the maxima over layers, and the number of
-  (layer, input channel) pairs whose max |x| over the batch is at least
-  :data:`OUTLIER_THRESHOLD` (6, the threshold of LLM.int8()).
+- ``act_kurtosis_max``, ``act_max_over_rms``, ``channel_rms_kurtosis_max``,
+  ``outlier_channels``: on one fixed validation batch, the inputs of every ``nn.Linear`` inside
+  the model's ``blocks`` (captured with forward pre-hooks, removed afterwards). Per layer, over
+  all the input's values x (n of them), with μ = mean(x), σ² = mean((x − μ)²): kurtosis =
+  mean((x − μ)⁴) / σ⁴ (3 for a Gaussian) and max|x| / RMS(x), RMS(x) = √mean(x²); per input
+  channel c its RMS over the batch, r_c = √mean(x_c²), and the kurtosis of those C values (large
+  when a few channels carry most of the energy, as quantizers fear); the fields are the maxima
+  over layers, and the number of (layer, input channel) pairs whose max |x| over the batch is at
+  least :data:`OUTLIER_THRESHOLD` (6, the threshold of LLM.int8()).
 
 A part that fails (torchao missing, a scheme the device does not support) leaves its fields null
 and records why in ``posttrain_errors`` ({field: "ErrorType: message"}); the run still finishes.
@@ -64,6 +66,7 @@ POSTTRAIN_FIELDS: tuple[str, ...] = (
     "bf16_eval_delta",
     "act_kurtosis_max",
     "act_max_over_rms",
+    "channel_rms_kurtosis_max",
     "outlier_channels",
     "posttrain_errors",
     "posttrain_s",
@@ -76,6 +79,13 @@ PTQ_SCHEMES: dict[str, str] = {
     "ptq_w8a8_delta": "Int8DynamicActivationInt8WeightConfig",
 }
 """Summary field → the ``torchao.quantization`` config class (built with no arguments)."""
+
+_OUTLIER_FIELDS = (
+    "act_kurtosis_max",
+    "act_max_over_rms",
+    "channel_rms_kurtosis_max",
+    "outlier_channels",
+)
 
 Metric = Callable[[nn.Module], float]
 """A model → its validation metric, computed exactly as the run's validation."""
@@ -92,30 +102,44 @@ class LayerInputStats:
 
     kurtosis: float
     max_over_rms: float
+    channel_rms_kurtosis: float
     outlier_channels: int
 
 
-def input_stats(x: torch.Tensor, threshold: float = OUTLIER_THRESHOLD) -> LayerInputStats:
-    """Kurtosis, max|x| / RMS and the outlier channels of one layer input ``x`` [..., C].
+def _kurtosis(v: torch.Tensor) -> float:
+    """E[(v − μ)⁴] / σ⁴ over every value of ``v`` (population moments; NaN when σ = 0)."""
+    centred = v - v.mean()
+    var = centred.square().mean().item()
+    return centred.pow(4).mean().item() / var**2 if var > 0 else math.nan
 
-    Over all n values of x, in float64: μ = Σx / n, σ² = Σ(x − μ)² / n, kurtosis =
-    (Σ(x − μ)⁴ / n) / σ⁴ (3 for a Gaussian, NaN when σ = 0); max|x| / RMS(x) with
-    RMS(x) = √(Σx² / n) (NaN when x is all zeros). A channel is an index of the last dimension;
-    it is an outlier when max |x| over every other dimension is ≥ ``threshold``.
+
+def input_stats(x: torch.Tensor, threshold: float = OUTLIER_THRESHOLD) -> LayerInputStats:
+    """Kurtosis, max|x| / RMS, channel-RMS kurtosis and outlier channels of one input ``x``.
+
+    ``x`` is [..., C]; a channel is an index of the last dimension. In float64, over all n values
+    of x: μ = Σx / n, σ² = Σ(x − μ)² / n, kurtosis = (Σ(x − μ)⁴ / n) / σ⁴ (3 for a Gaussian, NaN
+    when σ = 0); max|x| / RMS(x) with RMS(x) = √(Σx² / n) (NaN when x is all zeros). Per channel,
+    its RMS over every other dimension r_c = √mean(x_c²); ``channel_rms_kurtosis`` is the same
+    kurtosis over the C values r_c (NaN when they are all equal). A channel is an outlier when
+    its max |x| is ≥ ``threshold``.
     """
     if not isinstance(x, torch.Tensor) or not x.is_floating_point():
         raise TypeError(f"x: expected a floating torch.Tensor, got {type(x).__name__}")
     if x.dim() < 1 or x.numel() == 0:
         raise ValueError(f"x: expected a non-empty tensor [..., C], got shape {tuple(x.shape)}")
     v = x.detach().to(torch.float64)
-    centred = v - v.mean()
-    var = centred.square().mean().item()
-    kurt = centred.pow(4).mean().item() / var**2 if var > 0 else math.nan
     absv = v.abs()
     rms = math.sqrt(v.square().mean().item())
     ratio = absv.max().item() / rms if rms > 0 else math.nan
+    rows = v.reshape(-1, v.shape[-1])
+    channel_rms = rows.square().mean(dim=0).sqrt()
     channel_max = absv.reshape(-1, v.shape[-1]).amax(dim=0)
-    return LayerInputStats(kurt, ratio, int((channel_max >= threshold).sum().item()))
+    return LayerInputStats(
+        kurtosis=_kurtosis(v),
+        max_over_rms=ratio,
+        channel_rms_kurtosis=_kurtosis(channel_rms),
+        outlier_channels=int((channel_max >= threshold).sum().item()),
+    )
 
 
 def _finite_max(values: list[float]) -> float | None:
@@ -129,8 +153,9 @@ def activation_outliers(
     run_batch: Callable[[nn.Module], object],
     threshold: float = OUTLIER_THRESHOLD,
 ) -> dict[str, float | int | None]:
-    """``act_kurtosis_max``, ``act_max_over_rms`` and ``outlier_channels`` of ``model`` on the
-    batch that ``run_batch(model)`` runs through it (a forward in eval mode, without gradients).
+    """``act_kurtosis_max``, ``act_max_over_rms``, ``channel_rms_kurtosis_max`` and
+    ``outlier_channels`` of ``model`` on the batch that ``run_batch(model)`` runs through it (a
+    forward in eval mode, without gradients).
 
     The inputs of every ``nn.Linear`` under ``model.blocks`` are captured with forward pre-hooks
     and reduced by :func:`input_stats` as they pass; the hooks are removed and the training mode
@@ -166,6 +191,7 @@ def activation_outliers(
     return {
         "act_kurtosis_max": _finite_max([s.kurtosis for s in stats.values()]),
         "act_max_over_rms": _finite_max([s.max_over_rms for s in stats.values()]),
+        "channel_rms_kurtosis_max": _finite_max([s.channel_rms_kurtosis for s in stats.values()]),
         "outlier_channels": sum(s.outlier_channels for s in stats.values()),
     }
 
@@ -300,7 +326,7 @@ def posttrain_summary(
     try:
         out.update(activation_outliers(model, run_batch))
     except Exception as err:
-        for field in ("act_kurtosis_max", "act_max_over_rms", "outlier_channels"):
+        for field in _OUTLIER_FIELDS:
             errors[field] = _reason(err)
     out["posttrain_errors"] = errors or None
     out["posttrain_s"] = time.perf_counter() - started

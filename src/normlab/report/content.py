@@ -36,6 +36,7 @@ _NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
     "bf16_eval_delta": (1.0, 5, ""),
     "act_kurtosis_max": (1.0, 2, ""),
     "act_max_over_rms": (1.0, 2, ""),
+    "channel_rms_kurtosis_max": (1.0, 2, ""),
     "outlier_channels": (1.0, 1, ""),
 }
 _PRETTY_NORMS = {
