@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -133,3 +135,31 @@ def test_bench_rejects_unknown_options(tmp_path) -> None:
     assert bad.exit_code != 0 and "batchnorm" in bad.output
     bad = runner.invoke(app, ["bench", "--dims", "0", "--out", str(tmp_path)])
     assert bad.exit_code != 0
+
+
+def test_both_launchers_restart_as_the_same_command(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``python -m normlab bench`` restarts as ``python -m normlab bench`` (it used to keep the
+    distorting allocator and only warn); the console script restarts as itself; other hosts and
+    an already restarted process are left alone."""
+    import types
+
+    monkeypatch.delenv("NORMLAB_BENCH_REEXECUTED", raising=False)
+    module_main = types.ModuleType("__main__")
+    module_main.__spec__ = types.SimpleNamespace(name="normlab.__main__")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "__main__", module_main)
+    monkeypatch.setattr(sys, "argv", ["/somewhere/normlab/__main__.py", "bench", "--quick"])
+    assert allocator.restart_argv() == [sys.executable, "-m", "normlab", "bench", "--quick"]
+
+    script = tmp_path / "normlab"
+    script.write_text("#!/usr/bin/env python\n")
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    monkeypatch.setattr(sys, "argv", [str(script), "bench"])
+    assert allocator.restart_argv() == [sys.executable, str(script), "bench"]
+
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "pytest"), "bench"])
+    assert allocator.restart_argv() is None and not allocator.can_reexec()
+    monkeypatch.setattr(sys, "argv", [str(script), "bench"])
+    monkeypatch.setenv("NORMLAB_BENCH_REEXECUTED", "1")
+    assert allocator.restart_argv() is None

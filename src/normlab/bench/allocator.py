@@ -53,15 +53,35 @@ def warning_text() -> str | None:
     )
 
 
-def can_reexec() -> bool:
-    """Whether this process is the ``normlab`` console script and may restart itself."""
+def restart_argv() -> list[str] | None:
+    """The command line that restarts this process as the same ``normlab`` command, or None.
+
+    Two launchers are recognised: the ``normlab`` console script (``python <script> …``) and
+    ``python -m normlab …`` (``__main__`` is the package's ``__main__`` module). Any other host
+    (pytest, a notebook, an embedding program) is left alone, and so is a process that was
+    already restarted once."""
     if os.environ.get(_REEXEC_MARK):
-        return False
+        return None
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name in ("normlab", "normlab.__main__"):
+        return [sys.executable, "-m", "normlab", *sys.argv[1:]]
     script = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
-    return script is not None and script.name == "normlab" and script.exists()
+    if script is not None and script.name == "normlab" and script.exists():
+        return [sys.executable, str(script), *sys.argv[1:]]
+    return None
+
+
+def can_reexec() -> bool:
+    """Whether this process is a ``normlab`` command that may restart itself (see
+    :func:`restart_argv`)."""
+    return restart_argv() is not None
 
 
 def reexec_with_settings() -> None:
     """Replace this process by the same command with :data:`MALLOC_ENV` set (never returns)."""
+    argv = restart_argv()
+    if argv is None:
+        raise RuntimeError("this process is not a normlab command that can restart itself")
     env = {**os.environ, **MALLOC_ENV, _REEXEC_MARK: "1"}
-    os.execve(sys.executable, [sys.executable, sys.argv[0], *sys.argv[1:]], env)
+    os.execve(sys.executable, argv, env)
