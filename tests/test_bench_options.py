@@ -157,15 +157,22 @@ def _result(status: str = "skipped") -> Result:
     return Result(config=Config(dims=[64], dtypes=[torch.float32]), rows=[row])
 
 
-def test_no_measured_row_gives_no_chart_and_removes_a_stale_one(tmp_path: Path) -> None:
+def test_no_measured_row_gives_no_chart_and_never_replaces_earlier_results(
+    tmp_path: Path,
+) -> None:
     assert output.plot_png(_result("skipped")) is None
-    (tmp_path / "bench.png").write_bytes(b"old chart")
     written = output.write_outputs(_result("skipped"), tmp_path)
     assert set(written.paths) == {"csv", "json"}
-    assert not (tmp_path / "bench.png").exists()
     assert written.notes and "no chart" in written.notes[0]
     assert json.loads((tmp_path / "bench.json").read_text())["rows"][0]["status"] == "skipped"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.csv", "bench.json"]
+
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "bench.png").write_bytes(b"old chart")
+    written = output.write_outputs(_result("skipped"), earlier)
+    assert written.paths == {} and "left as they were" in written.notes[0]
+    assert [(p.name, p.read_bytes()) for p in earlier.iterdir()] == [("bench.png", b"old chart")]
 
 
 def test_a_chart_that_fails_to_draw_keeps_the_figures(
@@ -201,13 +208,25 @@ def test_a_failure_while_staging_leaves_the_folder_as_it_was(
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
-def test_cli_run_with_only_skipped_peers_writes_csv_and_json(tmp_path: Path) -> None:
+def test_cli_run_that_measures_nothing_fails_and_keeps_earlier_results(tmp_path: Path) -> None:
+    """Only skipped peers: exit 1. In a fresh folder the CSV and JSON still record why each row
+    was skipped (no chart); in a folder with earlier results nothing is replaced or removed."""
     if torch.cuda.is_available():
         pytest.skip("liger may run on CUDA")
-    out = tmp_path / "o"
-    out.mkdir()
-    (out / "bench.png").write_bytes(b"stale chart from an earlier run")
-    result = CliRunner().invoke(app, ["bench", *TINY, "--peers", "liger", "--out", str(out)])
-    assert result.exit_code == 0, result.output
-    assert "no chart" in _flat(result.output)
-    assert sorted(p.name for p in out.iterdir()) == ["bench.csv", "bench.json"]
+    fresh = tmp_path / "fresh"
+    result = CliRunner().invoke(app, ["bench", *TINY, "--peers", "liger", "--out", str(fresh)])
+    assert result.exit_code == 1, result.output
+    text = _flat(result.output)
+    assert "no chart" in text and "no row was measured" in text
+    assert sorted(p.name for p in fresh.iterdir()) == ["bench.csv", "bench.json"]
+    assert "skipped" in (fresh / "bench.csv").read_text()
+
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    files = {"bench.csv": b"op,dim\nrms,768\n", "bench.json": b"{}", "bench.png": b"chart"}
+    for name, data in files.items():
+        (earlier / name).write_bytes(data)
+    result = CliRunner().invoke(app, ["bench", *TINY, "--peers", "liger", "--out", str(earlier)])
+    assert result.exit_code == 1, result.output
+    assert "were left as they were" in _flat(result.output)
+    assert {p.name: p.read_bytes() for p in earlier.iterdir()} == files

@@ -2,8 +2,8 @@
 
 The three files are written as one set (:func:`write_outputs`): each is first written in full
 to a hidden staging file (atomically, :mod:`normlab._io`), and only once all are staged are they
-renamed into place; a chart that cannot be drawn (no row has data) removes an older
-``bench.png`` rather than leaving it beside new figures. Columns (CSV and the JSON ``rows``):
+renamed into place; a chart that cannot be drawn removes an older ``bench.png`` rather than
+leaving it beside new figures. A run that measured nothing replaces no earlier results. Columns (CSV and the JSON ``rows``):
 
 ==================  ===========================================================================
 op, dim, rows       the op (rms, layer, add_rms, ada_rms) and the [rows, dim] problem
@@ -189,6 +189,11 @@ def plot_png(result: Result) -> bytes | None:
 OUTPUT_NAMES = {"csv": "bench.csv", "json": "bench.json", "png": "bench.png"}
 
 
+def measured(result: Result) -> bool:
+    """Whether any row of ``result`` has a measurement (status ``ok``)."""
+    return any(r.status == "ok" for r in result.rows)
+
+
 def check_out_dir(out: str | os.PathLike[str]) -> Path:
     """Create ``out`` (a folder) if needed and make sure files can be written in it.
 
@@ -260,10 +265,22 @@ def write_outputs(result: Result, out: Path, command: str | None = None) -> Writ
     Everything is rendered first, then staged, then renamed into place: an error while
     rendering or staging leaves the folder as it was, and each rename is atomic (a failure
     between two renames, which only the file system can cause, would leave a mixed set). With
-    no chart to draw an older bench.png is removed.
+    no chart to draw an older bench.png is removed. A run that measured nothing (every row
+    skipped or failed) never replaces earlier results: when ``out`` already holds any of the
+    three files, nothing is written and the note says so.
     """
     out = check_out_dir(out)
     notes: list[str] = []
+    if not measured(result):
+        earlier = [name for name in OUTPUT_NAMES.values() if (out / name).exists()]
+        if earlier:
+            return Written(
+                paths={},
+                notes=[
+                    "nothing was measured (every row skipped or failed), so the earlier "
+                    f"{', '.join(earlier)} in {str(out)!r} were left as they were"
+                ],
+            )
     files = {
         "csv": csv_text(result.rows).encode("utf-8"),
         "json": _json_text(result, command).encode("utf-8"),

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from normlab.bench import allocator
 from normlab.bench.bytes_model import MODES, OPS
-from normlab.bench.output import check_out_dir, render_table, write_outputs
+from normlab.bench.output import check_out_dir, measured, render_table, write_outputs
 from normlab.bench.peers import known_peers
 from normlab.bench.runner import (
     DIMS,
@@ -236,6 +236,13 @@ def bench(
     render_table(result, console)
     command = shlex.join(["normlab", *sys.argv[1:]])
     written = write_outputs(result, out, command=command)
-    console.print("wrote " + ", ".join(str(p) for p in written.paths.values()))
+    if written.paths:
+        console.print("wrote " + ", ".join(str(p) for p in written.paths.values()))
     for note in written.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
+    if not measured(result):
+        console.print(
+            "[red]error:[/red] no row was measured: every peer was skipped or failed "
+            "(the status column says why)"
+        )
+        raise typer.Exit(1)
