@@ -230,3 +230,11 @@ def test_cli_run_that_measures_nothing_fails_and_keeps_earlier_results(tmp_path:
     assert result.exit_code == 1, result.output
     assert "were left as they were" in _flat(result.output)
     assert {p.name: p.read_bytes() for p in earlier.iterdir()} == files
+
+
+def test_too_few_repetitions_are_flagged(tmp_path: Path) -> None:
+    args = ["bench", *TINY, "--reps", "2", "--out", str(tmp_path / "o")]
+    text = _flat(CliRunner().invoke(app, args).output)
+    assert "--reps 2: with fewer than 3 repetitions" in text
+    text = _flat(CliRunner().invoke(app, ["bench", *TINY, "--out", str(tmp_path / "p")]).output)
+    assert "fewer than 3 repetitions" not in text

@@ -215,6 +215,12 @@ def bench(
             allocator.reexec_with_settings()
         if message:
             console.print(f"[yellow]warning:[/yellow] {message}")
+    if config.reps < 3:
+        console.print(
+            f"[yellow]warning:[/yellow] --reps {config.reps}: with fewer than 3 repetitions the "
+            "median fraction of copy rests on one or two paired ratios and can disagree widely "
+            "with the GB/s and copy columns; use 3 or more"
+        )
     busy = _busy_warning()
     if busy:
         console.print(f"[yellow]warning:[/yellow] {busy}")
