@@ -3,7 +3,8 @@
 The three files are written as one set (:func:`write_outputs`): each is first written in full
 to a hidden staging file (atomically, :mod:`normlab._io`), and only once all are staged are they
 renamed into place; a chart that cannot be drawn removes an older ``bench.png`` rather than
-leaving it beside new figures. A run that measured nothing replaces no earlier results. Columns (CSV and the JSON ``rows``):
+leaving it beside new figures. A run that measured nothing replaces no earlier results.
+Columns (CSV and the JSON ``rows``):
 
 ==================  ===========================================================================
 op, dim, rows       the op (rms, layer, add_rms, ada_rms) and the [rows, dim] problem
