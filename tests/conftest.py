@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import normlab  # noqa: F401  (imports the kernels package, which registers the backends)
-from normlab.kernels import backends_for
+from normlab.kernels import backend_unavailable_reason, backends_for
 
 # Two CPU cores are shared by the pytest-xdist workers: one intra-op thread each.
 torch.set_num_threads(1)
@@ -35,7 +35,13 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(params=CPU_BACKENDS, scope="session")
 def backend(request: pytest.FixtureRequest) -> str:
-    """The name of a backend that runs on the CPU (session-scoped, so hypothesis can use it)."""
+    """The name of a backend that runs on the CPU (session-scoped, so hypothesis can use it).
+
+    A registered backend that cannot run in this process (the C++ kernels with no compiler) is
+    skipped with its reason, found when its first test runs rather than at collection."""
+    reason = backend_unavailable_reason(request.param)
+    if reason is not None:
+        pytest.skip(f"backend {request.param!r} unavailable: {reason}")
     return request.param
 
 

@@ -112,11 +112,14 @@ def test_eps_must_be_finite_and_positive(name: str, eps: float) -> None:
 
 @pytest.mark.parametrize("eps", ["1e-5", torch.tensor(1e-5), None, True])
 def test_eps_must_be_a_number(eps: object) -> None:
-    """rms_norm takes eps=None as torch does (see test_dropin_review); nothing else does."""
+    """The RMS family (rms_norm, AdaRMS) takes eps=None as torch's RMSNorm does (see
+    test_dropin_review and test_review_api); the LayerNorm family does not."""
     if eps is not None:
         expect_error(TypeError, lambda: NF.rms_norm(x_(2, D), eps=eps), "eps", type(eps).__name__)
+        expect_error(
+            TypeError, lambda: normlab.AdaRMSNorm(D, 4, eps=eps), "eps", type(eps).__name__
+        )
     expect_error(TypeError, lambda: NF.layer_norm(x_(2, D), eps=eps), "eps", type(eps).__name__)
-    expect_error(TypeError, lambda: normlab.AdaRMSNorm(D, 4, eps=eps), "eps", type(eps).__name__)
 
 
 @pytest.mark.parametrize("eps", [np.float32(1e-5), np.float64(1e-5), np.int64(1), 1])

@@ -238,3 +238,17 @@ def test_too_few_repetitions_are_flagged(tmp_path: Path) -> None:
     assert "--reps 2: with fewer than 3 repetitions" in text
     text = _flat(CliRunner().invoke(app, ["bench", *TINY, "--out", str(tmp_path / "p")]).output)
     assert "fewer than 3 repetitions" not in text
+
+
+def test_an_unavailable_backend_is_skipped_with_its_reason(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A normlab backend that cannot run here (the C++ kernels without a compiler) is a skipped
+    row, never a timing of another backend under its name."""
+    from normlab.bench import peers
+
+    def reason(name: str) -> str | None:
+        return "no C++ compiler found" if name == "cpp" else None
+
+    monkeypatch.setattr(peers, "backend_unavailable_reason", reason)
+    with pytest.raises(peers.Unavailable, match="normlab:cpp: no C\\+\\+ compiler found"):
+        peers.peer_function("normlab:cpp", "rms", torch.device("cpu"))
+    assert callable(peers.peer_function("normlab:torch", "rms", torch.device("cpu")))

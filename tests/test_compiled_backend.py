@@ -9,10 +9,12 @@ compiler exists. Shapes are few: compiling is slow on two cores.
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -20,6 +22,7 @@ import torch
 import normlab.functional as NF
 from normlab.kernels import auto_backend, backends_for
 from normlab.kernels import cpu as cpp
+from normlab.kernels.cpu import _build
 
 TOL = {torch.float32: (2e-5, 2e-5), torch.bfloat16: (2e-2, 2e-2)}
 GRAD_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (6e-2, 6e-2)}
@@ -110,6 +113,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, tol: tuple[float, float], what: str
 @pytest.mark.parametrize("name", list(_ops()))
 @pytest.mark.parametrize("backend", ["compiled", "cpp"])
 def test_forward_and_gradients_match_reference(name: str, dtype: torch.dtype, backend: str) -> None:
+    if backend == "cpp" and not cpp.available():
+        pytest.skip(f"the cpp backend is unavailable here: {cpp.unavailable_reason()}")
     fn, names = _ops()[name]
     tensors = _tensors(names, (2, 6, 96), dtype)
     outs, grads = _run(fn, backend, tensors)
@@ -177,25 +182,89 @@ def test_both_backends_are_registered_and_auto_picks_cpp_on_cpu() -> None:
         assert auto_backend(torch.zeros(2, 8, dtype=dtype)) == expected
 
 
-def test_cpp_falls_back_cleanly_without_a_compiler(tmp_path) -> None:
+def test_cpp_without_a_compiler_auto_falls_back_and_asking_for_cpp_raises(tmp_path) -> None:
+    """``auto`` uses the reference silently; ``backend="cpp"`` (argument, or NORMLAB_BACKEND)
+    raises an error that says why (no compiler) and what to do, instead of timing or running
+    the reference formula under the cpp name."""
     code = (
-        "import torch, normlab.functional as NF\n"
-        "from normlab.kernels import auto_backend, cpu\n"
+        "import pytest, torch, normlab.functional as NF\n"
+        "from normlab.kernels import (BackendUnavailableError, auto_backend, backend_available,\n"
+        "    backend_unavailable_reason, backends_for, cpu)\n"
         "x = torch.randn(4, 16)\n"
         "assert not cpu.available() and 'compiler' in cpu.build_error()\n"
-        "assert auto_backend(x) == 'torch'\n"
-        "y, ref = NF.rms_norm(x, backend='cpp'), NF.rms_norm(x, backend='torch')\n"
-        "torch.testing.assert_close(y, ref)\n"
+        "assert auto_backend(x) == 'torch' and not backend_available('cpp')\n"
+        "assert 'NORMLAB_CXX' in backend_unavailable_reason('cpp')\n"
+        "assert 'cpp' in backends_for('cpu')\n"
+        "assert 'cpp' not in backends_for('cpu', available_only=True)\n"
+        "ref = NF.rms_norm(x, backend='torch')\n"
+        "torch.testing.assert_close(NF.rms_norm(x, backend='auto'), ref)\n"
+        "with pytest.raises(BackendUnavailableError) as info:\n"
+        "    NF.rms_norm(x)  # NORMLAB_BACKEND=cpp\n"
+        "msg = str(info.value)\n"
+        "for part in ('backend:', 'NORMLAB_BACKEND', 'no C++ compiler', 'no-such-compiler',\n"
+        "             'NORMLAB_CXX', \"backend='auto'\", \"backend='torch'\"):\n"
+        "    assert part in msg, (part, msg)\n"
+        "with pytest.raises(BackendUnavailableError, match=\"'cpp' was asked for.*compiler\"):\n"
+        "    NF.add_rms_norm(x, x, backend='cpp')\n"
+        "with pytest.raises(RuntimeError, match='unavailable'):\n"
+        "    cpu.rms_norm(x, None, 1e-6, 0.0, 'llama', x.dtype, x.dtype)\n"
     )
     env = {
         **os.environ,
         "NORMLAB_CXX": "no-such-compiler",
         "CXX": "no-such-compiler",
+        "NORMLAB_BACKEND": "cpp",
         "PATH": str(tmp_path),  # no g++, c++ or clang++ here
         "NORMLAB_CACHE_DIR": str(tmp_path / "cache"),
     }
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr
+
+
+def _fresh_build_state(monkeypatch: pytest.MonkeyPatch, cache: Path | None) -> None:
+    """Point the builder at ``cache`` (None: leave it) and forget any earlier build."""
+    if cache is not None:
+        monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
+    monkeypatch.setattr(_build, "_tried", False)
+    monkeypatch.setattr(_build, "_library", None)
+    monkeypatch.setattr(_build, "_error", None)
+
+
+def test_a_build_announces_itself_once(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
+    """The first use compiles for tens of seconds: one log message says so before it starts,
+    however many flag sets are tried (every one fails here, without running a compiler)."""
+    if _build.compiler() is None:
+        pytest.skip("no C++ compiler: the build stops before compiling")
+    _fresh_build_state(monkeypatch, tmp_path)
+    calls = []
+
+    def failing_compile(cxx: str, flags: list[str], target: Path) -> str:
+        calls.append(flags)
+        return "error: not compiled in this test"
+
+    monkeypatch.setattr(_build, "_compile", failing_compile)
+    with caplog.at_level(logging.INFO, logger="normlab"):
+        assert _build.load_library() is None
+    records = [r for r in caplog.records if r.name == "normlab.kernels.cpu._build"]
+    assert len(calls) > 1
+    assert len(records) == 1, [r.getMessage() for r in records]
+    assert records[0].levelno == logging.WARNING
+    message = records[0].getMessage()
+    assert "compiling normlab's C++ CPU kernels" in message
+    assert str(tmp_path) in message and "once" in message
+    assert "not compiled in this test" in _build.build_error()
+
+
+@pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")
+def test_loading_the_cached_library_says_nothing(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    _fresh_build_state(monkeypatch, None)
+    with caplog.at_level(logging.INFO, logger="normlab"):
+        assert _build.load_library() is not None
+    assert not [r for r in caplog.records if r.name.startswith("normlab.kernels")]
 
 
 @pytest.mark.skipif(not cpp.available(), reason="no C++ compiler for the cpp backend")

@@ -5,7 +5,12 @@ statistics per token over the last dimension in float32 and ε inside the square
 """
 
 from normlab import functional
-from normlab.kernels import available_backends, register_backend, set_default_backend
+from normlab.kernels import (
+    BackendUnavailableError,
+    available_backends,
+    register_backend,
+    set_default_backend,
+)
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 from normlab.modulation import dit_to_pi05, pi05_to_dit, reorder_chunks, reorder_linear
 from normlab.patching import NormReplacement, replace_norms
@@ -16,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AdaLayerNormZero",
     "AdaRMSNorm",
+    "BackendUnavailableError",
     "LayerNorm",
     "NormReplacement",
     "RMSNorm",

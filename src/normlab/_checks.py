@@ -50,6 +50,19 @@ def check_eps(eps: object, name: str = "eps") -> float:
     return float(eps)
 
 
+def check_layer_norm_eps(eps: object, name: str = "eps") -> float:
+    """ε of the LayerNorm family: a valid ``eps``. ``None`` is refused with the reason: it means
+    "the dtype's machine epsilon" for the RMS family only, after ``torch.nn.RMSNorm``; torch's
+    ``layer_norm`` takes a float ε and no ``None``, and so does normlab's."""
+    if eps is None:
+        raise TypeError(
+            f"{name}: got NoneType None; expected a float > 0 (LayerNorm's default is 1e-5, "
+            "torch.nn.functional.layer_norm's too). eps=None (the dtype's machine epsilon, "
+            "torch.nn.RMSNorm's convention) is accepted by the RMSNorm family only"
+        )
+    return check_eps(eps, name)
+
+
 def check_optional_eps(eps: object, name: str = "eps") -> float | None:
     """``None`` (the dtype's machine epsilon, chosen per call) or a valid ``eps``."""
     return None if eps is None else check_eps(eps, name)
@@ -102,7 +115,9 @@ def check_param(name: str, p: torch.Tensor | None, x: torch.Tensor) -> None:
     if p is None:
         return
     if not isinstance(p, torch.Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor or None, got {type(p).__name__}")
+        raise TypeError(
+            f"{name}: expected a torch.Tensor or None, got {type(p).__name__}" + _shape_hint(p, x)
+        )
     if not p.is_floating_point():
         raise TypeError(
             f"{name}: dtype {p.dtype} is not a floating dtype; expected a floating tensor "
@@ -118,6 +133,22 @@ def check_param(name: str, p: torch.Tensor | None, x: torch.Tensor) -> None:
             f"{name}: shape {tuple(p.shape)} does not match x's last dimension; "
             f"expected ({d},) for x of shape {tuple(x.shape)}"
         )
+
+
+def _shape_hint(value: object, x: torch.Tensor) -> str:
+    """For a shape passed where a parameter belongs (torch's ``layer_norm(x, normalized_shape,
+    weight, bias)`` order): say that normlab's functional API takes no normalized_shape."""
+    is_shape = isinstance(value, (tuple, list, torch.Size)) or (
+        isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    )
+    if not is_shape:
+        return ""
+    return (
+        f"; {value!r} looks like torch's normalized_shape argument, which normlab's functional "
+        "norms do not take (their statistics are always over the last dimension): leave it "
+        "out, as in normlab.functional.layer_norm(x, weight, bias, eps) or "
+        f"rms_norm(x, weight, eps), with weight and bias of shape ({x.shape[-1]},) here"
+    )
 
 
 def check_same_shape(name: str, t: torch.Tensor, x: torch.Tensor, x_name: str = "x") -> None:

@@ -14,10 +14,11 @@ from typing import Any
 import torch
 
 from normlab._checks import (
+    check_bool,
     check_casting,
-    check_eps,
     check_finite_number,
     check_input,
+    check_layer_norm_eps,
     check_out_dtype,
     check_param,
     check_same_shape,
@@ -69,11 +70,14 @@ def layer_norm(
 
     μ = mean(x), σ² = mean((x − μ)²) (biased), x̂ = (x − μ)·rsqrt(σ² + ε),
     y = γ ⊙ x̂ + β, with γ = ``weight`` and β = ``bias`` (each optional), all in float32.
+    Unlike ``torch.nn.functional.layer_norm`` there is no ``normalized_shape`` argument: the
+    statistics are always over the last dimension. ``eps`` is a float > 0 (``None`` is refused,
+    as torch's ``layer_norm`` refuses it; it is the RMS family's convention only).
     """
     check_input("x", x)
     check_param("weight", weight, x)
     check_param("bias", bias, x)
-    eps = check_eps(eps)
+    eps = check_layer_norm_eps(eps)
     out = check_out_dtype(out_dtype) or x.dtype
     return _backend(backend, x).layer_norm(x, weight, bias, eps, out)
 
@@ -126,6 +130,7 @@ def add_rms_norm(
     The sum is taken in float32 and kept in float32 when ``residual_in_fp32`` (else cast to x's
     dtype); the norm then works on h exactly as :func:`rms_norm`, rounding x̂ to x's dtype in
     ``"llama"`` casting. ``residual=None`` means h = x. ``eps=None`` as in :func:`rms_norm`.
+    ``residual_in_fp32`` must be a bool.
     """
     check_input("x", x)
     if residual is not None:
@@ -134,9 +139,10 @@ def add_rms_norm(
     eps = resolve_eps(eps, x.dtype)
     weight_offset = check_finite_number(weight_offset, "weight_offset")
     casting = check_casting(casting)
+    residual_in_fp32 = check_bool(residual_in_fp32, "residual_in_fp32")
     out = check_out_dtype(out_dtype) or _rms_out_dtype(casting, x.dtype)
     return _backend(backend, x).add_rms_norm(
-        x, residual, weight, eps, weight_offset, casting, bool(residual_in_fp32), out
+        x, residual, weight, eps, weight_offset, casting, residual_in_fp32, out
     )
 
 
@@ -153,17 +159,19 @@ def add_layer_norm(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused residual add and LayerNorm: h = x + residual; returns (layer_norm(h), h).
 
-    The sum is taken in float32 and kept in float32 when ``residual_in_fp32``.
+    The sum is taken in float32 and kept in float32 when ``residual_in_fp32`` (a bool).
+    ``eps`` as in :func:`layer_norm` (a float; no ``None``).
     """
     check_input("x", x)
     if residual is not None:
         check_same_shape("residual", residual, x)
     check_param("weight", weight, x)
     check_param("bias", bias, x)
-    eps = check_eps(eps)
+    eps = check_layer_norm_eps(eps)
+    residual_in_fp32 = check_bool(residual_in_fp32, "residual_in_fp32")
     out = check_out_dtype(out_dtype) or x.dtype
     return _backend(backend, x).add_layer_norm(
-        x, residual, weight, bias, eps, bool(residual_in_fp32), out
+        x, residual, weight, bias, eps, residual_in_fp32, out
     )
 
 
@@ -171,7 +179,7 @@ def ada_rms_norm(
     x: torch.Tensor,
     scale: torch.Tensor,
     shift: torch.Tensor | None = None,
-    eps: float = 1e-6,
+    eps: float | None = 1e-6,
     *,
     out_dtype: torch.dtype | None = None,
     backend: str | None = None,
@@ -180,12 +188,13 @@ def ada_rms_norm(
 
     ``scale`` and ``shift`` are per sequence ([B, D] or [B, 1, D]) or per token ([B, T, D]) for
     x of shape [B, T, D]; [B, D] stays per sequence for x with more token axes [B, …, D]. The
-    modulation is applied in float32 and cast once at the end.
+    modulation is applied in float32 and cast once at the end. ``eps=None`` as in
+    :func:`rms_norm` (the machine epsilon of the statistics dtype).
     """
     check_input("x", x)
     scale_v = modulation_view("scale", scale, x)
     shift_v = None if shift is None else modulation_view("shift", shift, x)
-    eps = check_eps(eps)
+    eps = resolve_eps(eps, x.dtype)
     out = check_out_dtype(out_dtype) or x.dtype
     return _backend(backend, x).ada_rms_norm(x, scale_v, shift_v, eps, out)
 
@@ -201,12 +210,14 @@ def ada_layer_norm(
 ) -> torch.Tensor:
     """Adaptive LayerNorm (DiT adaLN): y = x̂ ⊙ (1 + scale) + shift, x̂ = (x − μ)·rsqrt(σ² + ε).
 
-    Shapes as :func:`ada_rms_norm`; the LayerNorm has no affine of its own.
+    Shapes as :func:`ada_rms_norm`; the LayerNorm has no affine of its own. ``eps`` is a
+    float > 0, as for :func:`layer_norm` and torch's ``layer_norm``: ``None`` (the RMS family's
+    "machine epsilon of the dtype") is refused with a ``TypeError``.
     """
     check_input("x", x)
     scale_v = modulation_view("scale", scale, x)
     shift_v = None if shift is None else modulation_view("shift", shift, x)
-    eps = check_eps(eps)
+    eps = check_layer_norm_eps(eps)
     out = check_out_dtype(out_dtype) or x.dtype
     return _backend(backend, x).ada_layer_norm(x, scale_v, shift_v, eps, out)
 
@@ -230,21 +241,21 @@ def gated_add_ada_rms_norm(
     gate: torch.Tensor,
     scale: torch.Tensor,
     shift: torch.Tensor | None = None,
-    eps: float = 1e-6,
+    eps: float | None = 1e-6,
     *,
     out_dtype: torch.dtype | None = None,
     backend: str | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One block step of an AdaRMS network: h' = h + g ⊙ o; y = x̂(h') ⊙ (1 + s) + t.
 
-    Returns (y, h'). Shapes of gate, scale and shift as :func:`ada_rms_norm`.
+    Returns (y, h'). Shapes of gate, scale and shift, and ``eps=None``, as :func:`ada_rms_norm`.
     """
     check_input("h", h)
     check_same_shape("out", out, h, x_name="h")
     gate_v = modulation_view("gate", gate, h, x_name="h")
     scale_v = modulation_view("scale", scale, h, x_name="h")
     shift_v = None if shift is None else modulation_view("shift", shift, h, x_name="h")
-    eps = check_eps(eps)
+    eps = resolve_eps(eps, h.dtype)
     out_dt = check_out_dtype(out_dtype) or h.dtype
     return _backend(backend, h).gated_add_ada_rms_norm(
         h, out, gate_v, scale_v, shift_v, eps, out_dt

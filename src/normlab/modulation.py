@@ -13,6 +13,8 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
+from normlab._checks import check_bool
+
 PI05_ORDER: tuple[str, ...] = ("scale", "shift", "gate")
 DIT_ORDER: tuple[str, ...] = ("shift", "scale", "gate")
 
@@ -22,10 +24,22 @@ def reorder_chunks(
 ) -> torch.Tensor:
     """Permute the equal chunks of ``t`` along ``dim`` from the order ``src`` to ``dst``.
 
-    ``src`` and ``dst`` name the chunks (e.g. ``("shift", "scale", "gate")``); ``dst`` must be a
-    permutation of ``src`` and ``t.shape[dim]`` a multiple of ``len(src)``.
+    ``src`` and ``dst`` name the chunks (e.g. ``("shift", "scale", "gate")``, a list or tuple of
+    strings, not one string); ``dst`` must be a permutation of ``src``, ``dim`` an axis of ``t``
+    and ``t.shape[dim]`` a multiple of ``len(src)``.
     """
-    src, dst = tuple(src), tuple(dst)
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"t: expected a torch.Tensor, got {type(t).__name__}")
+    src, dst = _chunk_names(src, "src"), _chunk_names(dst, "dst")
+    if isinstance(dim, bool) or not isinstance(dim, int):
+        raise TypeError(f"dim: expected an int, got {type(dim).__name__} {dim!r}")
+    if t.dim() == 0:
+        raise ValueError("t: got a 0-d tensor; expected at least one dimension to split")
+    if not -t.dim() <= dim < t.dim():
+        raise ValueError(
+            f"dim: {dim} is not an axis of t (shape {tuple(t.shape)}); expected "
+            f"{-t.dim()} <= dim < {t.dim()}"
+        )
     if len(set(src)) != len(src):
         raise ValueError(f"src: chunk names must be distinct, got {src}")
     if sorted(src) != sorted(dst):
@@ -37,6 +51,22 @@ def reorder_chunks(
         )
     chunks = dict(zip(src, t.chunk(len(src), dim=dim), strict=True))
     return torch.cat([chunks[name] for name in dst], dim=dim)
+
+
+def _chunk_names(names: object, arg: str) -> tuple[str, ...]:
+    """``names`` as a tuple of chunk names: a list or tuple of strings (one string is refused:
+    ``"abc"`` would be read as the three names a, b, c)."""
+    if isinstance(names, str) or not isinstance(names, Sequence):
+        raise TypeError(
+            f"{arg}: expected a list or tuple of chunk names such as ('shift', 'scale', 'gate'), "
+            f"got {type(names).__name__} {names!r}"
+        )
+    out = tuple(names)
+    if not out or not all(isinstance(n, str) for n in out):
+        raise TypeError(
+            f"{arg}: expected a non-empty list or tuple of chunk names (strings), got {names!r}"
+        )
+    return out
 
 
 def reorder_linear(linear: nn.Linear, src: Sequence[str], dst: Sequence[str]) -> nn.Linear:
@@ -70,7 +100,7 @@ def pi05_to_dit(linear: nn.Linear, *, gate: bool = True) -> nn.Linear:
 def _chunk_count(linear: nn.Linear, gate: bool) -> int:
     if not isinstance(linear, nn.Linear):
         raise TypeError(f"linear: expected torch.nn.Linear, got {type(linear).__name__}")
-    n = 3 if gate else 2
+    n = 3 if check_bool(gate, "gate") else 2
     out = linear.out_features
     if out % n:
         raise ValueError(

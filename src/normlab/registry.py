@@ -10,6 +10,7 @@ from typing import Any
 
 from torch import nn
 
+from normlab._checks import check_bool
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 
 NormFactory = Callable[..., nn.Module]
@@ -30,6 +31,8 @@ def register_norm(
         raise ValueError(f"kind: expected an identifier-like name, got {kind!r}")
     if not callable(factory):
         raise TypeError(f"factory: expected a callable, got {type(factory).__name__}")
+    overwrite = check_bool(overwrite, "overwrite")
+    conditional = check_bool(conditional, "conditional")
     if kind in _REGISTRY and not overwrite:
         raise ValueError(
             f"kind: {kind!r} is already registered; expected a new name or overwrite=True"

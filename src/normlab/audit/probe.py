@@ -29,11 +29,13 @@ y = g ⊙ x̂ + b with a per-channel gain g and bias b. The probes:
 from __future__ import annotations
 
 import math
+import reprlib
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
+from torch import nn
 
 NormFn = Callable[[torch.Tensor], torch.Tensor]
 
@@ -42,6 +44,42 @@ LARGE_MEAN_SQUARE = 1e4  # input scale at which ε is negligible: ε = 1 moves x
 GAIN_SCALE = math.sqrt(LARGE_MEAN_SQUARE)  # x = GAIN_SCALE · v has that mean square
 TOLERANCE = 1e-3  # relative error allowed by the invariance probes (at least; see _tolerance)
 MIN_DIM = 4  # at D = 2 every centred row is a multiple of [1, −1]: the shape probe cannot fail
+GAIN_NAMES = ("weight", "gamma", "gain")  # what a norm module's own gain parameter is called
+
+
+def check_probe_dim(dim: object) -> int:
+    """The probes' vector size: an even integer >= :data:`MIN_DIM` (bool refused)."""
+    if isinstance(dim, bool) or not isinstance(dim, int) or dim < MIN_DIM or dim % 2:
+        raise ValueError(f"dim: expected an even integer >= {MIN_DIM} for the probes, got {dim!r}")
+    return dim
+
+
+def module_weight(module: object, dim: int) -> torch.Tensor | None:
+    """The gain parameter a norm module exposes, or None.
+
+    Its own tensor attribute ``weight`` (else ``gamma``, ``gain``) holding ``dim`` values, as
+    ``torch.nn.LayerNorm``, ``torch.nn.RMSNorm`` and normlab's layers have. Both
+    :func:`audit_norm` (when given a module and no ``weight``) and the ``normlab audit norm``
+    command use it.
+    """
+    if not isinstance(module, nn.Module):
+        return None
+    for name in GAIN_NAMES:
+        w = getattr(module, name, None)
+        if isinstance(w, torch.Tensor) and w.numel() == dim:
+            return w
+    return None
+
+
+def _normalized_size(module: object) -> int | None:
+    """D of a module with a one-dimensional ``normalized_shape`` (an int or (D,)), else None."""
+    shape = getattr(module, "normalized_shape", None)
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        return shape
+    if isinstance(shape, (tuple, list, torch.Size)) and len(shape) == 1:
+        d = shape[0]
+        return d if isinstance(d, int) and not isinstance(d, bool) else None
+    return None
 
 
 @dataclass
@@ -285,19 +323,50 @@ def audit_norm(
     target: str = "norm",
     weight: torch.Tensor | None = None,
 ) -> NormAudit:
-    """Probe ``f`` (a callable [N, dim] → [N, dim]) and report what it computes.
+    """Probe ``f`` (a module or callable [N, dim] → [N, dim]) and report what it computes.
 
-    ``weight`` is the implementation's own gain parameter, if it exposes one: it lets the audit
-    tell ``w`` from ``1 + w`` and fixes the constant factor of the statistic.
+    ``f`` is the norm: a ``torch.nn.Module`` or any callable taking x [N, dim] and returning a
+    tensor of the same shape (or a tuple whose first item is one); wrap a conditional norm with
+    its condition, e.g. ``lambda x: norm(x, cond)[0]``. ``dim`` (even, >= 4) is the vector size
+    of the probes and must be the norm's own size. ``weight`` is the implementation's gain
+    parameter: it lets the audit tell ``w`` from ``1 + w`` and fixes the constant factor of the
+    statistic. When ``f`` is a module and ``weight`` is None, the module's own gain parameter is
+    used (:func:`module_weight`: ``weight``, ``gamma`` or ``gain`` with ``dim`` values), as
+    ``normlab audit norm`` does. The gain is changed during the casting probe and restored.
     """
-    if dim < MIN_DIM or dim % 2:
-        raise ValueError(f"dim: expected an even size >= {MIN_DIM} for the probes, got {dim}")
+    if not callable(f):
+        raise TypeError(
+            f"f: expected the norm to probe: a torch.nn.Module or a callable mapping a tensor "
+            f"[N, dim] to one of the same shape (wrap a conditional norm, e.g. "
+            f"lambda x: norm(x, cond)[0]), got {type(f).__name__} {reprlib.repr(f)}"
+        )
+    dim = check_probe_dim(dim)
+    if weight is not None and not isinstance(weight, torch.Tensor):
+        raise TypeError(
+            f"weight: expected the norm's gain parameter (a torch.Tensor of {dim} values) or "
+            f"None, got {type(weight).__name__}"
+        )
+    size = _normalized_size(f)
+    if size is not None and size != dim:
+        raise ValueError(
+            f"dim: {dim} does not match the module's normalized_shape "
+            f"{getattr(f, 'normalized_shape', None)}; expected dim={size}"
+        )
+    if weight is None:
+        weight = module_weight(f, dim)
     dtype = _probe_dtype(f, dim)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(16, dim, generator=gen, dtype=dtype) * 2 + 0.5
     notes: list[str] = []
 
-    b = _call(f, torch.zeros(1, dim, dtype=dtype))[0]
+    try:
+        b = _call(f, torch.zeros(1, dim, dtype=dtype))[0]
+    except (RuntimeError, TypeError, ValueError, IndexError) as err:
+        raise ValueError(
+            f"f: {target!r} failed on the first probe, a {dtype} tensor of shape [1, {dim}] "
+            f"({type(err).__name__}: {err}); expected a norm over vectors of size dim={dim} "
+            "mapping [N, dim] to [N, dim] (does its size match dim?)"
+        ) from err
     v = _alternating(1, dim, dtype)
     g = ((_call(f, GAIN_SCALE * v) - b) / v)[0]
     has_bias = bool(b.abs().max() > 1e-6)

@@ -2,11 +2,13 @@
 
 A norm target is a registry kind (``rmsnorm``, ``layernorm``, …, and ``dyt``: the names
 ``normlab compare`` accepts, except ``none``, which is no module at all) or
-``package.module:Name`` naming a class (built as ``Name(dim)``) or a callable taking ``x`` (or
-``(x, (dim,))`` like ``torch.nn.functional.layer_norm``). A model target is ``gpt`` (normlab's
-GPT testbed: any unconditional norm kind × placement), ``dit`` (normlab's small DiT for flow
-matching: any conditional norm kind, pre-norm with gated residuals) or ``package.module:factory``
-where ``factory()`` returns ``(model, example_inputs)``.
+``package.module:Name`` naming a module class (built as ``Name(dim)``), a module, a callable
+taking ``x`` (or ``(x, (dim,))`` like ``torch.nn.functional.layer_norm``) or a factory
+``make(dim)`` returning a module (or a callable taking ``x``). A model target is ``gpt``
+(normlab's GPT testbed: any unconditional norm kind × placement), ``dit`` (normlab's small DiT
+for flow matching: any conditional norm kind, pre-norm with gated residuals), both in the
+default configuration of ``normlab compare``'s testbed, or ``package.module:factory`` where
+``factory()`` returns ``(model, example_inputs)``.
 
 Errors are ``ValueError`` messages that start with the argument at fault: ``target:``,
 ``dim:``, ``norm:`` or ``placement:``.
@@ -21,7 +23,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.audit.probe import MIN_DIM
+from normlab.audit.probe import check_probe_dim, module_weight
 from normlab.models.norms import NO_NORM  # importing it registers "dyt", as compare sees it
 from normlab.registry import available_norms, is_conditional, make_norm
 
@@ -68,22 +70,19 @@ def load_norm(
     if isinstance(obj, nn.Module):
         return _as_callable(obj, dim)
     if callable(obj):
-        return _functional(obj, dim), None
+        return _functional(obj, dim, target)
     raise ValueError(f"target: {target!r} is not a module class, a module or a callable")
 
 
 def check_dim(dim: object) -> int:
     """The probes' vector size: an even integer >= :data:`~normlab.audit.probe.MIN_DIM`."""
-    if isinstance(dim, bool) or not isinstance(dim, int) or dim < MIN_DIM or dim % 2:
-        raise ValueError(f"dim: expected an even integer >= {MIN_DIM} for the probes, got {dim!r}")
-    return dim
+    return check_probe_dim(dim)
 
 
 def _as_callable(
     module: nn.Module, dim: int
 ) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
-    weight = getattr(module, "weight", None)
-    weight = weight if isinstance(weight, torch.Tensor) else None
+    weight = module_weight(module, dim)
     forward_args = module.forward.__code__.co_varnames[: module.forward.__code__.co_argcount]
     if "cond" in forward_args:  # a conditional norm: probe it with a zero condition
 
@@ -95,15 +94,49 @@ def _as_callable(
     return module, weight
 
 
-def _functional(fn: Callable[..., Any], dim: int) -> Callable[[torch.Tensor], torch.Tensor]:
+_CALL_ERRORS = (TypeError, ValueError, RuntimeError, IndexError, AttributeError)
+
+
+def _functional(
+    fn: Callable[..., Any], dim: int, target: str
+) -> tuple[Callable[[torch.Tensor], torch.Tensor], torch.Tensor | None]:
+    """The callable to probe for a function target, and its gain (a factory's module's).
+
+    Tried in order: ``fn(x)`` (a norm function), ``fn(x, (dim,))`` (as
+    ``torch.nn.functional.layer_norm``), then ``fn(dim)`` (a factory returning a module, or a
+    callable taking x). A call with x counts only if it returns a tensor (or a tuple starting
+    with one).
+    """
     probe = torch.randn(2, dim)
+    failures = []
+    for label, call, wrapped in (
+        ("fn(x)", lambda: fn(probe), fn),
+        ("fn(x, (dim,))", lambda: fn(probe, (dim,)), lambda x: fn(x, (dim,))),
+    ):
+        try:
+            out = call()
+        except _CALL_ERRORS as err:
+            failures.append(f"as {label}: {type(err).__name__}: {err}")
+            continue
+        first = out[0] if isinstance(out, tuple) and out else out
+        if isinstance(first, torch.Tensor):
+            return wrapped, None
+        failures.append(f"as {label}: returned {type(out).__name__}, not a tensor")
     try:
-        fn(probe)
-        return fn
-    except TypeError:
-        pass
-    fn(probe, (dim,))  # e.g. torch.nn.functional.layer_norm(x, normalized_shape)
-    return lambda x: fn(x, (dim,))
+        built = fn(dim)
+    except _CALL_ERRORS as err:
+        failures.append(f"as a factory fn(dim): {type(err).__name__}: {err}")
+    else:
+        if isinstance(built, nn.Module):
+            return _as_callable(built, dim)
+        if callable(built):
+            return built, None
+        failures.append(f"as a factory fn(dim): returned {type(built).__name__}, not a module")
+    raise ValueError(
+        f"target: {target} is a callable, but it works neither as a norm fn(x) or "
+        f"fn(x, (dim,)) nor as a factory fn(dim) returning a module (dim={dim}): "
+        + "; ".join(failures)
+    )
 
 
 TESTBEDS = ("gpt", "dit")
@@ -136,34 +169,49 @@ def check_testbed_options(norm: object, placement: object, target: str = "gpt") 
         raise ValueError(f"placement: got {placement!r}; expected one of {', '.join(PLACEMENTS)}")
 
 
-def load_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
-    """A model and example inputs for a model audit (``norm`` and ``placement``: testbeds only).
+def testbed_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
+    """The testbed ``target`` (``gpt`` or ``dit``) as ``normlab compare`` builds it by default.
 
-    ``gpt``: a 2-layer GPT and token ids [2, 16]. ``dit``: a 2-layer DiT (4 channels, 16 tokens,
-    10 classes) and (x_t [2, 16, 4], t [2], label [2]).
+    The model settings are the defaults of the experiment config
+    (:class:`~normlab.experiment.config.ModelSettings` for the GPT,
+    :class:`~normlab.experiment.config.DiTSettings` on the default
+    :class:`~normlab.experiment.config.ShapesSettings` data for the DiT), so the audit sees the
+    model that ``compare`` trains: for the GPT with ``layernorm``, 4 layers and 214,144
+    parameters. The example inputs are a batch of 2: token ids [2, context] for the GPT;
+    (x_t [2, T, C], t [2], label [2]) for the (class-conditional) DiT.
     """
+    from normlab.data.shapes import SHAPE_CLASSES
+    from normlab.experiment.config import DiTSettings, ModelSettings, ShapesSettings
+
+    check_testbed_options(norm, placement, target)
+    gen = torch.Generator().manual_seed(0)
     if target == "gpt":
         from normlab.models import GPT, GPTConfig
 
-        check_testbed_options(norm, placement, target)
-        cfg = GPTConfig(
-            d_model=64, n_layers=2, n_heads=4, context=32, norm=norm, placement=placement
-        )
-        return GPT(cfg), (torch.randint(0, cfg.vocab_size, (2, 16)),)
-    if target == "dit":
-        from normlab.models import DiTConfig, build_dit
+        cfg = GPTConfig(**ModelSettings().model_dump(), norm=norm, placement=placement)
+        return GPT(cfg), (torch.randint(0, cfg.vocab_size, (2, cfg.context), generator=gen),)
+    from normlab.models import build_dit
 
-        check_testbed_options(norm, placement, target)
-        dit_cfg = DiTConfig(
-            in_channels=4, seq_len=16, d_model=64, n_layers=2, n_heads=4, n_classes=10, norm=norm
-        )
-        gen = torch.Generator().manual_seed(0)
-        inputs = (
-            torch.randn(2, dit_cfg.seq_len, dit_cfg.in_channels, generator=gen),
-            torch.rand(2, generator=gen),
-            torch.randint(0, dit_cfg.n_classes, (2,), generator=gen),
-        )
-        return build_dit(dit_cfg, seed=0), inputs
+    shapes = ShapesSettings()
+    dit_cfg = DiTSettings().dit_config(shapes.in_channels, shapes.seq_len, len(SHAPE_CLASSES), norm)
+    inputs: tuple[Any, ...] = (
+        torch.randn(2, dit_cfg.seq_len, dit_cfg.in_channels, generator=gen),
+        torch.rand(2, generator=gen),
+    )
+    if dit_cfg.n_classes > 0:  # a class-conditional DiT (compare's default) takes labels
+        inputs = (*inputs, torch.randint(0, dit_cfg.n_classes, (2,), generator=gen))
+    return build_dit(dit_cfg, seed=0), inputs
+
+
+def load_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A model and example inputs for a model audit (``norm`` and ``placement``: testbeds only).
+
+    ``gpt`` and ``dit``: the testbed in ``normlab compare``'s default configuration
+    (:func:`testbed_model`). Otherwise ``target`` is ``package.module:factory`` and
+    ``factory()`` returns ``(model, example_inputs)``.
+    """
+    if target in TESTBEDS:
+        return testbed_model(target, norm, placement)
     factory = _import(target)
     result = factory()
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 import normlab.functional as NF
-from normlab.kernels import available_backends, backends_for
+from normlab.kernels import available_backends, backend_unavailable_reason, backends_for
 
 EPS = 1e-6
 
@@ -258,6 +258,9 @@ def peer_function(name: str, op: str, device: torch.device) -> Callable[..., Out
         backend = name.removeprefix("normlab:")
         if backend != "auto" and backend not in backends_for(device):
             raise Unavailable(f"{name}: backend not registered for {device.type}")
+        reason = backend_unavailable_reason(backend)
+        if reason is not None:  # timing it would time another backend under its name
+            raise Unavailable(f"{name}: {reason}")
         return functools.partial(_normlab_op, op, backend)
     if name in EXTERNAL:
         return _external_op(name, op, device)

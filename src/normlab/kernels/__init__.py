@@ -1,14 +1,22 @@
 """Backends that compute the norms of :mod:`normlab.functional`.
 
 A backend is an object exposing the functions of :mod:`normlab.kernels.reference` with the same
-signatures. ``"torch"`` (the reference composite) is always available; other backends register
-themselves with :func:`register_backend`. ``"auto"`` picks per device and dtype through
-:func:`auto_backend`; the environment variable ``NORMLAB_BACKEND`` sets the default at import.
+signatures (:data:`BACKEND_FUNCTIONS`). ``"torch"`` (the reference composite) is always
+available; other backends register themselves with :func:`register_backend`. ``"auto"`` picks
+per device and dtype through :func:`auto_backend`; the environment variable ``NORMLAB_BACKEND``
+sets the default at import.
+
+A backend may also define ``available() -> bool`` (and ``unavailable_reason() -> str | None``)
+when it can be registered but not run here, as ``"cpp"`` when no C++ compiler builds its
+kernels. ``"auto"`` then skips it silently; a call that asks for it by name (``backend=``,
+:func:`set_default_backend` or ``NORMLAB_BACKEND``) raises :class:`BackendUnavailableError`
+with the reason. :func:`backend_unavailable_reason` tells in advance (the benchmark uses it).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from types import ModuleType
 from typing import Any
 
@@ -16,28 +24,91 @@ import torch
 
 from normlab.kernels import reference
 
+BACKEND_FUNCTIONS: tuple[str, ...] = (
+    "layer_norm",
+    "rms_norm",
+    "add_rms_norm",
+    "add_layer_norm",
+    "ada_rms_norm",
+    "ada_layer_norm",
+    "gated_residual",
+    "gated_add_ada_rms_norm",
+)
+"""The functions every backend provides (those of :mod:`normlab.kernels.reference`)."""
+
 _BACKENDS: dict[str, Any] = {"torch": reference}
 _DEVICES: dict[str, tuple[str, ...]] = {"torch": ("cpu", "cuda", "mps", "xpu")}
 _default_backend: str = os.environ.get("NORMLAB_BACKEND", "auto")
 
 
+class BackendUnavailableError(RuntimeError):
+    """A backend asked for by name cannot run in this process (say, the C++ kernels of
+    ``"cpp"`` could not be built); ``"auto"`` would have picked another one silently."""
+
+
 def register_backend(
-    name: str, impl: ModuleType | Any, devices: tuple[str, ...] = ("cpu", "cuda")
+    name: str,
+    impl: ModuleType | Any,
+    devices: Sequence[str] = ("cpu", "cuda"),
+    *,
+    overwrite: bool = False,
 ) -> None:
     """Make ``impl`` (an object with the reference backend's functions) available as ``name``.
 
-    ``devices`` lists the device types (``torch.device.type``) the backend runs on here.
+    ``impl`` must provide every function of :data:`BACKEND_FUNCTIONS` as a callable (and, if it
+    has them, ``available`` and ``unavailable_reason`` as callables). ``devices`` lists the
+    device types (``torch.device.type``) the backend runs on here. A name that is already
+    registered is replaced only with ``overwrite=True`` (registering the same object again just
+    updates its devices).
     """
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name: expected a non-empty backend name other than 'auto', got {name!r}")
+    if not isinstance(overwrite, bool):
+        raise TypeError(f"overwrite: expected a bool, got {type(overwrite).__name__} {overwrite!r}")
+    missing = [f for f in BACKEND_FUNCTIONS if not callable(getattr(impl, f, None))]
+    if missing:
+        raise TypeError(
+            f"impl: {type(impl).__name__} object lacks the backend function(s) "
+            f"{', '.join(missing)}; expected an object (e.g. a module) with a callable for "
+            "each name of normlab.kernels.BACKEND_FUNCTIONS, taking the arguments of the "
+            "function of the same name in normlab.kernels.reference"
+        )
+    for optional in ("available", "unavailable_reason"):
+        if hasattr(impl, optional) and not callable(getattr(impl, optional)):
+            raise TypeError(
+                f"impl: its {optional!r} attribute is a {type(getattr(impl, optional)).__name__}; "
+                "expected a function taking no arguments"
+            )
+    if isinstance(devices, str) or not isinstance(devices, Sequence) or not devices:
+        raise TypeError(
+            f"devices: expected a non-empty tuple of device types such as ('cpu', 'cuda'), "
+            f"got {devices!r}"
+        )
+    if not all(isinstance(d, str) and d for d in devices):
+        raise ValueError(f"devices: expected device type names such as 'cpu', got {devices!r}")
+    if name in _BACKENDS and _BACKENDS[name] is not impl and not overwrite:
+        raise ValueError(
+            f"name: backend {name!r} is already registered; expected a new name or "
+            "overwrite=True to replace it"
+        )
     _BACKENDS[name] = impl
     _DEVICES[name] = tuple(devices)
 
 
-def backends_for(device: torch.device | str) -> list[str]:
-    """Registered backends (not ``"auto"``) that run on ``device``'s type."""
+def backends_for(device: torch.device | str, *, available_only: bool = False) -> list[str]:
+    """Registered backends (not ``"auto"``) for ``device``'s type.
+
+    With ``available_only=True``, only those that can run in this process (see
+    :func:`backend_available`; for ``"cpp"`` this builds the C++ kernels on the first call).
+    """
     kind = torch.device(device).type
-    return sorted(name for name, kinds in _DEVICES.items() if kind in kinds)
+    if not isinstance(available_only, bool):
+        raise TypeError(
+            f"available_only: expected a bool, got {type(available_only).__name__} "
+            f"{available_only!r}"
+        )
+    names = sorted(name for name, kinds in _DEVICES.items() if kind in kinds)
+    return [n for n in names if backend_available(n)] if available_only else names
 
 
 def available_backends() -> list[str]:
@@ -56,6 +127,30 @@ def get_default_backend() -> str:
     return _default_backend
 
 
+def backend_unavailable_reason(name: str) -> str | None:
+    """``None`` when the backend ``name`` can run in this process, else why not and how to get it.
+
+    ``"auto"`` and backends without an ``available()`` function are always available. For
+    ``"cpp"`` the first call builds the C++ kernels (a one-time compilation, cached on disk).
+    Use it to tell whether ``backend=name`` would run, e.g. before timing it.
+    """
+    _check_name(name)
+    if name == "auto":
+        return None
+    impl = _BACKENDS[name]
+    available = getattr(impl, "available", None)
+    if available is None or available():
+        return None
+    explain = getattr(impl, "unavailable_reason", None)
+    reason = explain() if explain is not None else None
+    return reason or f"backend {name!r} reports itself unavailable in this process"
+
+
+def backend_available(name: str) -> bool:
+    """Whether ``backend=name`` can run here (see :func:`backend_unavailable_reason`)."""
+    return backend_unavailable_reason(name) is None
+
+
 def auto_backend(x: torch.Tensor) -> str:
     """The backend ``"auto"`` resolves to for a tensor: the fastest one measured for its device.
 
@@ -72,11 +167,12 @@ def auto_backend(x: torch.Tensor) -> str:
 
     While ``torch.compile`` traces the caller, every backend hands the call to the reference
     formula so that it fuses into the caller's graph. ``backend=`` per call and the
-    ``NORMLAB_BACKEND`` environment variable override this choice.
+    ``NORMLAB_BACKEND`` environment variable override this choice; unlike ``"auto"``, a backend
+    named there that cannot run raises :class:`BackendUnavailableError`.
     """
     kind = x.device.type
     if kind == "cpu":
-        return "cpp" if "cpp" in _BACKENDS and _BACKENDS["cpp"].available() else "torch"
+        return "cpp" if "cpp" in _BACKENDS and backend_available("cpp") else "torch"
     if kind == "cuda" and x.dtype != torch.float64:
         for name in ("triton", "compiled"):
             if kind in _DEVICES.get(name, ()):
@@ -85,19 +181,43 @@ def auto_backend(x: torch.Tensor) -> str:
 
 
 def resolve_backend(name: str | None, x: torch.Tensor) -> Any:
-    """Return the backend object for ``name`` (``None`` means the default) and tensor ``x``."""
+    """Return the backend object for ``name`` (``None`` means the default) and tensor ``x``.
+
+    A backend named explicitly (here or as the default) that cannot run in this process raises
+    :class:`BackendUnavailableError`; ``"auto"`` picks an available one instead. While
+    ``torch.compile`` traces the caller the check is skipped: every backend then hands the call
+    to the reference formula anyway.
+    """
+    from_default = name is None
     name = _default_backend if name is None else name
-    _check_name(name)
+    _check_name(name, from_default)
     if name == "auto":
-        name = auto_backend(x)
-    return _BACKENDS[name]
+        return _BACKENDS[auto_backend(x)]
+    impl = _BACKENDS[name]
+    if hasattr(impl, "available") and not torch.compiler.is_compiling():
+        reason = backend_unavailable_reason(name)
+        if reason is not None:
+            origin = (
+                f"the default backend {name!r} (NORMLAB_BACKEND or set_default_backend)"
+                if from_default
+                else f"{name!r}"
+            )
+            raise BackendUnavailableError(
+                f"backend: {origin} was asked for but cannot run here: {reason}. Or use "
+                "backend='auto' (picks an available backend silently) or backend='torch' "
+                "(the reference formula)."
+            )
+    return impl
 
 
-def _check_name(name: object) -> None:
-    if name != "auto" and name not in _BACKENDS:
-        raise ValueError(
-            f"backend: unknown backend {name!r}; expected one of {', '.join(available_backends())}"
-        )
+def _check_name(name: object, from_default: bool = False) -> None:
+    if isinstance(name, str) and (name == "auto" or name in _BACKENDS):
+        return
+    where = " (the default, from NORMLAB_BACKEND or set_default_backend)" if from_default else ""
+    raise ValueError(
+        f"backend: unknown backend {name!r}{where}; expected one of "
+        f"{', '.join(available_backends())}"
+    )
 
 
 from normlab.kernels import compiled as _compiled  # noqa: E402  (needs register_backend above)

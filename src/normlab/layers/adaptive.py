@@ -10,9 +10,10 @@ from normlab._checks import (
     check_bool,
     check_cond,
     check_dim,
-    check_eps,
     check_input,
     check_last_dim,
+    check_layer_norm_eps,
+    check_optional_eps,
     per_sequence_view,
 )
 
@@ -59,13 +60,16 @@ class AdaRMSNorm(nn.Module):
     branch. No static gain is kept: the Linear's bias plays that role. ``cond`` is already
     embedded (e.g. by a timestep MLP); it is [B, C] (per sequence, also for x with several token
     axes [B, …, D]: the returned gate is then [B, 1, …, 1, D]) or [B, T, C] (per token).
+    ``eps=None`` is the machine epsilon of the statistics dtype, chosen per call, as for
+    :class:`~normlab.RMSNorm`. Positional parameters: ``(dim, cond_dim, eps, gate, device,
+    dtype)``, the same order as :class:`AdaLayerNormZero`.
     """
 
     def __init__(
         self,
         dim: int,
         cond_dim: int,
-        eps: float = 1e-6,
+        eps: float | None = 1e-6,
         gate: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
@@ -73,7 +77,7 @@ class AdaRMSNorm(nn.Module):
         super().__init__()
         self.dim = check_dim(dim, "dim")
         self.cond_dim = check_dim(cond_dim, "cond_dim")
-        self.eps = check_eps(eps)
+        self.eps = check_optional_eps(eps)
         self.gate = check_bool(gate, "gate")
         chunks = 3 if self.gate else 2
         self.modulation = ZeroLinear(self.cond_dim, chunks * self.dim, device=device, dtype=dtype)
@@ -107,7 +111,9 @@ class AdaLayerNormZero(nn.Module):
     ``(y, gate)`` (``gate`` is ``None`` with ``gate=False``: (shift, scale) = Linear(SiLU(c)),
     as DiT's final layer); the Linear starts at zero, so every gated branch starts closed.
     ``cond`` is [B, C] (per sequence) or [B, T, C] (per token), as for :class:`AdaRMSNorm`.
-    The SiLU is this module's ``act``.
+    The SiLU is this module's ``act``. ``eps`` is a float > 0 (``None`` is refused, as by
+    ``torch.nn.LayerNorm``). Positional parameters: ``(dim, cond_dim, eps, gate, device,
+    dtype)``, the same order as :class:`AdaRMSNorm`.
     """
 
     def __init__(
@@ -115,14 +121,14 @@ class AdaLayerNormZero(nn.Module):
         dim: int,
         cond_dim: int,
         eps: float = 1e-6,
+        gate: bool = True,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
-        gate: bool = True,
     ) -> None:
         super().__init__()
         self.dim = check_dim(dim, "dim")
         self.cond_dim = check_dim(cond_dim, "cond_dim")
-        self.eps = check_eps(eps)
+        self.eps = check_layer_norm_eps(eps)
         self.gate = check_bool(gate, "gate")
         self.act = nn.SiLU()
         chunks = 3 if self.gate else 2

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normlab._checks import check_finite_number
+from normlab._checks import check_finite_number, check_input, check_last_dim, stats_dtype
 from normlab.layers.layer_norm import normalized_size
 
 
@@ -15,6 +15,10 @@ class DynamicTanh(nn.Module):
     α is one learnable scalar (``alpha_init``, 0.5 by default), γ starts at 1 and β at 0. Unlike
     LayerNorm and RMSNorm nothing is computed across the vector: each element is squashed on its
     own, so DyT bounds activations without normalising them.
+
+    The output has x's dtype, as LayerNorm's and RMSNorm's: tanh(α·x), γ and β are computed in
+    float32 (float64 for float64 input) and the result is cast once at the end, whatever the
+    parameters' dtype.
     """
 
     def __init__(
@@ -43,12 +47,13 @@ class DynamicTanh(nn.Module):
             nn.init.zeros_(self.bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.shape[-1] != self.normalized_shape[0]:
-            raise ValueError(
-                f"x: last dimension is {x.shape[-1]}; expected {self.normalized_shape[0]}"
-            )
-        y = torch.tanh(self.alpha * x) * self.weight
-        return y + self.bias if self.bias is not None else y
+        """y = γ ⊙ tanh(α·x) + β in float32 (float64 for float64 x), returned in x's dtype."""
+        check_last_dim(check_input("x", x), self.normalized_shape[0])
+        sd = stats_dtype(x.dtype)
+        y = torch.tanh(self.alpha.to(sd) * x.to(sd)) * self.weight.to(sd)
+        if self.bias is not None:
+            y = y + self.bias.to(sd)
+        return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return (

@@ -9,7 +9,13 @@ import torch
 from torch import nn
 
 from normlab import functional as F
-from normlab._checks import check_bool, check_dim, check_eps, check_input, check_trailing_shape
+from normlab._checks import (
+    check_bool,
+    check_dim,
+    check_input,
+    check_layer_norm_eps,
+    check_trailing_shape,
+)
 
 ShapeArg = int | tuple[int, ...] | list[int] | torch.Size
 
@@ -79,7 +85,7 @@ class LayerNorm(nn.Module):
     ) -> None:
         super().__init__()
         self.normalized_shape: tuple[int, ...] = normalized_shape_tuple(normalized_shape)
-        self.eps = check_eps(eps)
+        self.eps = check_layer_norm_eps(eps)
         self.elementwise_affine = check_bool(elementwise_affine, "elementwise_affine")
         bias = check_bool(bias, "bias")
         factory = {"device": device, "dtype": dtype}

@@ -5,7 +5,11 @@ modulation) once and writes y (and h) once; the backward reads h and dy once and
 producing the weight and modulation gradients in the same pass with deterministic sums (see
 :mod:`normlab.kernels.cpu._source` for the formulas and :mod:`normlab.kernels.fused` for the
 autograd wiring). The library is compiled on first use and cached (:mod:`._build`); when it
-cannot be built, :func:`available` is False and ``"auto"`` uses another backend.
+cannot be built, :func:`available` is False, :func:`unavailable_reason` says why, ``"auto"`` uses
+another backend, and a call that asks for ``backend="cpp"`` by name raises
+:class:`normlab.kernels.BackendUnavailableError` (the module functions below raise
+``RuntimeError``). Non-CPU tensors and empty ones go to the reference formula, as do calls
+traced by ``torch.compile``.
 
 The module-level functions are the backend interface (the signatures of
 :mod:`normlab.kernels.reference`).
@@ -34,6 +38,7 @@ __all__ = [
     "gated_residual",
     "layer_norm",
     "rms_norm",
+    "unavailable_reason",
 ]
 
 _CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
@@ -249,10 +254,12 @@ class CppProvider:
 
 
 class _CppBackend(FusedBackend):
-    """Falls back to the reference for non-CPU tensors and when the library is unavailable."""
+    """Falls back to the reference for non-CPU tensors (and empty ones, and under
+    ``torch.compile``). A missing library is not a fallback: the provider raises, and
+    :func:`normlab.kernels.resolve_backend` refuses an explicit ``"cpp"`` before that."""
 
     def fallback(self, x: torch.Tensor) -> bool:
-        return super().fallback(x) or x.device.type != "cpu" or not available()
+        return super().fallback(x) or x.device.type != "cpu"
 
 
 _provider = CppProvider()
@@ -271,3 +278,35 @@ gated_add_ada_rms_norm = _backend.gated_add_ada_rms_norm
 def available() -> bool:
     """True when the C++ kernels are built and loaded (builds them on the first call)."""
     return load_library() is not None
+
+
+_REASON_CHARS = 300
+
+
+def unavailable_reason() -> str | None:
+    """None when the kernels load, else a short reason and how to get them (builds on first call).
+
+    The full compiler output is :func:`build_error`.
+    """
+    if available():
+        return None
+    error = build_error() or "unknown error"
+    if error.startswith("disabled by NORMLAB_CPU_KERNELS"):
+        return f"the C++ CPU kernels are {error}; unset it (or set it to 1) to build them"
+    if error.startswith("no C++ compiler found"):  # says already how to get one
+        return f"the C++ CPU kernels cannot be built: {error}"
+    return (
+        f"the C++ CPU kernels could not be built with {compiler()} ({_first_error(error)}); "
+        "install a C++17 compiler (g++ or clang++) on PATH or point NORMLAB_CXX at one (full "
+        "error: normlab.kernels.cpu.build_error())"
+    )
+
+
+def _first_error(error: str) -> str:
+    """The first compiler diagnostic (``error:``) of a build error, else its first line, short."""
+    lines = [" ".join(line.split()) for line in error.splitlines() if line.strip()]
+    found = next((line for line in lines if "error:" in line.lower()), None)
+    if found is None:
+        compiled = len(lines) > 1 and lines[0].startswith("the C++ kernels did not compile")
+        found = "the compiler failed with every flag set" if compiled else lines[0]
+    return found if len(found) <= _REASON_CHARS else found[: _REASON_CHARS - 1] + "…"

@@ -7,6 +7,11 @@ source, the compiler, its flags and this CPU's instruction-set flags, and loads 
 and later processes reuse it. When no compiler is found or every flag set fails, the reason is
 kept (:func:`build_error`) and the backend reports itself unavailable, so ``"auto"`` falls back.
 
+A compilation takes tens of seconds on a small machine, so it announces itself once, before it
+starts, with a WARNING on the logger ``normlab.kernels.cpu._build`` (``logging``; silence it with
+``logging.getLogger("normlab.kernels.cpu").setLevel(logging.ERROR)``). Loading a cached
+library says nothing.
+
 Environment:
     ``NORMLAB_CPU_KERNELS=0``  never build or load the kernels (the backend is unavailable).
     ``NORMLAB_CXX``            the compiler to use (default: ``$CXX``, then g++, c++, clang++).
@@ -17,6 +22,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -42,6 +48,7 @@ _OPENMP_FLAGS = (("-fopenmp",), ("-fopenmp-simd", "-DNL_OMP_SIMD"), ())
 
 ABI_VERSION = 1  # normlab_abi_version() of the library this module's structs describe
 
+_log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _library: ctypes.CDLL | None = None
 _error: str | None = None
@@ -115,12 +122,24 @@ def _compile(cxx: str, flags: list[str], target: Path) -> str | None:
     return None
 
 
+def _no_compiler_message() -> str:
+    """Why :func:`compiler` found nothing, naming the variables that were set but not found."""
+    tried = [
+        f"{var}={os.environ[var]!r} is not an executable on PATH"
+        for var in ("NORMLAB_CXX", "CXX")
+        if os.environ.get(var)
+    ]
+    found = "; ".join([*tried, "no g++, c++ or clang++ on PATH"])
+    return f"no C++ compiler found ({found}); set NORMLAB_CXX to one, or install g++"
+
+
 def _build_and_load() -> ctypes.CDLL:
     cxx = compiler()
     if cxx is None:
-        raise RuntimeError("no C++ compiler found (set NORMLAB_CXX or CXX, or install g++)")
+        raise RuntimeError(_no_compiler_message())
     version = _compiler_version(cxx)
     errors = []
+    announced = False
     for arch in _ARCH_FLAGS:
         for openmp in _OPENMP_FLAGS:
             flags = [*_COMMON_FLAGS, *arch, *openmp]
@@ -129,6 +148,14 @@ def _build_and_load() -> ctypes.CDLL:
             ).hexdigest()[:20]
             target = cache_dir() / key / "libnormlab_cpu.so"
             if not target.exists():
+                if not announced:
+                    _log.warning(
+                        "compiling normlab's C++ CPU kernels with %s (once; cached in %s); "
+                        "this takes a few tens of seconds...",
+                        cxx,
+                        cache_dir(),
+                    )
+                    announced = True
                 err = _compile(cxx, flags, target)
                 if err is not None:
                     errors.append(f"{' '.join(flags)}: {err}")
