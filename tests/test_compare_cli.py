@@ -82,17 +82,22 @@ def test_wrong_type_and_unknown_top_level_key(tmp_path: Path) -> None:
 def test_flags_override_the_file(tmp_path: Path) -> None:
     config = write_yaml(
         tmp_path / "exp.yaml",
-        {"norms": ["layernorm"], "train": {"lr": 0.1, "steps": 50}, "seeds": 5},
+        {
+            "norms": ["layernorm"],
+            "placements": ["pre", "post"],
+            "train": {"lr": 0.1, "steps": 50},
+            "seeds": 5,
+        },
     )
     cfg = validate_config(
         build_config_dict(config, {"train.lr": 0.01, "norms": ["rmsnorm", "dyt"], "seeds": None})
     )
     assert cfg.train.lr == 0.01 and cfg.norms == ["rmsnorm", "dyt"] and cfg.seeds == 5
     assert cfg.train.steps == 50
-    by_tokens = validate_config(build_config_dict(config, {"train.tokens": 10_000}))
+    by_tokens = validate_config(build_config_dict(config, {"train.tokens": 100_000}))
     assert by_tokens.train.steps is None
     per_step = by_tokens.train.batch_size * by_tokens.model.context
-    assert by_tokens.resolved_steps() == -(-10_000 // per_step)
+    assert by_tokens.resolved_steps() == -(-100_000 // per_step)
 
 
 def test_seeds_flag() -> None:

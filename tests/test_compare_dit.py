@@ -87,8 +87,8 @@ def test_dit_defaults() -> None:
     assert cfg.margin() == cfg.margin_val_loss == MARGIN_KEYS["dit"][1]
     assert cfg.shapes.seq_len == 16 and cfg.shapes.in_channels == 16
     # tokens per step are images × patches per image
-    by_tokens = validate_config({"testbed": "dit", "train": {"tokens": 10_000}})
-    assert by_tokens.resolved_steps() == math.ceil(10_000 / (32 * 16))
+    by_tokens = validate_config({"testbed": "dit", "train": {"tokens": 100_000}})
+    assert by_tokens.resolved_steps() == math.ceil(100_000 / (32 * 16))
     # the GPT's defaults are untouched
     gpt = validate_config({})
     assert gpt.testbed == "gpt" and gpt.norms == ["layernorm", "rmsnorm"]
@@ -474,7 +474,7 @@ def test_resume_skips_the_finished_runs(finished: tuple[Path, Path, str], tmp_pa
     assert code == 1 and "train.lr" in output
     # the GPT testbed in a dit folder: refused before anything is touched
     before = (copy / "experiment.json").read_bytes()
-    code, output = invoke("--out", str(copy), "--steps", "4")
+    code, output = invoke("--out", str(copy), "--steps", "4", "--warmup", "1")
     assert code == 1 and "source" in output
     assert (copy / "experiment.json").read_bytes() == before
     # a killed run (no summary) is redone, the others are kept

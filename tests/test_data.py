@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sysconfig
 from pathlib import Path
 
@@ -19,11 +20,14 @@ from normlab.data import (
     path_fraction,
     prepare_tokens,
     read_corpus,
+    read_files,
     split_by_file,
     split_single,
     validation_windows,
 )
 from normlab.data import cache as cache_module
+from normlab.data import sources as sources_module
+from normlab.data.cache import check_source
 
 SMALL_CAP = 400_000
 
@@ -133,8 +137,11 @@ def test_single_file_source(tmp_path: Path) -> None:
 
 
 def test_bad_sources_are_named(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="neither a file nor a folder"):
+    with pytest.raises(ValueError, match=r"data: no such file or folder .*missing"):
         read_corpus(tmp_path / "missing")
+    os.mkfifo(tmp_path / "pipe")
+    with pytest.raises(ValueError, match="neither a file nor a folder"):
+        read_corpus(tmp_path / "pipe")
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="no text files"):
         read_corpus(tmp_path / "empty")
@@ -171,3 +178,95 @@ def test_a_home_relative_source_reuses_its_cache(
     assert info["source"] == str(folder.resolve())
     assert prepare_tokens(data_dir, "~/corpus") == info
     assert prepare_tokens(data_dir, folder) == info
+
+
+# --- the max_bytes cap: a folder honours it like a single file -----------------------------------
+
+
+def corpus_bytes(n: int) -> bytes:
+    """``n`` bytes of numbered text lines."""
+    return b"".join(b"line %06d of some text\n" % i for i in range(n // 20 + 1))[:n]
+
+
+def test_a_folder_caps_its_first_file_like_a_single_file(tmp_path: Path) -> None:
+    data = corpus_bytes(240_001)
+    single = tmp_path / "corpus.txt"
+    single.write_bytes(data)
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "folder" / "corpus.txt").write_bytes(data)
+    train_f, val_f, desc_f = read_corpus(single, max_bytes=200_000)
+    train_d, val_d, desc_d = read_corpus(tmp_path / "folder", max_bytes=200_000)
+    assert (len(train_f), len(val_f)) == (190_000, 10_000)
+    assert (train_d, val_d) == (train_f, val_f)
+    assert train_d + val_d == data[:200_000]
+    assert desc_f["truncated"] is True and desc_d["truncated"] is True
+    assert desc_d["split"] == "single_file_tail" and desc_d["n_files_available"] == 1
+
+
+def test_read_files_cuts_the_first_file_and_keeps_later_ones_whole(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_bytes(b"a" * 500)
+    (tmp_path / "b.txt").write_bytes(b"b" * 300)
+    (tmp_path / "c.txt").write_bytes(b"c" * 100)
+    paths = list_text_files(tmp_path)
+    files, truncated = read_files(tmp_path, paths, 200)
+    assert [(f.rel_path, f.data) for f in files] == [("a.txt", b"a" * 200)] and truncated
+    files, truncated = read_files(tmp_path, paths, 850)
+    assert [f.rel_path for f in files] == ["a.txt", "b.txt"] and truncated  # c would pass it
+    assert sum(len(f.data) for f in files) == 800
+    files, truncated = read_files(tmp_path, paths, 900)
+    assert [len(f.data) for f in files] == [500, 300, 100] and not truncated
+
+
+def test_no_more_than_the_cap_is_read_into_memory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    big = corpus_bytes(50_000)
+    (tmp_path / "folder").mkdir()
+    for name in ("a.txt", "b.txt"):
+        (tmp_path / "folder" / name).write_bytes(big)
+    (tmp_path / "one.txt").write_bytes(big)
+    sizes: list[int] = []
+
+    def counting_open(path: object, mode: str = "r", *args: object, **kwargs: object) -> object:
+        f = open(path, mode, *args, **kwargs)  # noqa: SIM115  (returned to the caller)
+        read = f.read
+
+        def counted(n: int = -1) -> bytes:
+            data = read(n)
+            sizes.append(len(data))
+            return data
+
+        f.read = counted  # type: ignore[method-assign]
+        return f
+
+    monkeypatch.setattr(sources_module, "open", counting_open, raising=False)
+    for source in (tmp_path / "folder", tmp_path / "one.txt"):
+        sizes.clear()
+        train, val, desc = read_corpus(source, max_bytes=10_000)
+        assert len(train) + len(val) == 10_000 and desc["truncated"] is True
+        assert sizes and max(sizes) <= 10_001, (source, sizes)
+
+
+def test_a_missing_source_is_named_before_an_old_cache_is_compared(tmp_path: Path) -> None:
+    folder = make_folder(tmp_path / "corpus")
+    data_dir = tmp_path / "out" / "data"
+    prepare_tokens(data_dir, folder)
+    with pytest.raises(ValueError, match="data: no such file or folder") as info:
+        prepare_tokens(data_dir, tmp_path / "nonexistent")
+    assert "was built with" not in str(info.value)
+    with pytest.raises(ValueError, match="data: no such file or folder"):
+        check_source(tmp_path / "nonexistent")
+    assert check_source(None) is None and check_source("stdlib") is None
+    assert check_source(folder) == folder.resolve()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can read any file")
+def test_an_unreadable_source_is_named(tmp_path: Path) -> None:
+    text = tmp_path / "secret.txt"
+    text.write_text("hello world\n" * 100)
+    text.chmod(0)
+    try:
+        with pytest.raises(ValueError, match=r"data: cannot read the file .*permission denied"):
+            check_source(text)
+    finally:
+        text.chmod(0o644)

@@ -104,3 +104,57 @@ def test_explain_vector_api_worked_examples() -> None:
     assert (e4.mean, e4.mean_square) == (pytest.approx(2.5), pytest.approx(7.5))
     with pytest.raises(ValueError, match="values"):
         explain_vector([])
+
+
+# --- huge and tiny finite inputs: exact x̂, valid JSON ---------------------------------------------
+
+
+def _strict_json(text: str) -> dict:
+    """Parse JSON, refusing the non-standard constants Infinity, -Infinity and NaN."""
+
+    def refuse(name: str) -> None:
+        raise ValueError(f"invalid JSON constant {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_explain_huge_values_give_unit_xhats() -> None:
+    e = explain_vector([1e200, -1e200])
+    assert e.layer_norm_hat == [1.0, -1.0] and e.rms_norm_hat == [1.0, -1.0]
+    assert e.mean == 0.0 and e.rms == pytest.approx(1e200, rel=1e-15)
+    assert e.variance == math.inf and e.mean_square == math.inf  # 1e400: beyond float64
+    assert e.layer_norm_hat_mean_square == 1.0
+    for t in e.transforms:
+        assert t.layer_norm_unchanged or t.layer_norm_flipped, t.name
+
+
+def test_explain_json_is_valid_for_huge_values() -> None:
+    result = invoke("1e200", "-1e200", "--json")
+    assert result.exit_code == 0, result.output
+    e = _strict_json(result.output)
+    assert e["variance"] is None and e["mean_square"] is None  # beyond float64: null
+    assert e["layer_norm_hat"] == [1.0, -1.0] and e["rms"] == pytest.approx(1e200)
+    table = invoke("1e200", "-1e200")
+    assert table.exit_code == 0 and "1.000000" in table.output and "-1.000000" in table.output
+
+
+def test_explain_keeps_eps_inside_the_root_at_any_scale() -> None:
+    # σ² = m = 1e308 and ε = 1e308: x̂ = 1e154/√(2e308) = ±1/√2, though σ² + ε overflows float64
+    e = explain_vector([1e154, -1e154], eps=1e308)
+    half = 1 / math.sqrt(2)
+    assert e.layer_norm_hat == pytest.approx([half, -half], rel=1e-15)
+    assert e.rms_norm_hat == pytest.approx([half, -half], rel=1e-15)
+    # tiny values: ε dominates, x̂ = x/√(x² + ε) ≠ 0 even though x² underflows float64
+    e = explain_vector([1e-200, -1e-200], eps=1e-300)
+    assert e.layer_norm_hat == pytest.approx([1e-50, -1e-50], rel=1e-15)
+    # a constant vector: x − μ = 0, so LayerNorm x̂ = 0 (ε > 0 keeps the root positive)
+    assert explain_vector([1e300, 1e300]).layer_norm_hat == [0.0, 0.0]
+
+
+def test_explain_transforms_past_float64_range_stay_exact() -> None:
+    e = explain_vector([1e308, -1e308, 5e307], scale=10.0)  # 10·x overflows float64
+    scaled, flipped, _ = e.transforms
+    assert scaled.layer_norm_unchanged and scaled.rms_norm_unchanged
+    assert flipped.layer_norm_flipped and flipped.rms_norm_flipped
+    assert scaled.layer_norm_hat == pytest.approx(e.layer_norm_hat, rel=1e-15)
+    assert all(math.isfinite(v) for v in e.layer_norm_hat + e.rms_norm_hat)

@@ -128,9 +128,10 @@ def file_states(folder: Path) -> dict[str, tuple[int, bytes]]:
 
 
 def test_divergence_is_recorded_as_a_result(corpus: Path, tmp_path: Path) -> None:
-    cfg = validate_config(tiny_config(corpus, norms=["nan_after_three"]))
+    # a compare needs two arms; only the faulty one is run here
+    cfg = validate_config(tiny_config(corpus, norms=["nan_after_three", "layernorm"]))
     info = prepare_tokens(tmp_path / "data", cfg.data.path)
-    (spec,) = plan_runs(cfg, "cpu", 1, info)
+    spec = next(s for s in plan_runs(cfg, "cpu", 1, info) if s["norm"] == "nan_after_three")
     run_dir = tmp_path / "runs" / spec["run_id"]
     write_json_atomic(run_dir / "run.json", spec)
     summary = execute_run(run_dir)

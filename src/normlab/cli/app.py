@@ -1,5 +1,7 @@
 """The ``normlab`` Typer application; each subcommand lives in its own module."""
 
+from typing import Annotated
+
 import typer
 
 app = typer.Typer(
@@ -11,6 +13,25 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    """Print ``normlab <version>`` and exit 0 when ``--version`` is given."""
+    if value:
+        from normlab import __version__
+
+        typer.echo(f"normlab {__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            help="Print normlab's version and exit.",
+            callback=_print_version,
+            is_eager=True,
+        ),
+    ] = False,
+) -> None:
     """normlab: exact norms, fused kernels, controlled comparisons and audits."""

@@ -134,8 +134,7 @@ def audit_model_cmd(
         ),
     ] = False,
 ) -> None:
-    """Find a model's norms and where they sit (pre / post / sandwich, final), and how each
-    conditional norm is conditioned."""
+    """Find a model's norms: where each sits (pre/post/sandwich, final) and its conditioning."""
     if target not in TESTBEDS:
         for value, flag in ((norm, "--norm"), (placement, "--placement")):
             if value is not None:

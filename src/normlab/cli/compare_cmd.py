@@ -59,7 +59,29 @@ def build_config_dict(config: Path | None, overrides: dict[str, Any]) -> dict[st
     return merge_overrides(base, overrides)
 
 
-@app.command()
+COMPARE_HELP = (
+    "Train the same small GPT (or, with --testbed dit, the same flow-matching DiT) with each norm "
+    "on the same data, seeds and batches; report which norm to use."
+    "\n\n"
+    "With no arguments: LayerNorm vs RMSNorm, pre-norm, 3 paired seeds, on this Python's own "
+    "standard-library source. With --testbed dit: adaLN-Zero vs AdaRMS in a small DiT trained by "
+    "flow matching on embedded 16×16 images of shapes, judged on the validation flow-matching "
+    "loss. A comparison needs at least two arms (norm × placement). --out must be a new or empty "
+    "folder, or the folder of an earlier compare: re-running with the same --out skips finished "
+    "runs; it refuses, leaving the folder unchanged, if a finished run was trained with other "
+    "settings. Runs in the folder that the new command does not plan (e.g. seeds beyond a lower "
+    "--seeds) are kept on disk but left out of the analysis and report."
+    "\n\n"
+    "Exit status: 0 when at least one run finished or diverged (crashed runs are recorded as "
+    "results); 1 when the command refused before training (bad --out, --device or --data, "
+    "folder locked, unpaired arms, settings that differ from finished runs); 2 for an invalid "
+    "config; 3 when every run crashed; 130 when interrupted."
+)
+"""The help of ``normlab compare``: one line per paragraph, so that Typer's rich help rewraps
+each paragraph to the terminal instead of keeping the source's line breaks."""
+
+
+@app.command(help=COMPARE_HELP)
 def compare(
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML experiment file (flags override it).")
@@ -88,7 +110,9 @@ def compare(
         int | None, typer.Option(help="Training tokens per run (instead of --steps).")
     ] = None,
     lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    warmup: Annotated[int | None, typer.Option(help="Linear warm-up steps.")] = None,
+    warmup: Annotated[
+        int | None, typer.Option(help="Linear warm-up steps: 0, or fewer than the steps.")
+    ] = None,
     batch_size: Annotated[
         int | None, typer.Option(help="Sequences (dit: images) per step.")
     ] = None,
@@ -108,22 +132,7 @@ def compare(
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
     ] = True,
 ) -> None:
-    """Train the same small GPT (or, with --testbed dit, the same flow-matching DiT) with each
-    norm on the same data, seeds and batches; report which norm to use.
-
-    With no arguments: LayerNorm vs RMSNorm, pre-norm, 3 paired seeds, on this Python's own
-    standard-library source. With --testbed dit: adaLN-Zero vs AdaRMS in a small DiT trained by
-    flow matching on embedded 16×16 images of shapes, judged on the validation flow-matching
-    loss. Re-running with the same --out skips finished runs; it refuses,
-    leaving the folder unchanged, if a finished run was trained with other settings. Runs in the
-    folder that the new command does not plan (e.g. seeds beyond a lower --seeds) are kept on
-    disk but left out of the analysis and report.
-
-    Exit status: 0 when at least one run finished or diverged (crashed runs are recorded as
-    results); 1 when the command refused before training (bad --out, --device or --data, folder
-    locked, unpaired arms, settings that differ from finished runs); 2 for an invalid config;
-    3 when every run crashed; 130 when interrupted.
-    """
+    """Run the controlled experiment; what it does is :data:`COMPARE_HELP` (its ``--help``)."""
     from normlab.experiment.config import ConfigError, validate_config
     from normlab.experiment.lock import FolderLockedError
     from normlab.experiment.runner import run_experiment

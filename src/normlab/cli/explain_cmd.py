@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated
 
 import typer
@@ -74,14 +73,22 @@ def explain(
     eps: Annotated[float, typer.Option(help="ε, added inside the square root.")] = 1e-5,
     scale: Annotated[float, typer.Option(help="c in the x → c·x invariance check.")] = 3.0,
     shift: Annotated[float, typer.Option(help="a in the x → x + a invariance check.")] = 1.0,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="Print JSON instead of tables (a statistic beyond float64's range, such as σ² "
+            "of 1e200 -1e200, as null).",
+        ),
+    ] = False,
 ) -> None:
     """Show μ, σ², m, RMS and the LayerNorm and RMSNorm x̂ of one vector, side by side."""
+    # computed exactly, then rounded (normlab.explain): any finite x gives the right x̂
     try:
         e = explain_vector(values, eps=eps, scale=scale, shift=shift)
     except (TypeError, ValueError) as err:
         raise typer.BadParameter(str(err)) from err
     if as_json:
-        typer.echo(json.dumps(e.to_dict(), indent=2, ensure_ascii=False))
+        typer.echo(e.to_json())
     else:
         _render(e, Console())

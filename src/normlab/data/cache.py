@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ from normlab.data.sources import (
     list_stdlib_files,
     list_text_files,
     read_files,
+    read_head,
     stdlib_root,
 )
 from normlab.data.split import check_val_fraction, split_by_file, split_single
@@ -58,6 +60,31 @@ def resolve_source(source: str | Path) -> Path:
     return Path(source).expanduser().resolve()
 
 
+def check_source(source: str | Path | None) -> Path | None:
+    """Check that a user source exists and can be read; returns its :func:`resolve_source` path,
+    or ``None`` for the standard library (``None`` or ``"stdlib"``).
+
+    Raises ``ValueError`` naming ``data`` if the path does not exist, is neither a regular file
+    nor a folder, or cannot be read (a folder must also be listable). Reads no file content.
+    """
+    if source is None or str(source) == STDLIB:
+        return None
+    path = resolve_source(source)
+    expected = "expected a text file or a folder of text files"
+    if not path.exists():
+        raise ValueError(f"data: no such file or folder {str(source)!r}; {expected}")
+    if not path.is_file() and not path.is_dir():
+        raise ValueError(f"data: {str(source)!r} is neither a file nor a folder; {expected}")
+    needed = os.R_OK | (os.X_OK if path.is_dir() else 0)
+    if not os.access(path, needed):
+        kind = "folder" if path.is_dir() else "file"
+        raise ValueError(
+            f"data: cannot read the {kind} {str(source)!r} (permission denied); {expected} "
+            "that this user can read"
+        )
+    return path
+
+
 def read_corpus(
     source: str | Path | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
@@ -67,7 +94,10 @@ def read_corpus(
 
     ``source``: ``None`` or ``"stdlib"`` for the interpreter's standard library; a text file (split
     into a leading train and trailing validation part); or a folder of text files (split by file).
-    At most ``max_bytes`` are read, whole files in sorted order.
+    At most ``max_bytes`` are read: whole files in sorted order until the next would pass the
+    cap, except that the first (or only) file is cut at ``max_bytes`` if it is longer.
+    ``truncated`` says whether the cap left something out. Raises ``ValueError`` naming ``data``
+    for a missing, unreadable or empty source.
     """
     val_fraction = check_val_fraction(val_fraction)
     desc: dict[str, Any] = {"max_bytes": max_bytes, "val_fraction": val_fraction}
@@ -76,9 +106,10 @@ def read_corpus(
         paths = list_stdlib_files(root)
         desc.update(source=STDLIB, source_kind=STDLIB, source_root=str(root))
     else:
-        path = resolve_source(source)
+        path = check_source(source)
+        assert path is not None  # only the standard library has no path
         if path.is_file():
-            data = path.read_bytes()[:max_bytes]
+            data = read_head(path, max_bytes)
             if len(data) < 2:
                 raise ValueError(f"data: {str(path)!r} has fewer than 2 bytes; expected text")
             train, val = split_single(data, val_fraction)
@@ -92,8 +123,6 @@ def read_corpus(
                 n_val_files=1,
             )
             return train, val, desc
-        if not path.is_dir():
-            raise ValueError(f"data: {str(source)!r} is neither a file nor a folder")
         root = path
         paths = list_text_files(root)
         desc.update(source=str(path), source_kind="folder", source_root=str(root))
@@ -141,10 +170,12 @@ def prepare_tokens(
 ) -> dict[str, Any]:
     """Build ``data_dir/tokens.u8`` and ``data.json`` once; later calls reuse them.
 
-    Returns the content of ``data.json``. Raises ``ValueError`` naming the field when the folder
-    already holds a cache made from a different request (source, cap, fraction or Python version),
-    since finished runs in the folder were trained on it.
+    Returns the content of ``data.json``. Raises ``ValueError`` naming ``data`` if a user source
+    does not exist or cannot be read (checked first, whatever the folder holds), and naming the
+    field when the folder already holds a cache made from a different request (source, cap,
+    fraction or Python version), since finished runs in the folder were trained on it.
     """
+    check_source(source)
     data_dir = Path(data_dir)
     key = request_key(source, max_bytes, val_fraction)
     info_path, tokens_path = data_dir / INFO_FILE, data_dir / TOKENS_FILE

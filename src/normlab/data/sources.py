@@ -65,18 +65,32 @@ def list_text_files(folder: Path) -> list[Path]:
     return sorted(found, key=lambda p: p.relative_to(folder).as_posix())
 
 
-def read_files(root: Path, paths: list[Path], max_bytes: int) -> tuple[list[SourceFile], bool]:
-    """Read whole files in the given order until the next one would pass ``max_bytes``.
+def read_head(path: Path, limit: int) -> bytes:
+    """The first ``limit`` bytes of the file at ``path`` (all of it if it is shorter); never
+    reads more than ``limit`` bytes into memory."""
+    with open(path, "rb") as f:
+        return f.read(limit)
 
-    Returns the files read and whether the cap left some out. The first file is always read.
+
+def read_files(root: Path, paths: list[Path], max_bytes: int) -> tuple[list[SourceFile], bool]:
+    """Read files in the given order, at most ``max_bytes`` bytes in all.
+
+    Later files are read whole until the next one would pass ``max_bytes``; the first file is
+    truncated to ``max_bytes`` if it is longer (as a single-file corpus is), so a corpus is never
+    empty and never over the cap. Returns the files read and whether the cap left something out
+    (a file, or the end of the first one). Never holds more than ``max_bytes + 1`` bytes of
+    file data.
     """
     if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
         raise ValueError(f"max_bytes: expected an int >= 1, got {max_bytes!r}")
     files: list[SourceFile] = []
     total = 0
     for path in paths:
-        data = Path(path).read_bytes()
-        if files and total + len(data) > max_bytes:
+        room = max_bytes - total
+        data = read_head(path, room + 1)  # one byte past the room tells whether the file fits
+        if len(data) > room:
+            if not files:
+                files.append(SourceFile(Path(path).relative_to(root).as_posix(), data[:room]))
             return files, True
         files.append(SourceFile(Path(path).relative_to(root).as_posix(), data))
         total += len(data)

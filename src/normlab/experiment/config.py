@@ -193,7 +193,9 @@ class TrainSettings(Section):
 
     Give ``steps`` or ``tokens`` (converted to ⌈tokens / (batch_size · tokens per sample)⌉ steps,
     tokens per sample being the GPT's context or the DiT's patches per image), not both; with
-    neither, ``steps`` is 600.
+    neither, ``steps`` is 600. ``warmup`` (steps of linear warm-up to the peak ``lr``) is 0 or
+    fewer than the steps, so that the cosine decay follows it (checked by
+    :class:`ExperimentConfig`, which knows the steps ``tokens`` gives).
     ``grad_clip`` 0 turns clipping off. ``target_val_loss`` (GPT: nats per byte; DiT: the
     validation flow-matching MSE) is the level for time- and tokens-to-target.
     ``throughput_warmup`` steps are left out of tokens/s. ``eval_windows`` (GPT only): the
@@ -266,11 +268,12 @@ class ExperimentConfig(Section):
     flow-matching DiT on the embedded shapes, sections ``dit`` and ``shapes``; conditional norms,
     ``adaln_zero`` and ``adarms`` by default, pre-norm only). Options of the other testbed are
     errors, not silently ignored.
-    Arms are every ``norm × placement`` (named ``<norm>-<placement>``); each arm runs once per
-    seed. ``seeds`` is a count (0 … n−1) or a list. ``baseline`` names the arm the others are
-    compared with (default: the first). ``margin_bpb`` (GPT) is the equivalence margin in bits per
-    byte; ``margin_val_loss`` (DiT) the equivalence margin of the validation flow-matching loss,
-    an absolute difference in its own unit (mean squared error of the velocity).
+    Arms are every ``norm × placement`` (named ``<norm>-<placement>``), at least two of them;
+    each arm runs once per seed. ``seeds`` is a count (0 … n−1) or a list. ``baseline`` names
+    the arm the others are compared with (default: the first). ``margin_bpb`` (GPT) is the
+    equivalence margin in bits per byte; ``margin_val_loss`` (DiT) the equivalence margin of the
+    validation flow-matching loss, an absolute difference in its own unit (mean squared error of
+    the velocity).
     ``imports`` are modules imported before norms are resolved, in this process and in every
     worker (e.g. a module that calls ``normlab.register_norm``). ``threads``: torch threads per
     worker (default: half the CPUs this process may use, at least 1). ``parallel``: runs trained
@@ -388,6 +391,46 @@ class ExperimentConfig(Section):
             return option if key in value.model_fields_set else None
         given = [k for k in type(value).model_fields if k in value.model_fields_set]
         return f"{section}.{given[0]}" if given else section
+
+    @model_validator(mode="after")
+    def _check_two_arms(self) -> ExperimentConfig:
+        """A comparison needs something to compare: at least two arms (norm × placement)."""
+        arms = self.arm_names()
+        if len(arms) >= 2:
+            return self
+        if self.testbed == "dit":
+            hint = (
+                "two or more norms (--norms, e.g. adaln_zero,adarms; the dit testbed is "
+                "pre-norm only)"
+            )
+        else:
+            hint = (
+                "two or more norms (--norms, e.g. layernorm,rmsnorm) or placements "
+                "(--placements, e.g. pre,post)"
+            )
+        raise ValueError(
+            f"norms, placements: {len(self.norms)} norm and {len(self.placements)} placement "
+            f"make the single arm {arms[0]}; a comparison needs at least two arms. Expected {hint}"
+        )
+
+    @model_validator(mode="after")
+    def _check_warmup(self) -> ExperimentConfig:
+        """The schedule (:func:`normlab.experiment.schedule.lr_at`) reaches its peak at step
+        ``warmup`` and decays until the last step, so a warm-up needs steps after it."""
+        warmup, steps = self.train.warmup, self.resolved_steps()
+        if warmup > 0 and warmup >= steps:
+            given = (
+                f"train.steps = {steps}"
+                if self.train.steps is not None
+                else f"train.steps = {steps} (from train.tokens = {self.train.tokens})"
+            )
+            raise ValueError(
+                f"train.warmup: {warmup} warm-up steps with {given}; expected train.warmup < "
+                "train.steps (the learning rate rises to its peak at step train.warmup, then "
+                "decays to the last step), or 0 for no warm-up. Lower --warmup or raise --steps "
+                "(or --tokens)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _check_baseline(self) -> ExperimentConfig:

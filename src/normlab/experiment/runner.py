@@ -16,6 +16,7 @@ import json
 import multiprocessing
 import os
 import queue
+import re
 import shutil
 import time
 from collections import deque
@@ -37,12 +38,12 @@ from rich.progress import (
 )
 
 from normlab._io import write_json_atomic
-from normlab.data.cache import prepare_tokens
+from normlab.data.cache import INFO_FILE, TOKENS_FILE, check_source, prepare_tokens
 from normlab.data.shapes import prepare_shapes
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
 from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
-from normlab.experiment.lock import OutputLock
+from normlab.experiment.lock import LOCK_FILE, OutputLock
 from normlab.experiment.worker import (
     DONE_STATUSES,
     RUN_FILE,
@@ -54,6 +55,14 @@ from normlab.experiment.worker import (
 
 EXPERIMENT_FILE = "experiment.json"
 RUNS_DIR = "runs"
+DATA_DIR = "data"
+_CACHE_ENTRY = re.compile(
+    rf"^(?:{re.escape(INFO_FILE)}|{re.escape(TOKENS_FILE)}"
+    rf"|\.(?:{re.escape(INFO_FILE)}|{re.escape(TOKENS_FILE)})\..+\.tmp)$"
+)
+"""The names a compare writes in ``OUT/data`` before ``experiment.json`` exists: the data cache
+and, while it is being written, the temporary files of :mod:`normlab._io`."""
+_EXPERIMENT_TMP = re.compile(rf"^\.{re.escape(EXPERIMENT_FILE)}\..+\.tmp$")
 WORKER_ENV = {
     # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
     # are not page-faulted in afresh on every step.
@@ -219,6 +228,48 @@ def check_out_path(out: Path) -> Path | None:
     return missing
 
 
+def foreign_entries(out: Path) -> list[str]:
+    """What in the existing folder ``out`` a compare did not write, sorted; empty if ``out`` is a
+    compare folder (it holds ``experiment.json``) or holds at most what a compare writes before
+    ``experiment.json``: the lock file and the data cache (see :data:`_CACHE_ENTRY`)."""
+    out = Path(out)
+    if (out / EXPERIMENT_FILE).is_file():
+        return []
+    foreign = []
+    for entry in sorted(out.iterdir(), key=lambda p: p.name):
+        if entry.name == LOCK_FILE and entry.is_file():
+            continue
+        if _EXPERIMENT_TMP.match(entry.name):  # left by a kill while writing experiment.json
+            continue
+        if entry.name == DATA_DIR and entry.is_dir() and not entry.is_symlink():
+            inside = [p.name for p in entry.iterdir() if not _CACHE_ENTRY.match(p.name)]
+            foreign += [f"{DATA_DIR}/{name}" for name in sorted(inside)]
+            continue
+        foreign.append(entry.name + ("/" if entry.is_dir() else ""))
+    return foreign
+
+
+def check_out_contents(out: Path) -> None:
+    """Raise ``ValueError`` naming ``--out`` if ``out`` is an existing folder that already holds
+    files a compare did not write (see :func:`foreign_entries`), so that a compare never writes
+    its report, data or runs over someone else's files. A missing or empty folder, and the
+    folder of an earlier compare (to resume), pass. Writes nothing."""
+    out = Path(out)
+    if not out.is_dir():
+        return
+    foreign = foreign_entries(out)
+    if not foreign:
+        return
+    shown = ", ".join(repr(name) for name in foreign[:3])
+    more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+    raise ValueError(
+        f"out: {str(out)!r} is not empty and is not the folder of a normlab compare (it has no "
+        f"{EXPERIMENT_FILE}); it holds {shown}{more}, which a compare could overwrite. Expected "
+        "--out to name a new or empty folder, or the folder of an earlier compare to resume. "
+        "Nothing was written."
+    )
+
+
 def _is_unused(out: Path) -> bool:
     """True while nothing but the lock and the data cache was written to ``out``."""
     return not (out / EXPERIMENT_FILE).exists() and not (out / RUNS_DIR).exists()
@@ -355,11 +406,13 @@ def run_experiment(
 ) -> dict[str, dict[str, Any]]:
     """Run the whole experiment into ``out`` (see docs/run-format.md) and build its report.
 
-    ``out`` (a folder, or creatable) and the device are checked before ``out`` is created; the
-    data (enough for one context window), the pairing of the arms, and that the finished runs
-    already in ``out`` were trained with the same settings are checked before ``experiment.json``
-    or any run is written, so a refused command leaves them as they were. If this call created
-    ``out`` and fails before writing ``experiment.json``, it removes the folder again.
+    ``out`` (a new or empty folder, or creatable, or the folder of an earlier compare; see
+    :func:`check_out_contents`), the ``--data`` path (it exists and can be read) and the device
+    are checked before ``out`` is created or written; the data (enough for one context window),
+    the pairing of the arms, and that the finished runs already in ``out`` were trained with the
+    same settings are checked before ``experiment.json`` or any run is written, so a refused
+    command leaves them as they were. If this call created ``out`` and fails before writing
+    ``experiment.json``, it removes the folder again.
 
     Holds ``out/.lock`` throughout; raises :class:`normlab.experiment.lock.FolderLockedError` if
     another command holds it, and ``ValueError`` (naming the field or flag) for any failed check.
@@ -368,6 +421,9 @@ def run_experiment(
     console = console or Console()
     out = Path(out)
     created = check_out_path(out)
+    check_out_contents(out)
+    if cfg.testbed == "gpt":
+        check_source(cfg.data.path)
     device = resolve_device(cfg.device)
     threads = cfg.threads or default_threads()
     lock = OutputLock(out)
