@@ -80,6 +80,31 @@ def _stride(t: torch.Tensor | None) -> int:
     return 0 if t is None else t.stride(0)
 
 
+MAX_ROWS = 2**31 - 1
+
+
+def _check_rows(n_rows: int) -> None:
+    """The kernels index rows in int32 (row offsets, ``row · stride``, are int64): at most
+    2³¹ − 1 rows, else the last programs' row indices wrap and they write out of bounds."""
+    if n_rows > MAX_ROWS:
+        raise ValueError(
+            f"rows: {n_rows} rows (the product of the leading dimensions); at most {MAX_ROWS} "
+            "supported, split the batch"
+        )
+
+
+def check_forward_args(kind: str, addend: torch.Tensor | None, h_dtype: torch.dtype | None) -> None:
+    """Reject calls the kernels do not implement consistently.
+
+    An addend needs ``h_dtype``: the backward differentiates the norm of the h it is handed
+    (x when h is not stored), and the chunked forward's second pass re-reads x or the stored h.
+    """
+    if kind not in KINDS:
+        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    if addend is not None and h_dtype is None:
+        raise ValueError("addend: h = x + gate * addend must be stored; pass h_dtype")
+
+
 def norm_forward(
     x: torch.Tensor,
     addend: torch.Tensor | None,
@@ -101,9 +126,9 @@ def norm_forward(
     ``kind``: ``"rms"``, ``"layer"`` or ``"none"`` (prologue only); ``h_dtype``: dtype in which
     h = x + gate ⊙ addend is stored and returned (None: not stored).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    check_forward_args(kind, addend, h_dtype)
     n, d = x.shape
+    _check_rows(n)
     norm = kind != "none"
     y = x.new_empty((n, d) if norm else (0,), dtype=out_dtype)
     h = x.new_empty((n, d), dtype=h_dtype) if h_dtype is not None else x.new_empty((0,))
@@ -235,6 +260,7 @@ def norm_backward(
     """
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
+    _check_rows(n_rows)
     ref = next(t for t in (dy, dh, hn, rstd) if t is not None)
     device, n, norm = ref.device, n_rows, kind != "none"
     has_dy = norm and dy is not None
@@ -258,7 +284,7 @@ def norm_backward(
     need = {name: spec is not None for name, spec in layout.items()}
     if n == 0:
         return tuple(
-            torch.empty((0,), device=device)
+            torch.empty((0,), device=device, dtype=torch.float32)
             if spec is None
             else torch.zeros(spec[0], device=device, dtype=spec[1])
             for spec in layout.values()
@@ -283,8 +309,8 @@ def norm_backward(
 
     def out_rows(name: str) -> torch.Tensor:
         spec = layout[name]
-        if spec is None:
-            return torch.empty((0,), device=device)
+        if spec is None:  # float32 as in the fake implementation, whatever the default dtype
+            return torch.empty((0,), device=device, dtype=torch.float32)
         if name in reduce_groups:
             alloc = torch.zeros if launch.chunked else torch.empty
             return alloc((programs, d), device=device, dtype=torch.float32)

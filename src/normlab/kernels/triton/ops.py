@@ -93,6 +93,7 @@ def _fused_norm_fake(
     out_dtype: torch.dtype,
     h_dtype: torch.dtype | None,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    launch.check_forward_args(kind, addend, h_dtype)
     n, d = x.shape
     norm = kind != "none"
     y = x.new_empty((n, d) if norm else (0,), dtype=out_dtype)
