@@ -8,9 +8,11 @@ backend-parametrised test without editing any test.
 from __future__ import annotations
 
 import zlib
+from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 import normlab  # noqa: F401  (imports the kernels package, which registers the backends)
 from normlab.kernels import backend_unavailable_reason, backends_for
@@ -49,3 +51,28 @@ def backend(request: pytest.FixtureRequest) -> str:
 def gen(request: pytest.FixtureRequest) -> torch.Generator:
     """A CPU generator seeded from the test's id: the same inputs on every run and worker."""
     return torch.Generator().manual_seed(zlib.crc32(request.node.nodeid.encode()))
+
+
+TINY_COMPARE = {
+    "threads": 1,
+    "seeds": 1,
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 16},
+    "train": {"steps": 2, "batch_size": 2, "eval_interval": 2, "eval_windows": 4, "warmup": 1},
+}
+"""A GPT compare config that trains in a second (one seed, two steps)."""
+
+
+@pytest.fixture
+def config(tmp_path: Path) -> Path:
+    """:data:`TINY_COMPARE` as a YAML file (a test module may define its own ``config``)."""
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump(TINY_COMPARE))
+    return path
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A small text corpus for ``--data`` (a test module may define its own ``corpus``)."""
+    path = tmp_path / "corpus.txt"
+    path.write_text("".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(300)))
+    return path

@@ -8,32 +8,10 @@ from typing import Any
 
 import pytest
 import torch
-import yaml
 from typer.testing import CliRunner
 
 from normlab.cli import app
 from normlab.cli.compare_cmd import EXIT_NO_RESULT, EXIT_REFUSED
-
-TINY = {
-    "threads": 1,
-    "seeds": 1,
-    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 16},
-    "train": {"steps": 2, "batch_size": 2, "eval_interval": 2, "eval_windows": 4, "warmup": 1},
-}
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(TINY))
-    return path
-
-
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "corpus.txt"
-    path.write_text("".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(300)))
-    return path
 
 
 def invoke(*args: str) -> tuple[int, str, BaseException | None]:

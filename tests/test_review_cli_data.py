@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 import typer.main
-import yaml
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
@@ -20,27 +19,6 @@ from normlab.data import prepare_tokens
 from normlab.experiment import ConfigError, validate_config
 from normlab.experiment.runner import check_out_contents, foreign_entries
 from normlab.experiment.schedule import lr_at
-
-TINY = {
-    "threads": 1,
-    "seeds": 1,
-    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 16},
-    "train": {"steps": 2, "batch_size": 2, "eval_interval": 2, "eval_windows": 4, "warmup": 1},
-}
-
-
-@pytest.fixture
-def config(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump(TINY))
-    return path
-
-
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    path = tmp_path / "corpus.txt"
-    path.write_text("".join(f"def f{i}(x):\n    return x * {i}\n" for i in range(300)))
-    return path
 
 
 def invoke(*args: str, columns: int | None = None) -> tuple[int, str]:
