@@ -27,48 +27,31 @@ from pathlib import Path
 import pytest
 import torch
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
-IN_PROCESS = INTERPRET or torch.cuda.is_available()
+from triton_harness import (
+    DEVICE,
+    IN_PROCESS,
+    SKIPPED,
+    nvidia_compile_unavailable,
+    run_compile_script,
+    run_python,
+    run_under_interpreter,
+)
+
 SHARDS = {
     "norms": "test_norm_",
     "modulated": "test_modulated_",
     "ops": "test_op_",
 }
-REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 # --------------------------------------------------------------------------------------------
 # Outer mode: re-run the groups under the interpreter in fresh processes.
 
-
-def _python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-
-
 if not IN_PROCESS:
 
     @pytest.mark.parametrize("shard", sorted(SHARDS))
     def test_triton_kernels_under_interpreter(shard: str) -> None:
-        pytest.importorskip("triton")
-        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTEST_ADDOPTS": ""}
-        env.pop("PYTEST_XDIST_WORKER", None)
-        proc = _python(
-            ["-m", "pytest", str(Path(__file__).resolve()), "-q", "-p", "no:cacheprovider",
-             "-k", SHARDS[shard]],
-            env,
-        )  # fmt: skip
-        assert proc.returncode == 0, (
-            f"inner run failed:\n{proc.stdout[-20000:]}\n{proc.stderr[-5000:]}"
-        )
-        assert " passed" in proc.stdout, proc.stdout[-5000:]
+        run_under_interpreter(__file__, SHARDS[shard])
 
 
 def test_import_without_triton_registers_nothing() -> None:
@@ -79,7 +62,7 @@ def test_import_without_triton_registers_nothing() -> None:
         "assert 'triton' not in available_backends(), available_backends()\n"
         "print('ok')\n"
     )
-    proc = _python(["-c", code], {**os.environ, "TRITON_INTERPRET": "1"})
+    proc = run_python(["-c", code], {**os.environ, "TRITON_INTERPRET": "1"})
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
 
 
@@ -89,12 +72,7 @@ def test_kernels_compile_for_cuda_without_a_gpu() -> None:
     The interpreter is lenient where the compiler is not; this catches what only the compiler
     sees, and register spills at the default launch shapes.
     """
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = _python([str(Path(__file__).resolve()), "--compile-for-cuda"], env)
-    if proc.returncode == 3:
-        pytest.skip(proc.stdout.strip().splitlines()[-1])
-    assert proc.returncode == 0, f"{proc.stdout[-10000:]}\n{proc.stderr[-10000:]}"
+    run_compile_script(__file__, "--compile-for-cuda")
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,7 +85,6 @@ if IN_PROCESS:
     from normlab.kernels.triton import config
     from normlab.kernels.triton.ops import fused_norm
 
-DEVICE = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 
@@ -714,16 +691,13 @@ def compile_for_cuda() -> int:
     import triton
     import triton.language as tl
 
-    try:
-        from triton.backends import backends
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-    except ImportError as err:
-        print(f"this Triton cannot compile ahead of time: {err}")
-        return 3
-    if "nvidia" not in backends:
-        print("this Triton has no NVIDIA backend")
-        return 3
+    reason = nvidia_compile_unavailable()
+    if reason is not None:
+        print(reason)
+        return SKIPPED
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
     from normlab.kernels.triton import backward, config, forward, reduce
 
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

@@ -21,50 +21,26 @@ from pathlib import Path
 import pytest
 import torch
 
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
-IN_PROCESS = INTERPRET or torch.cuda.is_available()
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DEVICE = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
-
-
-def _python(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-
+from triton_harness import (
+    DEVICE,
+    IN_PROCESS,
+    SKIPPED,
+    nvidia_compile_unavailable,
+    run_compile_script,
+    run_python,
+    run_under_interpreter,
+)
 
 if not IN_PROCESS:
 
     def test_triton_review_under_interpreter() -> None:
-        pytest.importorskip("triton")
-        env = {**os.environ, "TRITON_INTERPRET": "1", "PYTEST_ADDOPTS": ""}
-        env.pop("PYTEST_XDIST_WORKER", None)
-        proc = _python(
-            ["-m", "pytest", str(Path(__file__).resolve()), "-q", "-p", "no:cacheprovider",
-             "-k", "test_review_ and not compile_as_cuda"],
-            env,
-        )  # fmt: skip
-        assert proc.returncode == 0, (
-            f"inner run failed:\n{proc.stdout[-20000:]}\n{proc.stderr[-5000:]}"
-        )
-        assert " passed" in proc.stdout, proc.stdout[-5000:]
+        run_under_interpreter(__file__, "test_review_ and not compile_as_cuda")
 
 
 def test_review_kernels_compile_as_cuda_specialises_them() -> None:
     """Every launch of a set of real calls compiles for sm_90 as the CUDA JIT would specialise
     it, within CUDA's grid limits and without register-pressure spills."""
-    pytest.importorskip("triton")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = _python([str(Path(__file__).resolve()), "--compile-as-cuda"], env)
-    if proc.returncode == 3:
-        pytest.skip(proc.stdout.strip().splitlines()[-1])
-    assert proc.returncode == 0, f"{proc.stdout[-10000:]}\n{proc.stderr[-10000:]}"
+    run_compile_script(__file__, "--compile-as-cuda")
 
 
 if IN_PROCESS:
@@ -171,7 +147,7 @@ def test_review_row_offsets_past_int32(case: str, path: str) -> None:
     crashes the process rather than failing an assertion."""
     if DEVICE == "cuda" and torch.cuda.mem_get_info()[0] < 8 * 2**30:
         pytest.skip("needs 8 GiB of free GPU memory")
-    proc = _python([str(Path(__file__).resolve()), "--huge-rows", case, path], dict(os.environ))
+    proc = run_python([str(Path(__file__).resolve()), "--huge-rows", case, path], dict(os.environ))
     assert proc.returncode == 0, (
         f"{case} {path}: exit {proc.returncode} (negative: killed by that signal, as when a "
         f"row offset wraps in int32)\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
@@ -274,23 +250,24 @@ def compile_as_cuda() -> int:
     """0: all compiled clean; 1: failures; 3: this Triton cannot compile for NVIDIA here."""
     import triton
 
+    reason = nvidia_compile_unavailable()
+    if reason is not None:
+        print(reason)
+        return SKIPPED
     try:
-        from triton.backends import backends
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource, make_backend
+        from triton.compiler import make_backend
         from triton.runtime.jit import create_function_from_signature
     except ImportError as err:
-        print(f"this Triton cannot compile ahead of time: {err}")
-        return 3
-    if "nvidia" not in backends:
-        print("this Triton has no NVIDIA backend")
-        return 3
+        print(f"this Triton cannot specialise launches ahead of time: {err}")
+        return SKIPPED
+    from triton.backends.compiler import GPUTarget
     from triton.backends.nvidia.compiler import get_ptxas
+    from triton.compiler import ASTSource
 
     ptxas = get_ptxas(90).path  # the one Triton assembles sm_90 with (the bundled old one fails)
     if not ptxas or not Path(ptxas).exists():
         print("this Triton ships no ptxas for sm_90")
-        return 3
+        return SKIPPED
 
     from normlab.kernels.triton import adaptive, launch, layer_norm, rms_norm
     from normlab.kernels.triton import backend as triton_backend
