@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import sys
@@ -16,6 +17,7 @@ from normlab.data import (
     bits_per_byte,
     corpus_bpe,
     document_fraction,
+    is_cache_entry,
     load_tokenizer,
     load_tokens,
     path_fraction,
@@ -311,6 +313,7 @@ def test_cache_is_memmapped_and_chunking_does_not_change_it(
         info["n_train_tokens"] + info["n_val_tokens"]
     )
     assert not list((tmp_path / "big").glob(".*.tmp"))
+    assert all(is_cache_entry(p.name) for p in (tmp_path / "big").iterdir())
     monkeypatch.setattr(token_cache_module, "BATCH_BYTES", 64)
     monkeypatch.setattr(token_cache_module, "CHUNK_TOKENS", 7)
     small, small_data = cache(tmp_path, "small", jsonl, tokenizer=str(bpe_path))
@@ -392,3 +395,37 @@ def test_bad_inputs_give_one_line_errors(
     with pytest.raises(ValueError, match=r"data: .*ds.*normlab\[hf\]") as err:
         prepare_tokens(tmp_path / "v", folder, CAP, 0.05)
     one_line(err)
+
+
+def test_cache_entry_names(tmp_path: Path, bpe_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every name written in the data folder, also while writing, is a cache entry."""
+    seen: list[str] = []
+    finish = token_cache_module.SplitWriter.finish
+
+    def spy(self: token_cache_module.SplitWriter, header: dict) -> str:
+        seen.extend(p.name for p in self.data_dir.iterdir())
+        return finish(self, header)
+
+    monkeypatch.setattr(token_cache_module.SplitWriter, "finish", spy)
+    jsonl = write_jsonl(tmp_path / "c.jsonl", DOCS)
+    corpus_bpe(jsonl, 40, tmp_path / "data", max_bytes=CAP, val_fraction=0.05)
+    prepare_tokens(tmp_path / "data", jsonl, CAP, 0.05, tokenizer=str(bpe_path))
+    seen += [p.name for p in (tmp_path / "data").iterdir()]
+    assert any(name.endswith(".tmp") for name in seen) and "token_bytes.u16" in seen
+    assert all(is_cache_entry(name) for name in seen), seen
+    for name in ("my_corpus.txt", "tokens.u8.bak", ".data.json.tmp", "bpe-xyz"):
+        assert not is_cache_entry(name)
+
+
+def test_document_split_rule() -> None:
+    """A record's fraction is pinned to its content; the mask chooses as split_by_file does."""
+    digest = hashlib.sha256(b"document\0hello").digest()
+    assert document_fraction(b"hello") == int.from_bytes(digest[:8], "big") / 2.0**64
+    files = [SourceFile(f"a/m{i}.py", b"x") for i in range(300)]
+    _, val = split_by_file(files, 0.05)
+    mask = validation_mask(np.asarray([path_fraction(f.rel_path) for f in files]), 0.05)
+    assert {f.rel_path for f in val} == {f.rel_path for f, m in zip(files, mask, strict=True) if m}
+    assert validation_mask(np.asarray([0.9, 0.8]), 0.05).tolist() == [False, True]
+    assert validation_mask(np.asarray([0.01, 0.02]), 0.05).tolist() == [True, False]
+    with pytest.raises(ValueError, match="at least 2 documents"):
+        validation_mask(np.asarray([0.5]), 0.05)

@@ -57,10 +57,17 @@ from normlab.data.split import (
     split_single,
     validation_mask,
 )
-from normlab.data.token_cache import FORMATS, prepare_token_cache, source_format
+from normlab.data.token_cache import (
+    CACHE_ENTRY,
+    FORMATS,
+    is_cache_entry,
+    prepare_token_cache,
+    source_format,
+)
 from normlab.data.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer, token_dtype
 
 __all__ = [
+    "CACHE_ENTRY",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_VAL_FRACTION",
     "EXCLUDED_DIRS",
@@ -89,6 +96,7 @@ __all__ = [
     "document_fraction",
     "fingerprint",
     "flow_seed",
+    "is_cache_entry",
     "iter_documents",
     "list_stdlib_files",
     "list_text_files",

@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -43,6 +44,21 @@ BIN = "bin"
 NPY = "npy"
 FORMATS = (*docs_mod.TEXT_FORMATS, BIN, NPY)
 SUFFIX = {np.dtype(np.uint8): "u8", np.dtype(np.uint16): "u16", np.dtype(np.uint32): "u32"}
+
+
+CACHE_ENTRY = re.compile(
+    r"^(?:data\.json|tokens\.u(?:8|16|32)|token_bytes\.u16|bpe-[0-9a-f]{16})$"
+    r"|^\.(?:data\.json|tokens\.u(?:8|16|32)|token_bytes\.u16)\..+\.tmp$"
+)
+"""Every name a token cache (of either kind) writes in its folder: ``data.json``, the token and
+byte-count files, the temporary files they are written through (``.<name>.<anything>.tmp``),
+and a :func:`normlab.data.bpe.corpus_bpe` cache folder ``bpe-<16 hex>`` when ``cache_dir`` is
+the data folder."""
+
+
+def is_cache_entry(name: str) -> bool:
+    """Whether a file name in a data folder belongs to the token cache (:data:`CACHE_ENTRY`)."""
+    return CACHE_ENTRY.match(name) is not None
 
 
 def tokens_file(dtype: np.dtype) -> str:
@@ -102,8 +118,9 @@ class SplitWriter:
     def __init__(self, data_dir: Path, dtype: np.dtype, with_bytes: bool) -> None:
         self.data_dir, self.dtype, self.with_bytes = data_dir, np.dtype(dtype), with_bytes
         data_dir.mkdir(parents=True, exist_ok=True)
+        names = {"ids": tokens_file(self.dtype), "bytes": BYTES_FILE}
         self.paths = {
-            (side, kind): data_dir / f".{side}.{kind}.{os.getpid()}.tmp"
+            (side, kind): data_dir / f".{names[kind]}.{side}-{os.getpid()}.tmp"
             for side in ("train", "val")
             for kind in (("ids", "bytes") if with_bytes else ("ids",))
         }
@@ -452,4 +469,12 @@ def _write_pretokenized(
     return desc
 
 
-__all__ = ["BYTES", "FORMATS", "cache_key", "prepare_token_cache", "source_format"]
+__all__ = [
+    "BYTES",
+    "CACHE_ENTRY",
+    "FORMATS",
+    "cache_key",
+    "is_cache_entry",
+    "prepare_token_cache",
+    "source_format",
+]
