@@ -314,11 +314,29 @@ def test_cache_is_memmapped_and_chunking_does_not_change_it(
     )
     assert not list((tmp_path / "big").glob(".*.tmp"))
     assert all(is_cache_entry(p.name) for p in (tmp_path / "big").iterdir())
+    (tmp_path / "book.txt").write_text("".join(DOCS))
+    book, _ = cache(tmp_path, "book", tmp_path / "book.txt", tokenizer=str(bpe_path))
     monkeypatch.setattr(token_cache_module, "BATCH_BYTES", 64)
+    monkeypatch.setattr(token_cache_module, "PIECE_BYTES", 50)
     monkeypatch.setattr(token_cache_module, "CHUNK_TOKENS", 7)
     small, small_data = cache(tmp_path, "small", jsonl, tokenizer=str(bpe_path))
     assert small["fingerprint"] == info["fingerprint"]
     np.testing.assert_array_equal(small_data.val, data.val)
+    # one long document, tokenized in pieces, gives the tokens and byte counts of one encoding
+    pieces, _ = cache(tmp_path, "pieces", tmp_path / "book.txt", tokenizer=str(bpe_path))
+    assert pieces["fingerprint"] == book["fingerprint"]
+    assert (pieces["n_val_tokens"], pieces["n_val_bytes"]) == (
+        book["n_val_tokens"],
+        book["n_val_bytes"],
+    )
+
+
+def test_text_pieces_cut_after_a_newline_starting_a_non_blank_line() -> None:
+    data = b"ab\n  cd\n\nef\ngh\n"
+    pieces = list(token_cache_module.text_pieces(data, 2))
+    assert b"".join(pieces) == data
+    assert pieces == [b"ab\n  cd\n\n", b"ef\n", b"gh\n"]
+    assert list(token_cache_module.text_pieces(b"no newline at all", 3)) == [b"no newline at all"]
 
 
 def test_fingerprint_follows_data_and_tokenizer(tmp_path: Path, bpe_path: Path) -> None:

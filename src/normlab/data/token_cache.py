@@ -40,6 +40,7 @@ BYTES_FILE = "token_bytes.u16"
 BYTES_DTYPE = np.dtype("<u2")
 CHUNK_TOKENS = 1 << 20
 BATCH_BYTES = 1 << 22
+PIECE_BYTES = 1 << 22
 BIN = "bin"
 NPY = "npy"
 FORMATS = (*docs_mod.TEXT_FORMATS, BIN, NPY)
@@ -143,6 +144,23 @@ class SplitWriter:
         if self.with_bytes:
             assert lengths is not None  # only the byte tokenizer has no counts
             np.asarray(lengths).astype(BYTES_DTYPE, copy=False).tofile(self.files[(side, "bytes")])
+
+    def move_tail_to_val(self, n: int) -> None:
+        """Make the last ``n`` train tokens the validation part (nothing has been written to
+        validation yet): train ids then validation ids are one stream on disk, so only the
+        counts move; the tail's byte counts are read back from the train part."""
+        assert self.n_tokens["val"] == 0 and 0 <= n <= self.n_tokens["train"]
+        moved = n
+        if self.with_bytes:
+            f = self.files[("train", "bytes")]
+            f.flush()
+            with open(self.paths[("train", "bytes")], "rb") as part:
+                part.seek(-n * BYTES_DTYPE.itemsize, os.SEEK_END)
+                moved = int(np.frombuffer(part.read(), dtype=BYTES_DTYPE).sum(dtype=np.int64))
+        self.n_tokens["train"] -= n
+        self.n_tokens["val"] += n
+        self.n_bytes["train"] -= moved
+        self.n_bytes["val"] += moved
 
     def finish(self, header: dict[str, Any]) -> str:
         """Join the parts into place; returns the fingerprint: ``sha256:`` + 16 hex digits of
@@ -311,24 +329,52 @@ def utf8_cut(data: bytes, cut: int) -> bytes:
     return data[:cut]
 
 
+def text_pieces(data: bytes, size: int) -> Iterator[bytes]:
+    """``data`` in consecutive pieces of about ``size`` bytes or more, each cut just after a
+    newline that starts a non-blank line (where byte-level pre-tokenizers split anyway, and never
+    inside a UTF-8 character); the whole of ``data`` if it has no such newline."""
+    start = 0
+    while len(data) - start > size:
+        at = start + size
+        while True:
+            nl = data.find(b"\n", at)
+            if nl < 0 or nl + 1 >= len(data):
+                yield data[start:]
+                return
+            if data[nl + 1 : nl + 2] not in (b" ", b"\t", b"\r", b"\n", b"\x0b", b"\x0c"):
+                break
+            at = nl + 1
+        yield data[start : nl + 1]
+        start = nl + 1
+    if start < len(data):
+        yield data[start:]
+
+
 def _encoded(
     docs: Iterator[bytes], tok: Tokenizer
-) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """Each document's (ids, byte counts), tokenized in batches of about ``BATCH_BYTES``."""
+) -> Iterator[tuple[int, np.ndarray, np.ndarray | None]]:
+    """(document index, ids, byte counts) for each document, or for each piece of a document
+    longer than ``PIECE_BYTES`` (:func:`text_pieces`), in order; tokenized in batches of about
+    ``BATCH_BYTES``, so no more than a batch's ids are ever held as Python lists."""
     if tok.is_bytes:
-        for data in docs:
-            yield tok.encode(data)
+        for i, data in enumerate(docs):
+            yield (i, *tok.encode(data))
         return
     batch: list[bytes] = []
+    owners: list[int] = []
     size = 0
-    for data in docs:
-        batch.append(data)
-        size += len(data)
-        if size >= BATCH_BYTES:
-            yield from tok.encode_batch(batch)
-            batch, size = [], 0
-    if batch:
-        yield from tok.encode_batch(batch)
+    for i, data in enumerate(docs):
+        pieces = text_pieces(data, PIECE_BYTES) if len(data) > PIECE_BYTES else [data]
+        for piece in pieces:
+            batch.append(piece)
+            owners.append(i)
+            size += len(piece)
+            if size >= BATCH_BYTES:
+                for owner, (ids, counts) in zip(owners, tok.encode_batch(batch), strict=True):
+                    yield owner, ids, counts
+                batch, owners, size = [], [], 0
+    for owner, (ids, counts) in zip(owners, tok.encode_batch(batch), strict=True):
+        yield owner, ids, counts
 
 
 def _write_documents(
@@ -355,20 +401,23 @@ def _write_documents(
 
     desc: dict[str, Any] = {"source_kind": fmt, "truncated": truncated}
     if n_docs == 1:
-        ids, lengths = next(_encoded(taken(), tok))
-        if len(ids) < 2:
-            raise ValueError(f"data: {str(path)!r} gives {len(ids)} token(s); expected at least 2")
-        at = tail_cut(len(ids), val_fraction)
-        writer.add("train", ids[:at], None if lengths is None else lengths[:at])
-        writer.add("val", ids[at:], None if lengths is None else lengths[at:])
+        for _, ids, lengths in _encoded(taken(), tok):
+            writer.add("train", ids, lengths)
+        n = writer.n_tokens["train"]
+        if n < 2:
+            raise ValueError(f"data: {str(path)!r} gives {n} token(s); expected at least 2")
+        writer.move_tail_to_val(n - tail_cut(n, val_fraction))
         writer.n_docs.update(train=1, val=1)
         desc["split"] = "single_document_tail"
         return desc
     mask = validation_mask(np.asarray(fractions), val_fraction)
-    for is_val, (ids, lengths) in zip(mask, _encoded(taken(), tok), strict=True):
-        side = "val" if is_val else "train"
+    last = -1
+    for i, ids, lengths in _encoded(taken(), tok):
+        side = "val" if mask[i] else "train"
         writer.add(side, ids, lengths)
-        writer.n_docs[side] += 1
+        if i != last:
+            writer.n_docs[side] += 1
+            last = i
     desc["split"] = "by_document"
     return desc
 
