@@ -389,8 +389,11 @@ def test_bad_inputs_give_one_line_errors(
 
     pytest.importorskip("pyarrow")
     (tmp_path / "broken.parquet").write_bytes(b"PAR1 this is not parquet")
-    with pytest.raises(ValueError, match=r"data: .*broken\.parquet.* not a readable Parquet"):
+    with pytest.raises(
+        ValueError, match=r"data: .*broken\.parquet.* not a readable Parquet"
+    ) as err:
         prepare_tokens(tmp_path / "z", tmp_path / "broken.parquet", CAP, 0.05)
+    one_line(err)
 
     np.arange(10, dtype=np.uint16).tofile(tmp_path / "lone.bin")
     with pytest.raises(FileNotFoundError, match=r"data: .*lone\.bin.* no sidecar") as err:
@@ -402,7 +405,7 @@ def test_bad_inputs_give_one_line_errors(
     one_line(err)
     (tmp_path / "lone.bin.json").write_text(json.dumps({"dtype": "uint16"}))
     np.arange(300, dtype=np.uint16).tofile(tmp_path / "lone.bin")
-    with pytest.raises(ValueError, match=r"outside the tokenizer 'bytes'"):
+    with pytest.raises(ValueError, match=r"data: .*lone\.bin.* outside the tokenizer 'bytes'"):
         prepare_tokens(tmp_path / "w", tmp_path / "lone.bin", CAP, 0.05)
 
     folder = tmp_path / "ds"

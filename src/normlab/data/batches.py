@@ -60,8 +60,7 @@ def validation_offsets(n_tokens: int, context: int, n_windows: int) -> np.ndarra
     last = n_tokens - context - 1
     if last < 0:
         raise ValueError(
-            f"tokens: {n_tokens} validation tokens; expected at least context + 1 = "
-            f"{context + 1}"
+            f"tokens: {n_tokens} validation tokens; expected at least context + 1 = {context + 1}"
         )
     return np.linspace(0, last, n_windows).round().astype(np.int64)
 

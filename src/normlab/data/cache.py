@@ -279,8 +279,7 @@ def load_tokens(data_dir: Path) -> TokenData:
     n_train, n_val = info["n_train_tokens"], info["n_val_tokens"]
     if tokens.shape[0] != n_train + n_val:
         raise ValueError(
-            f"data_dir: {name} holds {tokens.shape[0]} tokens; data.json says "
-            f"{n_train} + {n_val}"
+            f"data_dir: {name} holds {tokens.shape[0]} tokens; data.json says {n_train} + {n_val}"
         )
     train_bytes = val_bytes = None
     if info.get("token_bytes_file"):

@@ -31,10 +31,11 @@ TOKENS = "tokens"
 
 @dataclass(frozen=True)
 class TokenSource:
-    """A pre-tokenized file: its ids (memory-mapped), the tokenizer its sidecar names (a path
-    resolved against the sidecar's folder, ``"bytes"``, or ``None``), document starts or
-    ``None``, and the sidecar's path (``None`` if it has none)."""
+    """A pre-tokenized file: its path, its ids (memory-mapped), the tokenizer its sidecar names
+    (a path resolved against the sidecar's folder, ``"bytes"``, or ``None``), document starts
+    or ``None``, and the sidecar's path (``None`` if it has none)."""
 
+    path: Path
     ids: np.ndarray
     tokenizer: str | None
     doc_starts: np.ndarray | None
@@ -108,7 +109,7 @@ def open_token_source(path: Path) -> TokenSource:
     if tokenizer is not None and str(tokenizer) != "bytes" and sidecar is not None:
         tokenizer = str((sidecar.parent / str(tokenizer)).resolve())
     starts = _doc_starts(meta.get("doc_starts"), sidecar, ids.shape[0])
-    return TokenSource(ids=ids, tokenizer=tokenizer, doc_starts=starts, sidecar=sidecar)
+    return TokenSource(path=path, ids=ids, tokenizer=tokenizer, doc_starts=starts, sidecar=sidecar)
 
 
 def _doc_starts(value: object, sidecar: Path | None, n: int) -> np.ndarray | None:

@@ -472,8 +472,10 @@ def _write_pretokenized(
         chunk = np.asarray(ids[a : a + CHUNK_TOKENS])
         if chunk.size and (chunk.min() < 0 or chunk.max() >= tok.vocab_size):
             raise ValueError(
-                f"data: token ids of {str(pre.sidecar or 'the source')!r} fall outside the "
-                f"tokenizer {tok.name!r}'s vocabulary of {tok.vocab_size}"
+                f"data: token ids of {str(pre.path)!r} fall outside the tokenizer "
+                f"{tok.name!r}'s vocabulary of {tok.vocab_size} (ids {int(chunk.min())}.."
+                f"{int(chunk.max())}); name the tokenizer they were made with (the tokenizer "
+                'option or the sidecar\'s "tokenizer")'
             )
     counts = None if tok.is_bytes else table
     desc: dict[str, Any] = {"source_kind": "tokens"}
