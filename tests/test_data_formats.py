@@ -339,6 +339,18 @@ def test_text_pieces_cut_after_a_newline_starting_a_non_blank_line() -> None:
     assert list(token_cache_module.text_pieces(b"no newline at all", 3)) == [b"no newline at all"]
 
 
+def test_a_damaged_cache_is_rebuilt_only_from_the_same_data(tmp_path: Path, bpe_path: Path) -> None:
+    jsonl = write_jsonl(tmp_path / "c.jsonl", DOCS)
+    info, _ = cache(tmp_path, "d", jsonl, tokenizer=str(bpe_path))
+    (tmp_path / "d" / "token_bytes.u16").unlink()
+    assert cache(tmp_path, "d", jsonl, tokenizer=str(bpe_path))[0] == info
+    (tmp_path / "d" / "tokens.u16").write_bytes(b"")
+    write_jsonl(jsonl, [*DOCS, "one more document"])
+    with pytest.raises(ValueError, match=r"missing or damaged .* use another --out"):
+        prepare_tokens(tmp_path / "d", jsonl, CAP, 0.05, tokenizer=str(bpe_path))
+    assert (tmp_path / "d" / "tokens.u16").stat().st_size == 0  # left as it was
+
+
 def test_fingerprint_follows_data_and_tokenizer(tmp_path: Path, bpe_path: Path) -> None:
     jsonl = write_jsonl(tmp_path / "c.jsonl", DOCS)
     base, _ = cache(tmp_path, "a", jsonl, tokenizer=str(bpe_path))
@@ -421,13 +433,13 @@ def test_bad_inputs_give_one_line_errors(
 def test_cache_entry_names(tmp_path: Path, bpe_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every name written in the data folder, also while writing, is a cache entry."""
     seen: list[str] = []
-    finish = token_cache_module.SplitWriter.finish
+    copy = token_cache_module._copy
 
-    def spy(self: token_cache_module.SplitWriter, header: dict) -> str:
-        seen.extend(p.name for p in self.data_dir.iterdir())
-        return finish(self, header)
+    def spy(parts: list[Path], out: object) -> None:  # runs while a final file is written
+        seen.extend(p.name for p in parts[0].parent.iterdir())
+        copy(parts, out)
 
-    monkeypatch.setattr(token_cache_module.SplitWriter, "finish", spy)
+    monkeypatch.setattr(token_cache_module, "_copy", spy)
     jsonl = write_jsonl(tmp_path / "c.jsonl", DOCS)
     corpus_bpe(jsonl, 40, tmp_path / "data", max_bytes=CAP, val_fraction=0.05)
     prepare_tokens(tmp_path / "data", jsonl, CAP, 0.05, tokenizer=str(bpe_path))

@@ -69,7 +69,7 @@ def training_texts(
     if fmt not in docs_mod.TEXT_FORMATS:
         raise ValueError(f"data: a BPE is trained on text; {str(source)!r} holds {fmt} tokens")
     path = stdlib_root() if fmt == docs_mod.STDLIB else Path(source).expanduser().resolve()
-    fractions, cut, _, _ = plan_documents(path, fmt, text_field, max_bytes)
+    fractions, cut, _ = plan_documents(path, fmt, text_field, max_bytes)
     if not fractions:
         raise ValueError(f"data: no documents found in {str(path)!r}")
     stream = docs_mod.iter_documents(path, fmt, text_field, limit=max_bytes + 1)

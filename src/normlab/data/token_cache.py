@@ -162,19 +162,30 @@ class SplitWriter:
         self.n_bytes["train"] -= moved
         self.n_bytes["val"] += moved
 
-    def finish(self, header: dict[str, Any]) -> str:
-        """Join the parts into place; returns the fingerprint: ``sha256:`` + 16 hex digits of
-        sha256(header JSON ‖ train ids ‖ val ids ‖ train byte counts ‖ val byte counts)."""
+    def fingerprint(self, header: dict[str, Any]) -> str:
+        """``sha256:`` + 16 hex digits of sha256(header JSON ‖ train ids ‖ val ids ‖ train byte
+        counts ‖ val byte counts), read back from the parts (call after the last :meth:`add`)."""
+        for f in self.files.values():
+            f.flush()
+        h = hashlib.sha256(json.dumps(header, sort_keys=True).encode("utf-8"))
+        for kind in self._kinds():
+            for side in ("train", "val"):
+                with open(self.paths[(side, kind)], "rb") as f:
+                    while block := f.read(1 << 22):
+                        h.update(block)
+        return "sha256:" + h.hexdigest()[:16]
+
+    def finish(self) -> None:
+        """Join each kind's train and validation parts into its file, atomically."""
         for f in self.files.values():
             f.close()
-        h = hashlib.sha256(json.dumps(header, sort_keys=True).encode("utf-8"))
-        kinds = [("ids", tokens_file(self.dtype))]
-        if self.with_bytes:
-            kinds.append(("bytes", BYTES_FILE))
-        for kind, name in kinds:
+        for kind in self._kinds():
             parts = [self.paths[("train", kind)], self.paths[("val", kind)]]
-            _atomic(self.data_dir / name, "wb", lambda out, parts=parts: _copy(parts, out, h))
-        return "sha256:" + h.hexdigest()[:16]
+            name = tokens_file(self.dtype) if kind == "ids" else BYTES_FILE
+            _atomic(self.data_dir / name, "wb", lambda out, parts=parts: _copy(parts, out))
+
+    def _kinds(self) -> tuple[str, ...]:
+        return ("ids", "bytes") if self.with_bytes else ("ids",)
 
     def close(self) -> None:
         """Close and remove the temporary parts (whether or not :meth:`finish` ran)."""
@@ -184,11 +195,10 @@ class SplitWriter:
             p.unlink(missing_ok=True)
 
 
-def _copy(parts: list[Path], out: IO[Any], h: Any) -> None:
+def _copy(parts: list[Path], out: IO[Any]) -> None:
     for part in parts:
         with open(part, "rb") as f:
             while block := f.read(1 << 22):
-                h.update(block)
                 out.write(block)
 
 
@@ -228,6 +238,7 @@ def prepare_token_cache(
     key = cache_key(source, fmt, tok, text_field, max_bytes, val_fraction)
     data_dir = Path(data_dir)
     info_path = data_dir / INFO_FILE
+    old: dict[str, Any] | None = None
     if info_path.exists():
         old = json.loads(info_path.read_text(encoding="utf-8"))
         for field, value in key.items():
@@ -250,7 +261,13 @@ def prepare_token_cache(
             "token_dtype": dtype.name,
             "n_train_tokens": writer.n_tokens["train"],
         }
-        fp = writer.finish(header)
+        fp = writer.fingerprint(header)
+        if old is not None and old.get("fingerprint") != fp:
+            raise ValueError(
+                f"data: the cache files in {str(data_dir)!r} are missing or damaged and the "
+                f"source now reads as {fp}, not {old.get('fingerprint')}; use another --out"
+            )
+        writer.finish()
     finally:
         writer.close()
     info = {
@@ -302,13 +319,12 @@ def _files_complete(data_dir: Path, info: dict[str, Any]) -> bool:
 
 def plan_documents(
     path: Path, fmt: str, text_field: str, max_bytes: int
-) -> tuple[list[float], int | None, bool, int]:
+) -> tuple[list[float], int | None, bool]:
     """First pass: each taken document's split fraction, the cut of the first document (``None``
-    if whole), whether the cap left something out, and how many documents were seen."""
+    if whole) and whether the cap left something out."""
     fractions: list[float] = []
-    total, cut, truncated, seen = 0, None, False, 0
+    total, cut, truncated = 0, None, False
     for doc in docs_mod.iter_documents(path, fmt, text_field, limit=max_bytes + 1):
-        seen += 1
         room = max_bytes - total
         if len(doc.data) > room:
             truncated = True
@@ -319,7 +335,7 @@ def plan_documents(
         key = path_fraction(doc.key) if doc.key is not None else document_fraction(doc.data)
         fractions.append(key)
         total += len(doc.data)
-    return fractions, cut, truncated, seen
+    return fractions, cut, truncated
 
 
 def utf8_cut(data: bytes, cut: int) -> bytes:
@@ -386,7 +402,7 @@ def _write_documents(
     max_bytes: int,
     val_fraction: float,
 ) -> dict[str, Any]:
-    fractions, cut, truncated, _ = plan_documents(path, fmt, text_field, max_bytes)
+    fractions, cut, truncated = plan_documents(path, fmt, text_field, max_bytes)
     if not fractions:
         raise ValueError(f"data: no documents found in {str(path)!r}")
     n_docs = len(fractions)
