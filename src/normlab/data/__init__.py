@@ -1,13 +1,18 @@
-"""Data for the testbeds: byte tokens (vocabulary 256) from the standard library or your files
-for the GPT; tiny procedural images of shapes for the DiT.
+"""Data for the testbeds: tokens for the GPT (bytes, vocabulary 256, from the standard library or
+your files by default; or your corpus — text, JSON Lines, Parquet, a ``datasets`` folder,
+pre-tokenized ids — with your tokenizer); tiny procedural images of shapes for the DiT.
 
 :func:`prepare_tokens` builds an output folder's token cache once; :func:`load_tokens` maps it;
-:class:`TrainBatches` and :func:`validation_windows` cut it into paired batches.
+:class:`TrainBatches` and :func:`validation_windows` cut it into paired batches;
+:func:`window_bytes` and :class:`BpbTally` give bits per byte for any tokenizer;
+:func:`corpus_bpe` trains (and caches) a byte-level BPE on a corpus's training side.
 :func:`load_shapes` makes the DiT's images (as patch tokens); :class:`FlowBatches` and
 :func:`validation_triples` draw the paired (image, label, noise, time) batches.
 """
 
-from normlab.data.batches import TrainBatches, batch_seed, validation_windows
+from normlab.data.batches import TrainBatches, batch_seed, validation_offsets, validation_windows
+from normlab.data.bpb import BpbTally, bits_per_byte, token_nats, window_bytes
+from normlab.data.bpe import corpus_bpe, train_bpe, training_texts
 from normlab.data.cache import (
     DEFAULT_MAX_BYTES,
     DEFAULT_VAL_FRACTION,
@@ -22,8 +27,11 @@ from normlab.data.cache import (
     prepare_tokens,
     read_corpus,
     request_key,
+    uses_byte_corpus,
 )
+from normlab.data.documents import Document, detect_format, iter_documents
 from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
+from normlab.data.pretokenized import TokenSource, open_token_source
 from normlab.data.shapes import (
     SHAPE_CLASSES,
     SHAPES,
@@ -42,44 +50,83 @@ from normlab.data.sources import (
     read_files,
     stdlib_root,
 )
-from normlab.data.split import path_fraction, split_by_file, split_single
+from normlab.data.split import (
+    document_fraction,
+    path_fraction,
+    split_by_file,
+    split_single,
+    validation_mask,
+)
+from normlab.data.token_cache import (
+    CACHE_ENTRY,
+    FORMATS,
+    is_cache_entry,
+    prepare_token_cache,
+    source_format,
+)
+from normlab.data.tokenizer import ByteTokenizer, HFTokenizer, load_tokenizer, token_dtype
 
 __all__ = [
+    "CACHE_ENTRY",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_VAL_FRACTION",
     "EXCLUDED_DIRS",
+    "FORMATS",
     "INFO_FILE",
     "SHAPES",
     "SHAPE_CLASSES",
     "STDLIB",
     "TOKENS_FILE",
     "VOCAB_SIZE",
+    "BpbTally",
+    "ByteTokenizer",
+    "Document",
     "FlowBatches",
+    "HFTokenizer",
     "ShapeData",
     "SourceFile",
     "TokenData",
+    "TokenSource",
     "TrainBatches",
     "batch_seed",
+    "bits_per_byte",
     "check_source",
+    "corpus_bpe",
+    "detect_format",
+    "document_fraction",
     "fingerprint",
     "flow_seed",
+    "is_cache_entry",
+    "iter_documents",
     "list_stdlib_files",
     "list_text_files",
     "load_shapes",
+    "load_tokenizer",
     "load_tokens",
     "make_shapes",
+    "open_token_source",
     "patchify",
     "path_fraction",
     "prepare_shapes",
+    "prepare_token_cache",
     "prepare_tokens",
     "read_corpus",
     "read_files",
     "request_key",
     "sample_inputs",
+    "source_format",
     "split_by_file",
     "split_single",
     "stdlib_root",
+    "token_dtype",
+    "token_nats",
+    "train_bpe",
+    "training_texts",
     "unpatchify",
+    "uses_byte_corpus",
+    "validation_mask",
+    "validation_offsets",
     "validation_triples",
     "validation_windows",
+    "window_bytes",
 ]

@@ -52,20 +52,25 @@ class TrainBatches:
         return windows[:, :-1], windows[:, 1:]
 
 
+def validation_offsets(n_tokens: int, context: int, n_windows: int) -> np.ndarray:
+    """Start offsets of the validation windows: ``n_windows`` values evenly spaced over
+    [0, n_tokens − context − 1], rounded (int64)."""
+    if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
+        raise ValueError(f"n_windows: expected an int >= 1, got {n_windows!r}")
+    last = n_tokens - context - 1
+    if last < 0:
+        raise ValueError(
+            f"tokens: {n_tokens} validation tokens; expected at least context + 1 = {context + 1}"
+        )
+    return np.linspace(0, last, n_windows).round().astype(np.int64)
+
+
 def validation_windows(tokens: np.ndarray, context: int, n_windows: int) -> torch.Tensor:
     """``n_windows`` evenly spaced windows of ``context + 1`` tokens, shape [n, context + 1].
 
     Windows overlap only when the validation set is shorter than ``n_windows · (context + 1)``.
     """
-    if isinstance(n_windows, bool) or not isinstance(n_windows, int) or n_windows < 1:
-        raise ValueError(f"n_windows: expected an int >= 1, got {n_windows!r}")
-    last = tokens.shape[0] - context - 1
-    if last < 0:
-        raise ValueError(
-            f"tokens: {tokens.shape[0]} validation tokens; expected at least context + 1 = "
-            f"{context + 1}"
-        )
-    offsets = np.linspace(0, last, n_windows).round().astype(np.int64)
+    offsets = validation_offsets(tokens.shape[0], context, n_windows)
     return torch.from_numpy(
         np.asarray(tokens[offsets[:, None] + np.arange(context + 1)], dtype=np.int64)
     )

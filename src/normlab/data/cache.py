@@ -1,7 +1,10 @@
 """The token cache of an output folder: ``data/tokens.u8`` (train bytes, then validation bytes)
 and ``data/data.json``, built once and memory-mapped by every run.
 
-Tokens are bytes (vocabulary 256), so the cache is the corpus itself, split by file.
+With the default byte tokenizer on the standard library, a text file or a folder, tokens are
+bytes (vocabulary 256), so the cache is the corpus itself, split by file. Any other source
+format or tokenizer goes through :func:`normlab.data.token_cache.prepare_token_cache`, whose
+cache also holds each token's UTF-8 byte count; :func:`load_tokens` maps either kind.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from normlab._io import write_bytes_atomic, write_json_atomic
+from normlab.data.documents import FOLDER, TEXT
 from normlab.data.sources import (
     SourceFile,
     list_stdlib_files,
@@ -26,6 +30,8 @@ from normlab.data.sources import (
     stdlib_root,
 )
 from normlab.data.split import check_val_fraction, split_by_file, split_single
+from normlab.data.token_cache import BYTES_DTYPE, prepare_token_cache, source_format
+from normlab.data.tokenizer import BYTES
 
 TOKENS_FILE = "tokens.u8"
 INFO_FILE = "data.json"
@@ -37,11 +43,22 @@ VOCAB_SIZE = 256
 
 @dataclass(frozen=True)
 class TokenData:
-    """Memory-mapped train and validation bytes, and the cache's ``data.json``."""
+    """Memory-mapped train and validation tokens, and the cache's ``data.json``.
+
+    ``train_bytes``/``val_bytes``: the UTF-8 bytes each token covers (memory-mapped uint16), or
+    ``None`` for the byte tokenizer (every token is one byte). ``vocab_size``: 256 for bytes.
+    """
 
     train: np.ndarray
     val: np.ndarray
     info: dict[str, Any]
+    train_bytes: np.ndarray | None = None
+    val_bytes: np.ndarray | None = None
+
+    @property
+    def vocab_size(self) -> int:
+        """The tokenizer's vocabulary size (``data.json``'s ``vocab_size``; 256 for bytes)."""
+        return int(self.info.get("vocab_size", VOCAB_SIZE))
 
 
 def fingerprint(train: bytes, val: bytes) -> str:
@@ -162,26 +179,66 @@ def request_key(source: str | Path | None, max_bytes: int, val_fraction: float) 
     return key
 
 
+def uses_byte_corpus(
+    source: str | Path | None, tokenizer: str | Path | None, data_format: str | None
+) -> bool:
+    """Whether a request is the original byte corpus (stdlib, a text file or a folder of text
+    files, with the byte tokenizer), whose cache and fingerprint stay as they always were."""
+    if tokenizer is not None and str(tokenizer) != BYTES:
+        return False
+    if source is None or str(source) == STDLIB:
+        return data_format in (None, STDLIB)
+    path = resolve_source(source)
+    fmt = source_format(path, data_format) if path.exists() else data_format
+    return fmt in (None, TEXT, FOLDER)
+
+
 def prepare_tokens(
     data_dir: Path,
     source: str | Path | None = None,
     max_bytes: int = DEFAULT_MAX_BYTES,
     val_fraction: float = DEFAULT_VAL_FRACTION,
+    *,
+    tokenizer: str | Path | None = None,
+    text_field: str = "text",
+    data_format: str | None = None,
 ) -> dict[str, Any]:
     """Build ``data_dir/tokens.u8`` and ``data.json`` once; later calls reuse them.
 
-    Returns the content of ``data.json``. Raises ``ValueError`` naming ``data`` if a user source
-    does not exist or cannot be read (checked first, whatever the folder holds), and naming the
-    field when the folder already holds a cache made from a different request (source, cap,
-    fraction or Python version), since finished runs in the folder were trained on it.
+    Returns the content of ``data.json``. ``tokenizer`` (``None``/``"bytes"``, a tokenizer.json
+    or a local tokenizer folder), ``text_field`` (JSON Lines, Parquet, ``save_to_disk``) and
+    ``data_format`` (default: from the path) reach the general cache of
+    :func:`normlab.data.token_cache.prepare_token_cache`, used for every request but the byte
+    corpus (:func:`uses_byte_corpus`), which is built below exactly as before.
+
+    Raises ``ValueError`` naming ``data`` if a user source does not exist or cannot be read
+    (checked first, whatever the folder holds), and naming the field when the folder already
+    holds a cache made from a different request (source, cap, fraction, Python version or
+    tokenizer), since finished runs in the folder were trained on it.
     """
     check_source(source)
+    if not uses_byte_corpus(source, tokenizer, data_format):
+        return prepare_token_cache(
+            data_dir,
+            source,
+            tokenizer=tokenizer,
+            text_field=text_field,
+            data_format=data_format,
+            max_bytes=max_bytes,
+            val_fraction=val_fraction,
+        )
     data_dir = Path(data_dir)
     key = request_key(source, max_bytes, val_fraction)
     info_path, tokens_path = data_dir / INFO_FILE, data_dir / TOKENS_FILE
     old: dict[str, Any] | None = None
     if info_path.exists():
         old = json.loads(info_path.read_text(encoding="utf-8"))
+        if old.get("tokenizer", BYTES) != BYTES or "source_format" in old:
+            raise ValueError(
+                f"data: the cache in {str(data_dir)!r} was built with tokenizer="
+                f"{old.get('tokenizer')!r} from a {old.get('source_format')!r} source, this run "
+                "asks for the byte corpus; use another --out"
+            )
         for field, value in key.items():
             if old.get(field) != value:
                 raise ValueError(
@@ -211,17 +268,32 @@ def prepare_tokens(
 
 
 def load_tokens(data_dir: Path) -> TokenData:
-    """Memory-map a cache made by :func:`prepare_tokens`."""
+    """Memory-map a cache made by :func:`prepare_tokens` (tokens, and byte counts if any)."""
     data_dir = Path(data_dir)
     info_path = data_dir / INFO_FILE
     if not info_path.exists():
         raise FileNotFoundError(f"data_dir: no {INFO_FILE} in {str(data_dir)!r}")
     info = json.loads(info_path.read_text(encoding="utf-8"))
-    tokens = np.memmap(data_dir / TOKENS_FILE, dtype=np.uint8, mode="r")
+    name = info.get("tokens_file", TOKENS_FILE)
+    tokens = np.memmap(data_dir / name, dtype=np.dtype(info.get("token_dtype", "uint8")), mode="r")
     n_train, n_val = info["n_train_tokens"], info["n_val_tokens"]
     if tokens.shape[0] != n_train + n_val:
         raise ValueError(
-            f"data_dir: {TOKENS_FILE} holds {tokens.shape[0]} bytes; data.json says "
-            f"{n_train} + {n_val}"
+            f"data_dir: {name} holds {tokens.shape[0]} tokens; data.json says {n_train} + {n_val}"
         )
-    return TokenData(train=tokens[:n_train], val=tokens[n_train:], info=info)
+    train_bytes = val_bytes = None
+    if info.get("token_bytes_file"):
+        counts = np.memmap(data_dir / info["token_bytes_file"], dtype=BYTES_DTYPE, mode="r")
+        if counts.shape[0] != n_train + n_val:
+            raise ValueError(
+                f"data_dir: {info['token_bytes_file']} holds {counts.shape[0]} counts; "
+                f"data.json says {n_train} + {n_val} tokens"
+            )
+        train_bytes, val_bytes = counts[:n_train], counts[n_train:]
+    return TokenData(
+        train=tokens[:n_train],
+        val=tokens[n_train:],
+        info=info,
+        train_bytes=train_bytes,
+        val_bytes=val_bytes,
+    )

@@ -1,8 +1,11 @@
-"""Train/validation split by file, never inside one (except for a single-file corpus)."""
+"""Train/validation split by file or document, never inside one (except for a corpus of a single
+file or document, split into a leading and a trailing part)."""
 
 from __future__ import annotations
 
 import hashlib
+
+import numpy as np
 
 from normlab.data.sources import SourceFile
 
@@ -49,3 +52,35 @@ def split_single(data: bytes, val_fraction: float) -> tuple[bytes, bytes]:
     val_fraction = check_val_fraction(val_fraction)
     cut = len(data) - max(1, round(len(data) * val_fraction))
     return data[:cut], data[cut:]
+
+
+def document_fraction(data: bytes) -> float:
+    """A number in [0, 1) fixed by a document's content (a record has no path): first 8 bytes of
+    sha256(``b"document\\0"`` ‖ data) / 2⁶⁴. Equal documents get equal fractions, so a duplicate
+    never sits on both sides of the split."""
+    digest = hashlib.sha256(b"document\0" + data).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def validation_mask(fractions: np.ndarray, val_fraction: float) -> np.ndarray:
+    """The documents that validate, as :func:`split_by_file` chooses files: those whose fraction
+    is below ``val_fraction``, at least one and at most all but one (the smallest fractions go
+    first; ties keep document order). Needs at least two documents."""
+    val_fraction = check_val_fraction(val_fraction)
+    fractions = np.asarray(fractions, dtype=np.float64)
+    if fractions.shape[0] < 2:
+        raise ValueError(
+            f"fractions: a split by document needs at least 2 documents, got {fractions.shape[0]}"
+        )
+    n_val = int(np.count_nonzero(fractions < val_fraction))
+    n_val = min(max(n_val, 1), fractions.shape[0] - 1)
+    mask = np.zeros(fractions.shape[0], dtype=bool)
+    mask[np.argsort(fractions, kind="stable")[:n_val]] = True
+    return mask
+
+
+def tail_cut(n: int, val_fraction: float) -> int:
+    """Where a single document splits: its first ``n − max(1, round(n · val_fraction))`` tokens
+    train, the rest validate (the rule of :func:`split_single`)."""
+    val_fraction = check_val_fraction(val_fraction)
+    return n - max(1, round(n * val_fraction))
