@@ -1,18 +1,152 @@
-"""The README's Python usage runs as written, and its tolerance table is the one the tests use."""
+"""The README works as written: its Python runs, every `normlab …` command it shows parses
+against the real CLI, its pytest markers exist, and its tolerance table is the tests' own."""
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
 import re
+import shlex
+import sys
+import tomllib
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pytest
 import torch
+import typer
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+from normlab.cli.app import app  # importing normlab.cli registers every subcommand on it
+
+try:  # recent typer vendors click as typer._click; older typer runs on click itself
+    from typer._click.exceptions import (
+        BadOptionUsage,
+        BadParameter,
+        ClickException,
+        MissingParameter,
+        NoSuchOption,
+        UsageError,
+    )
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import (  # type: ignore[assignment]
+        BadOptionUsage,
+        BadParameter,
+        ClickException,
+        MissingParameter,
+        NoSuchOption,
+        UsageError,
+    )
+
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "pyproject.toml").is_file())
+README = ROOT / "README.md"
+SHELL_OPERATORS = {"&&", "||", ";", "|", "&"}
 
 
 def python_blocks(text: str) -> list[str]:
     return re.findall(r"^```python\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL)
+
+
+def bash_lines(text: str) -> list[str]:
+    """The command lines of every ```bash block, backslash continuations joined."""
+    lines: list[str] = []
+    for block in re.findall(r"^```bash\n(.*?)^```", text, flags=re.MULTILINE | re.DOTALL):
+        lines.extend(line for line in block.replace("\\\n", " ").splitlines() if line.strip())
+    return lines
+
+
+def inline_commands(text: str) -> list[str]:
+    """Inline code spans that are a `normlab …` command (`normlab compare --seeds 7 …`)."""
+    return re.findall(r"`(normlab [^`\n]+)`", text)
+
+
+def segments(line: str) -> list[list[str]]:
+    """The simple commands of a shell line: words split as the shell does, comments dropped,
+    cut at ``&&``, ``||``, ``;``, ``|`` and ``&``."""
+    lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    out: list[list[str]] = [[]]
+    for token in lexer:
+        if token in SHELL_OPERATORS:
+            out.append([])
+        else:
+            out[-1].append(token)
+    return [s for s in out if s]
+
+
+def normlab_args(words: list[str]) -> list[str] | None:
+    """The arguments after ``normlab`` (``time normlab …``, ``python -m normlab …``, a path
+    ending in ``/normlab`` and leading ``VAR=value`` assignments included), or None when the
+    simple command is not normlab."""
+    while words and (words[0] == "time" or re.fullmatch(r"[A-Za-z_]\w*=\S*", words[0])):
+        words = words[1:]
+    if words and Path(words[0]).name == "normlab":
+        return words[1:]
+    if (
+        len(words) >= 3
+        and Path(words[0]).name.startswith("python")
+        and words[1:3] == ["-m", "normlab"]
+    ):
+        return words[3:]
+    return None
+
+
+def readme_normlab_commands(text: str) -> list[tuple[str, list[str], bool]]:
+    """(line as written, arguments, whether inline) for every `normlab …` command the README
+    shows: the lines of its ```bash blocks, then its inline code spans."""
+    found = []
+    for inline, lines in ((False, bash_lines(text)), (True, inline_commands(text))):
+        for line in lines:
+            for words in segments(line):
+                args = normlab_args(words)
+                if args is not None:
+                    found.append((line, args, inline))
+    return found
+
+
+def is_group(command: object) -> bool:
+    """A command with subcommands (typer's group: a click ``Group``, or typer's own vendored
+    click ``Command`` with ``commands`` in recent typer)."""
+    return isinstance(getattr(command, "commands", None), dict)
+
+
+def parse(args: list[str], name_only: bool = False) -> tuple[tuple[str, ...], Any]:
+    """Parse ``normlab ARGS`` with the real CLI's click parser, without running the command.
+
+    Returns the subcommand path (``("audit", "norm")``) and the parsed click context (None when
+    ``name_only`` and ARGS are just a command's name, as prose names `normlab audit`). Raises
+    ``ClickException`` (unknown command or option, bad or missing value) as the CLI would.
+    """
+    command: Any = typer.main.get_command(app)
+    ctx = command.context_class(command, info_name="normlab")
+    path: list[str] = []
+    args = list(args)
+    while True:
+        if not args and name_only and path:
+            return tuple(path), None
+        if not args or args[0].startswith("-"):
+            raise UsageError(f"expected a subcommand of {' '.join(['normlab', *path])}")
+        name, args = args[0], args[1:]
+        sub = command.get_command(ctx, name)
+        if sub is None:
+            raise UsageError(f"no such command {name!r} in {' '.join(['normlab', *path])}")
+        path.append(name)
+        if not args and name_only:
+            return tuple(path), None
+        if not is_group(sub):
+            return tuple(path), sub.make_context(name, args, parent=ctx, resilient_parsing=False)
+        command, ctx = sub, sub.context_class(sub, info_name=name, parent=ctx)
+
+
+def leaf_commands() -> set[tuple[str, ...]]:
+    """Every runnable subcommand path of the CLI (``("compare",)``, ``("audit", "model")``, …)."""
+
+    def walk(command: Any, path: tuple[str, ...]) -> set[tuple[str, ...]]:
+        if not is_group(command):
+            return {path}
+        return set().union(*(walk(sub, (*path, n)) for n, sub in command.commands.items()))
+
+    return walk(typer.main.get_command(app), ())
 
 
 def test_readme_python_usage_runs(capsys: pytest.CaptureFixture[str]) -> None:
@@ -23,9 +157,102 @@ def test_readme_python_usage_runs(capsys: pytest.CaptureFixture[str]) -> None:
     assert "rmsnorm" in capsys.readouterr().out  # print(normlab.available_norms())
 
 
-def test_readme_tolerance_table_matches_the_tests() -> None:
-    from test_functional_matrix import TOL
+def test_readme_normlab_commands_parse_against_the_cli() -> None:
+    commands = readme_normlab_commands(README.read_text(encoding="utf-8"))
+    assert len(commands) >= 10, commands
+    shown: set[tuple[str, ...]] = set()
+    for line, args, inline in commands:
+        try:
+            path, ctx = parse(args, name_only=inline)
+        except ClickException as err:
+            pytest.fail(f"README command {line!r} does not parse: {err.format_message()}")
+        shown.add(path)
+        config = ctx.params.get("config") if ctx is not None else None
+        if config is not None:
+            assert (ROOT / config).is_file(), f"README command {line!r}: no file {config}"
+    missing = leaf_commands() - shown
+    assert not missing, f"the README shows no command line for: {sorted(missing)}"
 
+
+def test_the_main_command_activates_the_venv_before_normlab() -> None:
+    first = bash_lines(README.read_text(encoding="utf-8"))[0]
+    assert "bash scripts/setup.sh" in first and "source .venv/bin/activate" in first, first
+    assert first.index("source .venv/bin/activate") < first.index("normlab compare"), first
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["compare", "--no-such-option"], NoSuchOption),
+        (["compare", "--seeds"], BadOptionUsage),
+        (["bench", "--reps", "many"], BadParameter),
+        (["audit", "nrom"], UsageError),
+        (["audit", "model", "gpt", "--placment", "pre"], NoSuchOption),
+        (["audit"], UsageError),
+        (["report"], MissingParameter),
+        (["explain", "1", "two"], BadParameter),
+    ],
+)
+def test_the_command_check_rejects_what_the_cli_rejects(
+    args: list[str], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        parse(args)
+
+
+def test_the_command_check_accepts_names_in_prose_only() -> None:
+    assert parse(["audit"], name_only=True) == (("audit",), None)
+    assert parse(["report"], name_only=True) == (("report",), None)
+    with pytest.raises(MissingParameter):
+        parse(["report"])
+
+
+def test_the_command_extraction_reads_shell_lines() -> None:
+    text = (
+        "```bash\nbash scripts/setup.sh && source .venv/bin/activate && normlab compare\n"
+        "time normlab bench --quick \\\n    --out x   # a comment\n"
+        "NORMLAB_BACKEND=torch python -m normlab explain 1 2\n.venv/bin/normlab report out\n```\n"
+        "Then `normlab audit norm rmsnorm` and `normlab.functional`."
+    )
+    assert [args for _, args, _ in readme_normlab_commands(text)] == [
+        ["compare"],
+        ["bench", "--quick", "--out", "x"],
+        ["explain", "1", "2"],
+        ["report", "out"],
+        ["audit", "norm", "rmsnorm"],
+    ]
+
+
+def test_readme_pytest_markers_are_registered() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    markers = pyproject["tool"]["pytest"]["ini_options"]["markers"]
+    registered = {m.split(":")[0].strip() for m in markers}
+    used = set()
+    for line in bash_lines(README.read_text(encoding="utf-8")):
+        for words in segments(line):
+            if "pytest" not in words:
+                continue
+            options = words[words.index("pytest") + 1 :]
+            for flag, expr in itertools.pairwise(options):
+                if flag == "-m":
+                    used |= set(re.findall(r"\w+", expr)) - {"and", "or", "not"}
+    assert used, "the README shows no `pytest -m MARKER` command"
+    assert used <= registered, f"markers not in pyproject.toml: {sorted(used - registered)}"
+
+
+def functional_matrix() -> ModuleType:
+    """tests/…/test_functional_matrix.py, found wherever the test folders put it."""
+    [path] = sorted((ROOT / "tests").rglob("test_functional_matrix.py"))
+    spec = importlib.util.spec_from_file_location("_readme_functional_matrix", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_tolerance_table_matches_the_tests() -> None:
+    tol = functional_matrix().TOL
     text = README.read_text(encoding="utf-8")
     section = text[text.index("## Testing") :]
     rows = {}
@@ -33,4 +260,4 @@ def test_readme_tolerance_table_matches_the_tests() -> None:
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and isinstance(getattr(torch, cells[0], None), torch.dtype):
             rows[getattr(torch, cells[0])] = (float(cells[1].split()[0]), float(cells[2]))
-    assert rows == TOL
+    assert rows == tol
