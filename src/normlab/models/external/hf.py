@@ -3,10 +3,12 @@
 ``hf:<model_type>`` builds ``AutoConfig.for_model(model_type, **settings)``; ``hf:<folder>``
 reads the folder's ``config.json`` (``AutoConfig.from_pretrained(folder,
 local_files_only=True)``) and builds its model_type's config from the file's values with the
-settings on top, so that values derived in the config's constructor (a head size from the hidden
-size) follow the settings. Weights are never loaded or downloaded:
-``AutoModelForCausalLM.from_config`` initialises every parameter from torch's global generator,
-which :func:`build_hf_model` seeds with the run's seed inside a forked random state.
+settings on top, through the config's constructor: a value the constructor derives (a head size
+from the hidden size) follows the settings unless the file writes it out (``save_pretrained``
+writes ``head_dim``), in which case the file's value stays unless it is set too. Weights are
+never loaded or downloaded: ``AutoModelForCausalLM.from_config`` initialises every parameter
+from torch's global generator, which :func:`build_hf_model` seeds with the run's seed inside a
+forked random state.
 
 The vocabulary size is the tokenizer's (a parameter, never a setting); token ids the config
 names beyond it (``bos_token_id``, ``eos_token_id``, ``pad_token_id``) become None unless set.
