@@ -346,6 +346,10 @@ def not_a_module(make_norm) -> object:
     return "a model"
 
 
+def float_only(make_norm) -> nn.Module:
+    return nn.Linear(4, V)  # raises on integer token ids
+
+
 NOT_CALLABLE = 3
 HERE = __name__
 
@@ -438,6 +442,8 @@ def test_factory_errors_name_the_option_and_what_was_expected() -> None:
         source.build("rmsnorm", 0)
     with pytest.raises(ValueError, match=r"^--model: .*returned str; expected a torch.nn.Module"):
         load_model_source(f"{HERE}:not_a_module", None, vocab_size=V).build("rmsnorm", 0)
+    with pytest.raises(ValueError, match=r"^--model: .*float_only failed on a dry batch .*Error"):
+        load_model_source(f"{HERE}:float_only", None, vocab_size=V).build("rmsnorm", 0)
 
 
 def test_arm_norm_and_argument_errors(transformers) -> None:

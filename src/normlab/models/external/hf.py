@@ -59,7 +59,8 @@ def _looks_like_path(target: str) -> bool:
 
 def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
     """The transformers config of ``hf:<target>`` with ``settings`` applied and the
-    vocabulary size ``vocab_size``.
+    vocabulary size ``vocab_size``. ``target`` is a folder when it holds a ``/`` or ``\\``,
+    starts with ``.`` or exists here as a path; else a model_type.
 
     Errors (ValueError, one line): :data:`MODEL_OPTION` for an unknown model_type (with the
     closest known ones), a model_type without a causal-LM class, a folder without config.json or

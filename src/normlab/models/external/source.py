@@ -16,6 +16,7 @@ from normlab.models.external.lm import SourceLM
 from normlab.models.external.record import HeldNorm, NormSwapRecord, SwappedNorm
 from normlab.models.external.spec import (
     MODEL_OPTION,
+    SETTINGS_OPTION,
     SourceSpec,
     parse_settings,
     parse_source,
@@ -157,15 +158,30 @@ def _norms(
 def dry_run(model: SourceLM) -> None:
     """One forward of a :data:`DRY_BATCH` of token ids without gradients, in eval mode
     (restored) and a forked random state: ValueError naming ``--model`` unless logits
-    [B, T, V] come back."""
+    [B, T, V] come back (the model's own error, if it raises, is chained to it)."""
     was_training = model.training
     model.eval()
     tokens = torch.arange(DRY_BATCH[0] * DRY_BATCH[1]).reshape(DRY_BATCH) % model.vocab_size
     try:
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             model(tokens)
+    except ValueError as err:
+        if str(err).startswith(f"{MODEL_OPTION}: "):  # the output check's own message
+            raise
+        raise _dry_run_error(model, err) from err
+    except Exception as err:  # whatever the user's model raises
+        raise _dry_run_error(model, err) from err
     finally:
         model.train(was_training)
+
+
+def _dry_run_error(model: SourceLM, err: Exception) -> ValueError:
+    message = " ".join(str(err).split())
+    return ValueError(
+        f"{MODEL_OPTION}: {model.record.source} failed on a dry batch of token ids "
+        f"{list(DRY_BATCH)}: {type(err).__name__}: {message}; expected logits "
+        f"[{DRY_BATCH[0]}, {DRY_BATCH[1]}, {model.vocab_size}] (check the {SETTINGS_OPTION} values)"
+    )
 
 
 def load_model_source(
