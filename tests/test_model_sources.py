@@ -545,3 +545,15 @@ def test_norm_slots_swappable_held_and_containers() -> None:
     assert "depends on other tokens" in slots["mixing"].held
     assert "several trailing dimensions" in slots["wide"].held
     assert "per_head" not in slots and slots["per_head.heads.0"].dim == 8
+
+
+def test_sdpa_attention_matches_eager(transformers) -> None:
+    tokens = torch.randint(0, V, (2, 9), generator=torch.Generator().manual_seed(0))
+    logits = {}
+    for attn in ("eager", "sdpa"):
+        source = load_model_source("hf:llama", LLAMA, vocab_size=V, attn_implementation=attn)
+        model, _ = source.build("rmsnorm", 0)
+        assert model.net.config._attn_implementation == attn
+        with torch.no_grad():
+            logits[attn] = model(tokens)
+    torch.testing.assert_close(logits["sdpa"], logits["eager"], rtol=1e-4, atol=1e-5)
