@@ -557,3 +557,30 @@ def test_sdpa_attention_matches_eager(transformers) -> None:
         with torch.no_grad():
             logits[attn] = model(tokens)
     torch.testing.assert_close(logits["sdpa"], logits["eager"], rtol=1e-4, atol=1e-5)
+
+
+class TwoStepNorm(nn.Module):
+    """A custom kind built from a torch LayerNorm: its inner norm is part of the arm's norm."""
+
+    def __init__(self, dim: int, eps: float = 1e-5) -> None:
+        super().__init__()
+        self.eps = eps
+        self.inner = nn.LayerNorm(dim, eps=eps)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.inner(x) * 0.5
+
+
+def test_a_kind_built_from_other_norms_is_one_swapped_norm(transformers, monkeypatch) -> None:
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    normlab.register_norm("two_step", TwoStepNorm)
+    factory = load_model_source(f"{HERE}:tiny_lm", None, vocab_size=V)
+    model, record = factory.build("two_step", 0)
+    assert [s.paths[0] for s in record.swapped] == ["blocks.0.norm", "blocks.1.norm", "final"]
+    assert record.held == ()
+    assert "net.final.inner.weight" in model.norm_parameter_names()
+    hf = load_model_source("hf:gpt2", GPT2, vocab_size=V)
+    model, record = hf.build("two_step", 0)
+    assert len(record.swapped) == 5 and record.held == ()
+    assert "net.transformer.ln_f.inner.bias" in model.norm_parameter_names()
+    assert_trains(model)

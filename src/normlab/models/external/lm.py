@@ -53,12 +53,13 @@ class SourceLM(nn.Module):
         return output_logits(out, tuple(tokens.shape), self.vocab_size, self.record.source)
 
     def norm_parameter_names(self) -> list[str]:
-        """Names of the parameters of the arm's norms (the ones the arms do not share)."""
-        return [
-            name
-            for name, _ in self.named_parameters()
-            if name.rpartition(".")[0] in self._norm_paths
-        ]
+        """Names of the parameters of the arm's norms, their sub-modules' included (the ones
+        the arms do not share)."""
+        return [name for name, _ in self.named_parameters() if self._in_arm_norm(name)]
+
+    def _in_arm_norm(self, name: str) -> bool:
+        parts = name.split(".")[:-1]
+        return any(".".join(parts[:i]) in self._norm_paths for i in range(1, len(parts) + 1))
 
     def shared_parameter_names(self) -> list[str]:
         """Names of every other parameter: those every arm has, starting equal for a seed."""

@@ -21,7 +21,7 @@ from normlab.models.external.spec import (
     parse_settings,
     parse_source,
 )
-from normlab.models.external.swap import _repr, swap_norms
+from normlab.models.external.swap import module_repr, swap_norms
 from normlab.patching.candidates import class_name
 
 DRY_BATCH = (2, 4)
@@ -113,12 +113,17 @@ class ModelSource:
                 "torch.nn.Module causal LM"
             )
         built = {id(b.module): b for b in arm.built}
+        inside = {id(m) for b in arm.built for m in b.module.modules() if m is not b.module}
         swapped, held = [], []
         for module, paths in _norms(net, extra=built):
+            if id(module) in inside and id(module) not in built:
+                continue  # a part of an arm's norm (a kind built from other norms)
             if id(module) in built:
                 b = built[id(module)]
                 swapped.append(
-                    SwappedNorm(paths, class_name(module), arm.kind, b.dim, b.eps, _repr(module))
+                    SwappedNorm(
+                        paths, class_name(module), arm.kind, b.dim, b.eps, module_repr(module)
+                    )
                 )
             elif not any(id(m) in built for m in module.modules()):
                 held.append(

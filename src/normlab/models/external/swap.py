@@ -36,12 +36,14 @@ def swap_norms(model: nn.Module, arm: ArmNorm) -> tuple[list[SwappedNorm], list[
             setattr(model.get_submodule(parent), name, new)
         built = arm.built[-1]
         swapped.append(
-            SwappedNorm(slot.paths, slot.original, arm.kind, slot.dim, built.eps, _repr(new))
+            SwappedNorm(slot.paths, slot.original, arm.kind, slot.dim, built.eps, module_repr(new))
         )
     return swapped, held
 
 
-def _repr(module: nn.Module) -> str:
+def module_repr(module: nn.Module) -> str:
+    """``normlab.Layer(arguments)`` for a normlab module, ``package.module.Class(arguments)``
+    otherwise."""
     cls = type(module)
     where = "normlab" if cls.__module__.startswith("normlab.") else cls.__module__
     return f"{where}.{cls.__name__}({module.extra_repr()})"
