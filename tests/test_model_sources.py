@@ -584,3 +584,9 @@ def test_a_kind_built_from_other_norms_is_one_swapped_norm(transformers, monkeyp
     assert len(record.swapped) == 5 and record.held == ()
     assert "net.transformer.ln_f.inner.bias" in model.norm_parameter_names()
     assert_trains(model)
+
+
+def test_a_factory_that_raises_is_a_one_line_model_error() -> None:
+    source = load_model_source(f"{HERE}:tiny_lm", "d_model=-4", vocab_size=V)
+    with pytest.raises(ValueError, match=r"^--model: .*:tiny_lm\(make_norm, \*\*settings\) raised"):
+        source.build("rmsnorm", 0)

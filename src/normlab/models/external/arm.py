@@ -15,6 +15,7 @@ built again with ``eps=eps``: every arm then runs with the model's own ε.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,13 @@ def check_slot_norm(kind: object) -> str:
     return kind
 
 
+def forked_rng() -> contextlib.AbstractContextManager[None]:
+    """torch's random state forked: the CPU generator, and the CUDA ones once CUDA is in use;
+    whatever runs inside leaves the caller's streams as they were."""
+    cuda = list(range(torch.cuda.device_count())) if torch.cuda.is_initialized() else []
+    return torch.random.fork_rng(devices=cuda)
+
+
 @dataclass(frozen=True)
 class BuiltNorm:
     """One norm an :class:`ArmNorm` built: the module, its width, ε and the key it was seeded
@@ -81,7 +89,7 @@ class ArmNorm:
             raise ValueError(f"dim: expected a positive int, got {dim!r}")
         if eps is not None and (isinstance(eps, bool) or not isinstance(eps, (int, float))):
             raise ValueError(f"eps: expected a float or None, got {eps!r}")
-        with torch.random.fork_rng(devices=[]):
+        with forked_rng():
             torch.manual_seed(parameter_seed(NORM_SEED, f"{self.kind}:{key}"))
             module = self._make(dim, eps)
         used = getattr(module, "eps", None)

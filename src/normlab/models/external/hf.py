@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.models.external.arm import forked_rng
 from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION
 
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
@@ -170,7 +171,7 @@ def build_hf_model(config: Any, seed: int, attn_implementation: str = "eager") -
             f"got {attn_implementation!r}"
         )
     transformers = import_transformers()
-    with torch.random.fork_rng(devices=[]):
+    with forked_rng():
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(
             config, attn_implementation=attn_implementation, dtype=torch.float32

@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from normlab.audit.model import is_norm_module
-from normlab.models.external.arm import ArmNorm
+from normlab.models.external.arm import ArmNorm, forked_rng
 from normlab.models.external.factory import MAKE_NORM, factory_kwargs, load_factory
 from normlab.models.external.hf import ATTENTION_IMPLEMENTATIONS, build_hf_model, hf_config
 from normlab.models.external.lm import SourceLM
@@ -104,9 +104,16 @@ class ModelSource:
                 "expected a norm kind"
             )
         arm = ArmNorm(norm)
-        with torch.random.fork_rng(devices=[]):
+        with forked_rng():
             torch.manual_seed(seed)
-            net = self.factory(**{MAKE_NORM: arm}, **self._kwargs)
+            try:
+                net = self.factory(**{MAKE_NORM: arm}, **self._kwargs)
+            except Exception as err:  # whatever the user's factory raises
+                message = " ".join(str(err).split())
+                raise ValueError(
+                    f"{MODEL_OPTION}: {self.spec}({MAKE_NORM}, **settings) raised "
+                    f"{type(err).__name__}: {message} (check the {SETTINGS_OPTION} values)"
+                ) from err
         if not isinstance(net, nn.Module):
             raise ValueError(
                 f"{MODEL_OPTION}: {self.spec} returned {type(net).__name__}; expected a "
@@ -168,7 +175,7 @@ def dry_run(model: SourceLM) -> None:
     model.eval()
     tokens = torch.arange(DRY_BATCH[0] * DRY_BATCH[1]).reshape(DRY_BATCH) % model.vocab_size
     try:
-        with torch.random.fork_rng(devices=[]), torch.no_grad():
+        with forked_rng(), torch.no_grad():
             model(tokens)
     except ValueError as err:
         if str(err).startswith(f"{MODEL_OPTION}: "):  # the output check's own message
