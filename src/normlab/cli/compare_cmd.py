@@ -1,9 +1,10 @@
 """``normlab compare``: the controlled experiment — only the norm (or placement) differs.
 
-Each flag sets one key of the experiment config (:class:`normlab.experiment.config.ExperimentConfig`,
-the dotted key in :data:`FLAG_KEYS`); its help text and the default it shows come from that
-key's field, so the config is the only place a default lives. A flag left out is ``None``: the
-key keeps the YAML file's value, or the config's default.
+Each flag sets one key of the experiment config
+(:class:`normlab.experiment.config.ExperimentConfig`, the dotted key in :data:`FLAG_KEYS`); its
+help text and the default it shows come from that key's field, so the config is the only place a
+default lives. A flag left out is ``None``: the key keeps the YAML file's value, or the config's
+default.
 """
 
 from __future__ import annotations
@@ -152,22 +153,16 @@ def compare(
     ] = None,
     testbed: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["testbed"]))] = None,
     norms: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["norms"]))] = None,
-    placements: Annotated[
-        str | None, typer.Option(help=flag_help(FLAG_KEYS["placements"]))
-    ] = None,
+    placements: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["placements"]))] = None,
     seeds: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["seeds"]))] = None,
     steps: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["steps"]))] = None,
     tokens: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["tokens"]))] = None,
     lr: Annotated[float | None, typer.Option(help=flag_help(FLAG_KEYS["lr"]))] = None,
     warmup: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["warmup"]))] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help=flag_help(FLAG_KEYS["batch_size"]))
-    ] = None,
+    batch_size: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["batch_size"]))] = None,
     device: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["device"]))] = None,
     threads: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["threads"]))] = None,
-    parallel: Annotated[
-        int | None, typer.Option(help=flag_help(FLAG_KEYS["parallel"]))
-    ] = None,
+    parallel: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["parallel"]))] = None,
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
     out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
     report: Annotated[

@@ -144,7 +144,9 @@ class TrainSettings(Section):
     """
 
     steps: int | None = Field(
-        None, ge=1, description=f"Training steps per run (default: {DEFAULT_STEPS}, unless tokens are given)."
+        None,
+        ge=1,
+        description=f"Training steps per run (default: {DEFAULT_STEPS}, unless tokens are given).",
     )
     tokens: int | None = Field(
         None, ge=1, description="Training tokens per run (instead of --steps)."
@@ -152,9 +154,7 @@ class TrainSettings(Section):
     batch_size: int = Field(16, ge=1, description="Sequences (dit: images) per step.")
     lr: float = Field(5e-3, gt=0, description="Peak learning rate.")
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    warmup: int = Field(
-        30, ge=0, description="Linear warm-up steps: 0, or fewer than the steps."
-    )
+    warmup: int = Field(30, ge=0, description="Linear warm-up steps: 0, or fewer than the steps.")
     weight_decay: float = Field(0.1, ge=0)
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)

@@ -66,6 +66,11 @@ class ConfigModel(BaseModel):
         except ValidationError as err:
             raise ValueError(describe_validation_error(err)) from None
 
+    # Pydantic's own marker (as its RootModel sets it): validating this class nested in another
+    # model (an experiment config's section) goes through the schema, not this __init__, so the
+    # outer config still reports each error with its full dotted key.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain JSON-ready data, in declaration order."""
         return self.model_dump(mode="json")

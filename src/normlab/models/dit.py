@@ -58,6 +58,7 @@ __all__ = [
     "timestep_features",
 ]
 
+
 def make_dit_norm(
     kind: str, dim: int, cond_dim: int, eps: float | None = None, gate: bool = True
 ) -> nn.Module:
@@ -212,6 +213,8 @@ class DiT(nn.Module):
 
     def __init__(self, cfg: DiTConfig, seed: int | None = None) -> None:
         super().__init__()
+        if not isinstance(cfg, DiTConfig):
+            raise TypeError(f"cfg: expected a DiTConfig, got {type(cfg).__name__}")
         if seed is None:
             seed = int(torch.randint(0, 2**62, (1,)).item())
         self.config = cfg

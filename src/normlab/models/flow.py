@@ -216,8 +216,8 @@ def drop_labels(
     """Label dropout for classifier-free guidance: y′_i = ∅ if m_i else y_i, a new int64 [B].
 
     m = :func:`label_dropout_mask` (B, ``p``, ``generator``), drawn on the generator's device
-    and moved to the label's; ∅ = ``null_class`` (a DiT's :attr:`~normlab.models.DiTConfig.null_class`).
-    The input is left unchanged.
+    and moved to the label's; ∅ = ``null_class`` (a DiT's
+    :attr:`~normlab.models.DiTConfig.null_class`). The input is left unchanged.
     """
     label = _check_label(label)
     mask = label_dropout_mask(label.shape[0], p, generator).to(label.device)
