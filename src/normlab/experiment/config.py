@@ -23,7 +23,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -43,6 +42,7 @@ from normlab.models.config import (
     DEFAULT_CFG_SCALE,
     DEFAULT_LABEL_DROPOUT,
     GUIDANCE_NEUTRAL,
+    ConfigModel,
     DiTSettings,
     GPTSettings,
 )
@@ -89,10 +89,9 @@ GPT_ONLY = ("model", "data", "margin_bpb", "train.eval_windows")
 DIT_ONLY = ("dit", "shapes", "margin_val_loss")
 
 
-class Section(BaseModel):
-    """A config section: unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+class Section(ConfigModel):
+    """A config section, with the rules of the testbeds' sections (:class:`ConfigModel`):
+    unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
 
 
 ModelSettings = GPTSettings

@@ -186,16 +186,6 @@ class Testbed(Protocol):
     tokens_per_step: int
     data_fingerprint: str
 
-    def warm_up(self, device: torch.device) -> None:
-        """A forward and backward on a batch of the training shape in eval mode (gradients
-        cleared afterwards), so that first-use set-up is not charged to the run."""
-
-    def train_loss(self, device: torch.device) -> torch.Tensor:
-        """The next training batch's loss (a 0-d tensor with a graph)."""
-
-    def evaluate(self, device: torch.device) -> dict[str, float]:
-        """The validation record's values: ``val_loss`` (and, for the GPT, ``val_bpb``)."""
-
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
         """One run of this testbed: its model (paired initialisation for ``spec["seed"]``) and
         data (checked against ``spec["data"]["fingerprint"]``)."""
@@ -211,6 +201,16 @@ class Testbed(Protocol):
     def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
         """The arm's model for the resolved run config ``spec``, with the paired initialisation
         for ``seed``."""
+
+    def warm_up(self, device: torch.device) -> None:
+        """A forward and backward on a batch of the training shape in eval mode (gradients
+        cleared afterwards), so that first-use set-up is not charged to the run."""
+
+    def train_loss(self, device: torch.device) -> torch.Tensor:
+        """The next training batch's loss (a 0-d tensor with a graph)."""
+
+    def evaluate(self, device: torch.device) -> dict[str, float]:
+        """The validation record's values: ``val_loss`` (and, for the GPT, ``val_bpb``)."""
 
     def parameter_groups(self) -> dict[str, list[str]]:
         """Parameter names grouped for the ``layer_grad_norms`` records."""
