@@ -577,6 +577,7 @@ def test_flow_errors_name_the_argument() -> None:
         (lambda: euler_sample(None, x, 2), TypeError, "model"),
         (lambda: euler_sample(ident, x.long(), 2), TypeError, "x0"),
         (lambda: sample_time(4, None), TypeError, "generator"),
+        (lambda: sample_time(4, gen, distribution="beta"), ValueError, "distribution"),
         (lambda: sample_noise(x.long(), gen), TypeError, "x1"),
         (lambda: sample_noise(x, 0), TypeError, "generator"),
         (lambda: interpolate(torch.randn(2, 4), x, torch.rand(2)), ValueError, "x0"),

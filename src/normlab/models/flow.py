@@ -122,8 +122,13 @@ def sample_time(
     shape, device = (int(batch_size),), generator.device
     if distribution == "uniform":
         return torch.rand(shape, generator=generator, device=device, dtype=dtype)
-    u = torch.randn(shape, generator=generator, device=device, dtype=dtype)
-    return torch.sigmoid(float(loc) + float(scale) * u)
+    if distribution == "logit_normal":
+        u = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+        return torch.sigmoid(float(loc) + float(scale) * u)
+    # not a repeated check: no silent fallback to one of the two for a name that is neither
+    raise ValueError(
+        f"distribution: got {distribution!r}; expected one of {', '.join(TIME_DISTRIBUTIONS)}"
+    )
 
 
 def sample_noise(x1: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
