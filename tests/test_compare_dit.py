@@ -33,7 +33,7 @@ from normlab.data import (
 from normlab.experiment import ConfigError, plan_runs, validate_config
 from normlab.experiment.config import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT
 from normlab.experiment.runner import _outcome
-from normlab.experiment.tasks import build_model, make_task
+from normlab.experiment.testbeds import build_model, dit_config, make_testbed
 from normlab.experiment.worker import crashed_summary, summary_fields
 from normlab.models import shared_parameter_digests
 from normlab.report import build_report
@@ -140,11 +140,15 @@ def test_guidance_settings_and_what_a_run_records(tmp_path: Path) -> None:
     assert dit.label_dropout == DEFAULT_LABEL_DROPOUT == 0.1 and dit.cfg_scale == DEFAULT_CFG_SCALE
     assert dit.guidance() == {"label_dropout": 0.1, "cfg_scale": DEFAULT_CFG_SCALE}
     runs = _planned(tmp_path, seeds=1)
-    assert runs[0]["flow"] == {
+    assert {k: runs[0]["dit"][k] for k in ("time_distribution", "label_dropout", "cfg_scale")} == {
         "time_distribution": "logit_normal",
         "label_dropout": 0.1,
         "cfg_scale": DEFAULT_CFG_SCALE,
     }
+    # run.json names every setting as the YAML config does: its dit and shapes sections
+    cfg = validate_config(tiny(seeds=1))
+    assert runs[0]["dit"] == cfg.dump()["dit"] and runs[0]["shapes"] == cfg.dump()["shapes"]
+    assert "model" not in runs[0] and "flow" not in runs[0]
     # without class labels: defaults and the neutral values are accepted, and recorded as neutral
     for given in ({}, {"label_dropout": 0.0, "cfg_scale": 1.0}, {"label_dropout": 0.1}):
         cfg = validate_config({"testbed": "dit", "dit": {"class_conditional": False, **given}})
@@ -248,7 +252,7 @@ def test_plan_pairs_the_init_of_every_shared_parameter(tmp_path: Path) -> None:
     ]
     assert runs[0]["init_digest"] == runs[1]["init_digest"] != runs[2]["init_digest"]
     assert runs[2]["init_digest"] == runs[3]["init_digest"]
-    assert runs[0]["testbed"] == "dit" and runs[0]["model"]["seq_len"] == 4
+    assert runs[0]["testbed"] == "dit" and dit_config(runs[0]).seq_len == 4
     assert runs[0]["norm"] != runs[1]["norm"]  # only the norms differ
     assert runs[0]["n_params"] == runs[1]["n_params"]  # (3 + 3 + 2)·D·(D + 1) each
     a, b = build_model(runs[0], 0), build_model(runs[1], 0)
@@ -265,8 +269,8 @@ def test_plan_pairs_the_init_of_every_shared_parameter(tmp_path: Path) -> None:
 
 def test_every_arm_of_a_seed_sees_the_same_images_noises_and_times(tmp_path: Path) -> None:
     runs = _planned(tmp_path)
-    first, second = (make_task(r, tmp_path / "runs" / r["run_id"]) for r in runs[:2])
-    other_seed = make_task(runs[2], tmp_path / "runs" / runs[2]["run_id"])
+    first, second = (make_testbed(r, tmp_path / "runs" / r["run_id"]) for r in runs[:2])
+    other_seed = make_testbed(runs[2], tmp_path / "runs" / runs[2]["run_id"])
     for _ in range(20):  # more than an epoch of 64 images in batches of 4
         batch, same, other = first.batches.next(), second.batches.next(), other_seed.batches.next()
         for u, v in zip(batch, same, strict=True):
@@ -279,19 +283,19 @@ def test_every_arm_of_a_seed_sees_the_same_images_noises_and_times(tmp_path: Pat
     assert x1.shape == (16, 4, 16) and label.shape == (16,) and ((t > 0) & (t < 1)).all()
 
 
-def _dropped(task: Any, steps: int) -> torch.Tensor:
-    """Which labels of the task's next ``steps`` training batches are the null class."""
-    null = task.null_class
-    return torch.cat([task.batches.next()[1] == null for _ in range(steps)])
+def _dropped(testbed: Any, steps: int) -> torch.Tensor:
+    """Which labels of the testbed's next ``steps`` training batches are the null class."""
+    null = testbed.null_class
+    return torch.cat([testbed.batches.next()[1] == null for _ in range(steps)])
 
 
 def test_label_dropout_is_paired_across_arms_and_drawn_per_seed(tmp_path: Path) -> None:
     runs = _planned(tmp_path, seeds=2, dit__label_dropout=0.3)
     first, second, other_seed = (
-        make_task(r, tmp_path / "runs" / r["run_id"]) for r in (runs[0], runs[1], runs[2])
+        make_testbed(r, tmp_path / "runs" / r["run_id"]) for r in (runs[0], runs[1], runs[2])
     )
     assert first.null_class == len(SHAPE_CLASSES) and runs[0]["norm"] != runs[1]["norm"]
-    mask, same, other = (_dropped(task, 50) for task in (first, second, other_seed))
+    mask, same, other = (_dropped(testbed, 50) for testbed in (first, second, other_seed))
     assert torch.equal(mask, same)  # the same labels dropped in both arms at every step
     assert not torch.equal(mask, other)  # and other ones for another seed
     assert mask.float().mean().item() == pytest.approx(0.3, abs=0.1)  # 200 labels
@@ -323,14 +327,14 @@ def test_the_null_label_is_trained_only_with_label_dropout(tmp_path: Path) -> No
     grads = {}
     for p in (0.0, 0.5):
         spec = _planned(tmp_path / str(p), seeds=1, dit__label_dropout=p)[0]
-        task = make_task(spec, tmp_path / str(p) / "run")
+        testbed = make_testbed(spec, tmp_path / str(p) / "run")
         with torch.no_grad():  # open the zero-initialised gates and head, so gradients flow
             gen = torch.Generator().manual_seed(0)
-            for param in task.model.parameters():
+            for param in testbed.model.parameters():
                 param.add_(0.1 * torch.randn(param.shape, generator=gen))
         for _ in range(3):
-            task.train_loss(torch.device("cpu")).backward()
-        weight = task.model.label_embed.weight
+            testbed.train_loss(torch.device("cpu")).backward()
+        weight = testbed.model.label_embed.weight
         grads[p] = weight.grad.abs().sum(dim=1)
     null = len(SHAPE_CLASSES)
     assert grads[0.0][null] == 0 and (grads[0.0][:null] > 0).all()
@@ -339,11 +343,11 @@ def test_the_null_label_is_trained_only_with_label_dropout(tmp_path: Path) -> No
 
 def test_an_unconditional_dit_drops_no_labels_and_samples_unguided(tmp_path: Path) -> None:
     spec = _planned(tmp_path, seeds=1, dit__class_conditional=False)[0]
-    assert spec["flow"]["label_dropout"] == 0.0 and spec["flow"]["cfg_scale"] == 1.0
-    task = make_task(spec, tmp_path / "run")
-    assert task.null_class is None and task.model.label_embed is None
-    assert task.batches.null_class is None and task.batches.label_dropout == 0.0
-    assert task.finish(torch.device("cpu"))["sample_cfg_scale"] == 1.0
+    assert spec["dit"]["label_dropout"] == 0.0 and spec["dit"]["cfg_scale"] == 1.0
+    testbed = make_testbed(spec, tmp_path / "run")
+    assert testbed.null_class is None and testbed.model.label_embed is None
+    assert testbed.batches.null_class is None and testbed.batches.label_dropout == 0.0
+    assert testbed.finish(torch.device("cpu"))["sample_cfg_scale"] == 1.0
 
 
 def test_flow_batches_refuse_bad_label_dropout() -> None:

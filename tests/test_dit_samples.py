@@ -22,14 +22,14 @@ from normlab.analysis import PROFILES
 from normlab.cli import app
 from normlab.data import SHAPE_CLASSES, flow_seed, make_shapes, sample_inputs, unpatchify
 from normlab.data.shapes import balanced_selection
-from normlab.experiment import tasks
+from normlab.experiment import testbeds
 from normlab.experiment.config import DEFAULT_CFG_SCALE
-from normlab.experiment.tasks import (
+from normlab.experiment.testbeds import (
     QUALITY_FIELDS,
     SAMPLE_GRID,
     SAMPLE_STEPS,
     SW2_PROJECTIONS,
-    make_task,
+    make_testbed,
 )
 from normlab.experiment.worker import summary_fields
 from normlab.models import euler_sample, random_projections, sliced_wasserstein2
@@ -174,35 +174,36 @@ def test_finish_is_sw2_of_euler_samples_against_validation_pixels(
     run = dit_out / "runs" / "adarms-pre__s1"
     spec = json.loads((run / "run.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
-    task = make_task(spec, tmp_path)  # the initial model: its samples differ from the trained one's
-    got = task.finish(torch.device("cpu"))["final_sample_sw2"]
+    # the initial model: its samples differ from the trained one's
+    testbed = make_testbed(spec, tmp_path)
+    got = testbed.finish(torch.device("cpu"))["final_sample_sw2"]
     assert got != summary["final_sample_sw2"]
-    assert task.finish(torch.device("cpu"))["final_sample_sw2"] == got  # deterministic
+    assert testbed.finish(torch.device("cpu"))["final_sample_sw2"] == got  # deterministic
     # computed again by hand: Euler from the data seed's noises, pixels, the data seed's directions
-    d = spec["data"]
+    d = spec["shapes"]
     _, _, val, _ = make_shapes(d["n_train"], d["n_val"], d["image_size"], d["seed"])
     x0, labels = sample_inputs(d["n_val"], 4, 16, len(SHAPE_CLASSES), d["seed"])
-    assert _hand_sw2(task, spec, x0, labels, val) == pytest.approx(got, rel=1e-9)
-    assert summary["sample_cfg_scale"] == spec["flow"]["cfg_scale"] == DEFAULT_CFG_SCALE
+    assert _hand_sw2(testbed, spec, x0, labels, val) == pytest.approx(got, rel=1e-9)
+    assert summary["sample_cfg_scale"] == spec["dit"]["cfg_scale"] == DEFAULT_CFG_SCALE
     kept = np.load(tmp_path / "samples.npy")
-    assert np.allclose(kept, _hand_images(task, spec, x0, labels)[:SAMPLE_GRID], atol=1e-6)
+    assert np.allclose(kept, _hand_images(testbed, spec, x0, labels)[:SAMPLE_GRID], atol=1e-6)
 
 
-def _hand_images(task: Any, spec: dict[str, Any], x0: torch.Tensor, labels: Any) -> np.ndarray:
-    """Euler with guidance at the run's cfg_scale, computed without the task's helpers."""
-    task.model.eval()
+def _hand_images(testbed: Any, spec: dict[str, Any], x0: torch.Tensor, labels: Any) -> np.ndarray:
+    """Euler with guidance at the run's cfg_scale, computed without the testbed's helpers."""
+    testbed.model.eval()
     with torch.no_grad():
         tokens = euler_sample(
-            task.model, x0, SAMPLE_STEPS, labels, spec["flow"]["cfg_scale"], len(SHAPE_CLASSES)
+            testbed.model, x0, SAMPLE_STEPS, labels, spec["dit"]["cfg_scale"], len(SHAPE_CLASSES)
         )
-    return unpatchify(tokens.numpy(), spec["data"]["image_size"])
+    return unpatchify(tokens.numpy(), spec["shapes"]["image_size"])
 
 
 def _hand_sw2(
-    task: Any, spec: dict[str, Any], x0: torch.Tensor, labels: Any, val: np.ndarray
+    testbed: Any, spec: dict[str, Any], x0: torch.Tensor, labels: Any, val: np.ndarray
 ) -> float:
-    images = _hand_images(task, spec, x0, labels)
-    directions = torch.Generator().manual_seed(flow_seed(spec["data"]["seed"], "sample-sw2"))
+    images = _hand_images(testbed, spec, x0, labels)
+    directions = torch.Generator().manual_seed(flow_seed(spec["shapes"]["seed"], "sample-sw2"))
     return sliced_wasserstein2(
         torch.from_numpy(images), torch.from_numpy(val), directions, SW2_PROJECTIONS
     )
@@ -210,23 +211,23 @@ def _hand_sw2(
 
 def test_finish_samples_with_the_configured_guidance_scale(dit_out: Path, tmp_path: Path) -> None:
     """With open gates (an initial DiT outputs 0, whatever the labels) guidance changes the
-    samples: finish follows flow.cfg_scale, w = 1 being the unguided sampler."""
+    samples: finish follows dit.cfg_scale, w = 1 being the unguided sampler."""
     spec = json.loads((dit_out / "runs" / "adaln_zero-pre__s0" / "run.json").read_text())
-    d = spec["data"]
+    d = spec["shapes"]
     _, _, val, _ = make_shapes(d["n_train"], d["n_val"], d["image_size"], d["seed"])
     x0, labels = sample_inputs(d["n_val"], 4, 16, len(SHAPE_CLASSES), d["seed"])
     got = {}
     for w in (1.0, 3.0):
-        run = {**spec, "flow": {**spec["flow"], "cfg_scale": w}}
-        task = make_task(run, tmp_path / str(w))
+        run = {**spec, "dit": {**spec["dit"], "cfg_scale": w}}
+        testbed = make_testbed(run, tmp_path / str(w))
         with torch.no_grad():
             gen = torch.Generator().manual_seed(0)
-            for param in task.model.parameters():
+            for param in testbed.model.parameters():
                 param.add_(0.3 * torch.randn(param.shape, generator=gen))
-        result = task.finish(torch.device("cpu"))
+        result = testbed.finish(torch.device("cpu"))
         assert result["sample_cfg_scale"] == w
         assert result["final_sample_sw2"] == pytest.approx(
-            _hand_sw2(task, run, x0, labels, val), rel=1e-9
+            _hand_sw2(testbed, run, x0, labels, val), rel=1e-9
         )
         got[w] = result["final_sample_sw2"]
     assert got[1.0] != got[3.0]
@@ -244,13 +245,13 @@ def test_every_arm_and_seed_samples_from_the_same_noise(
         guidance.add((cfg_scale, null_label))
         return x0.clone()
 
-    monkeypatch.setattr(tasks, "generate_samples", record)
+    monkeypatch.setattr(testbeds, "generate_samples", record)
     tmp = dit_out.parent / "finish"
     for run in sorted((dit_out / "runs").iterdir()):
         spec = json.loads((run / "run.json").read_text())
         run_id = run.name
         (tmp / run_id).mkdir(parents=True, exist_ok=True)
-        make_task(spec, tmp / run_id).finish(torch.device("cpu"))
+        make_testbed(spec, tmp / run_id).finish(torch.device("cpu"))
     assert len(seen) == 4
     (x0, label, steps), *others = seen.values()
     assert steps == SAMPLE_STEPS and label is not None

@@ -16,7 +16,7 @@ PLACEMENTS = ["pre", "post", "sandwich"]
 
 
 def tiny(**kw: object) -> GPTConfig:
-    base = {"d_model": 16, "n_layers": 2, "n_heads": 2, "context": 8}
+    base = {"d_model": 16, "n_layers": 2, "n_heads": 2, "context": 8, "positions": "learned"}
     return GPTConfig(**{**base, **kw})
 
 

@@ -20,7 +20,7 @@ from normlab.models import (
     shared_parameter_digests,
 )
 
-SMALL = {"d_model": 16, "n_layers": 2, "n_heads": 2, "context": 8}
+SMALL = {"d_model": 16, "n_layers": 2, "n_heads": 2, "context": 8, "positions": "learned"}
 
 
 def arm(norm: str, placement: str = "pre", seed: int = 0, **kw: object) -> GPT:

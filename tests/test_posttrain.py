@@ -211,7 +211,7 @@ def test_bf16_inputs_cast_floats_in_and_return_float32() -> None:
 
 def test_importing_normlab_does_not_import_torchao() -> None:
     code = (
-        "import sys, normlab, normlab.experiment, normlab.experiment.tasks\n"
+        "import sys, normlab, normlab.experiment, normlab.experiment.testbeds\n"
         "assert 'torchao' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

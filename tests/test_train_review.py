@@ -14,7 +14,7 @@ import torch
 from normlab._io import write_json_atomic
 from normlab.data import prepare_tokens
 from normlab.experiment import plan_runs, run_experiment, validate_config
-from normlab.experiment import tasks as tasks_module
+from normlab.experiment import testbeds as testbeds_module
 from normlab.experiment import train as train_module
 from normlab.models import GPTConfig, build_gpt
 
@@ -71,13 +71,13 @@ def test_evaluation_runs_on_the_run_device_with_its_index(
     run_dir = tmp_path / "runs" / spec["run_id"]
     write_json_atomic(run_dir / "run.json", spec)
     seen: list[object] = []
-    real = tasks_module.validation_loss
+    real = testbeds_module.validation_loss
 
     def recording(model: Any, windows: torch.Tensor, batch_size: int, device: str) -> float:
         seen.append(device)
         return real(model, windows, batch_size, device)
 
-    monkeypatch.setattr(tasks_module, "validation_loss", recording)
+    monkeypatch.setattr(testbeds_module, "validation_loss", recording)
     summary = train_module.train_run(spec, run_dir)
     assert summary["status"] == "finished"
     assert seen and set(seen) == {"cpu:0"}

@@ -153,7 +153,7 @@ def check_testbed_options(norm: object, placement: object, target: str = "gpt") 
     from normlab.models.config import PLACEMENTS
 
     if target == "dit":
-        from normlab.models.dit import check_dit_norm
+        from normlab.models.norms import check_dit_norm
 
         check_dit_norm(norm)
         if placement != "pre":
@@ -172,23 +172,23 @@ def check_testbed_options(norm: object, placement: object, target: str = "gpt") 
 def testbed_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
     """The testbed ``target`` (``gpt`` or ``dit``) as ``normlab compare`` builds it by default.
 
-    The model settings are the defaults of the experiment config
-    (:class:`~normlab.experiment.config.ModelSettings` for the GPT,
-    :class:`~normlab.experiment.config.DiTSettings` on the default
-    :class:`~normlab.experiment.config.ShapesSettings` data for the DiT), so the audit sees the
-    model that ``compare`` trains: for the GPT with ``layernorm``, 4 layers and 214,144
-    parameters. The example inputs are a batch of 2: token ids [2, context] for the GPT;
+    The model settings are the testbeds' config defaults, which are the experiment config's
+    (:class:`~normlab.models.GPTConfig` for the GPT, :class:`~normlab.models.DiTSettings` on
+    the default :class:`~normlab.experiment.config.ShapesSettings` data for the DiT), so the
+    audit sees the model that ``compare`` trains: for the GPT with ``layernorm``, 4 layers and
+    214,144 parameters. The example inputs are a batch of 2: token ids [2, context] for the GPT;
     (x_t [2, T, C], t [2], label [2]) for the (class-conditional) DiT.
     """
     from normlab.data.shapes import SHAPE_CLASSES
-    from normlab.experiment.config import DiTSettings, ModelSettings, ShapesSettings
+    from normlab.experiment.config import ShapesSettings
+    from normlab.models import DiTSettings
 
     check_testbed_options(norm, placement, target)
     gen = torch.Generator().manual_seed(0)
     if target == "gpt":
         from normlab.models import GPT, GPTConfig
 
-        cfg = GPTConfig(**ModelSettings().model_dump(), norm=norm, placement=placement)
+        cfg = GPTConfig(norm=norm, placement=placement)
         return GPT(cfg), (torch.randint(0, cfg.vocab_size, (2, cfg.context), generator=gen),)
     from normlab.models import build_dit
 

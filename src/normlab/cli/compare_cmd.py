@@ -1,4 +1,11 @@
-"""``normlab compare``: the controlled experiment — only the norm (or placement) differs."""
+"""``normlab compare``: the controlled experiment — only the norm (or placement) differs.
+
+Each flag sets one key of the experiment config
+(:class:`normlab.experiment.config.ExperimentConfig`, the dotted key in :data:`FLAG_KEYS`); its
+help text and the default it shows come from that key's field, so the config is the only place a
+default lives. A flag left out is ``None``: the key keeps the YAML file's value, or the config's
+default.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.markup import escape
 
 from normlab.cli.app import app
+from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
 
 DEFAULT_OUT = Path("normlab-out/compare")
 EXIT_REFUSED = 1
@@ -42,6 +52,61 @@ def parse_seeds(text: str | None) -> int | list[int] | None:
             f"got {text!r}",
             param_hint="--seeds",
         ) from None
+
+
+FLAG_KEYS = {
+    "testbed": "testbed",
+    "norms": "norms",
+    "placements": "placements",
+    "seeds": "seeds",
+    "steps": "train.steps",
+    "tokens": "train.tokens",
+    "lr": "train.lr",
+    "warmup": "train.warmup",
+    "batch_size": "train.batch_size",
+    "device": "device",
+    "threads": "threads",
+    "parallel": "parallel",
+    "data": "data.path",
+}
+"""The config key each flag sets (flag parameter name → dotted key)."""
+
+_DIT_DEFAULTS: dict[str, Any] = {
+    "norms": list(DIT_DEFAULT_NORMS),
+    **{f"train.{k}": v for k, v in DIT_TRAIN_DEFAULTS.items()},
+}
+
+
+def config_field(dotted: str) -> FieldInfo:
+    """The field of :class:`ExperimentConfig` at the dotted key ``dotted`` (``"train.lr"``)."""
+    cls: type[BaseModel] = ExperimentConfig
+    *sections, key = dotted.split(".")
+    for section in sections:
+        sub = cls.model_fields[section].annotation
+        assert isinstance(sub, type) and issubclass(sub, BaseModel), dotted
+        cls = sub
+    return cls.model_fields[key]
+
+
+def _shown(value: Any) -> str:
+    """A default as a flag takes it: lists comma-separated, floats short (``0.005``)."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def flag_help(dotted: str) -> str:
+    """The help of the flag that sets ``dotted``: the field's description, then its default
+    (and the dit testbed's, where that differs) unless the default is None."""
+    field = config_field(dotted)
+    text = field.description or ""
+    default = field.get_default(call_default_factory=True)
+    if default is None:
+        return text
+    shown = f"default: {_shown(default)}"
+    if dotted in _DIT_DEFAULTS:
+        shown += f"; dit: {_shown(_DIT_DEFAULTS[dotted])}"
+    return f"{text.removesuffix('.')} ({shown})."
 
 
 def build_config_dict(config: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
@@ -86,47 +151,19 @@ def compare(
     config: Annotated[
         Path | None, typer.Option("--config", help="YAML experiment file (flags override it).")
     ] = None,
-    testbed: Annotated[
-        str | None,
-        typer.Option(
-            help="gpt (byte-level GPT, the default) or dit (flow-matching DiT on embedded "
-            "shapes; norms default to adaln_zero,adarms)."
-        ),
-    ] = None,
-    norms: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma list of norms, e.g. layernorm,rmsnorm,dyt (dit: adaln_zero,adarms)."
-        ),
-    ] = None,
-    placements: Annotated[
-        str | None, typer.Option(help="Comma list of placements: pre, post, sandwich.")
-    ] = None,
-    seeds: Annotated[
-        str | None, typer.Option(help="Number of paired seeds (3) or a list (0,1,2).")
-    ] = None,
-    steps: Annotated[int | None, typer.Option(help="Training steps per run.")] = None,
-    tokens: Annotated[
-        int | None, typer.Option(help="Training tokens per run (instead of --steps).")
-    ] = None,
-    lr: Annotated[float | None, typer.Option(help="Peak learning rate.")] = None,
-    warmup: Annotated[
-        int | None, typer.Option(help="Linear warm-up steps: 0, or fewer than the steps.")
-    ] = None,
-    batch_size: Annotated[
-        int | None, typer.Option(help="Sequences (dit: images) per step.")
-    ] = None,
-    device: Annotated[str | None, typer.Option(help="auto, cpu, cuda or cuda:N.")] = None,
-    threads: Annotated[int | None, typer.Option(help="Torch threads per worker.")] = None,
-    parallel: Annotated[
-        int | None, typer.Option(help="Runs trained at once (1 keeps timings clean).")
-    ] = None,
-    data: Annotated[
-        str | None,
-        typer.Option(
-            help="A text file or a folder of text files (default: Python's stdlib); gpt only."
-        ),
-    ] = None,
+    testbed: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["testbed"]))] = None,
+    norms: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["norms"]))] = None,
+    placements: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["placements"]))] = None,
+    seeds: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["seeds"]))] = None,
+    steps: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["steps"]))] = None,
+    tokens: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["tokens"]))] = None,
+    lr: Annotated[float | None, typer.Option(help=flag_help(FLAG_KEYS["lr"]))] = None,
+    warmup: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["warmup"]))] = None,
+    batch_size: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["batch_size"]))] = None,
+    device: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["device"]))] = None,
+    threads: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["threads"]))] = None,
+    parallel: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["parallel"]))] = None,
+    data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
     out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
@@ -139,21 +176,22 @@ def compare(
 
     console = Console()
     started = time.perf_counter()
-    overrides = {
+    given: dict[str, Any] = {
         "testbed": testbed,
         "norms": _split(norms),
         "placements": _split(placements),
         "seeds": parse_seeds(seeds),
-        "train.steps": steps,
-        "train.tokens": tokens,
-        "train.lr": lr,
-        "train.warmup": warmup,
-        "train.batch_size": batch_size,
+        "steps": steps,
+        "tokens": tokens,
+        "lr": lr,
+        "warmup": warmup,
+        "batch_size": batch_size,
         "device": device,
         "threads": threads,
         "parallel": parallel,
-        "data.path": data,
+        "data": data,
     }
+    overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
     try:
         cfg = validate_config(build_config_dict(config, overrides))
     except ConfigError as err:

@@ -4,6 +4,12 @@ ones.
 A YAML file has the shape of :class:`ExperimentConfig` (top-level factors and run settings, and
 the sections ``model``, ``train``, ``anomaly``, ``data`` for the GPT testbed, ``dit`` and
 ``shapes`` instead of ``model`` and ``data`` for the DiT testbed); command-line flags override it.
+
+Every setting is declared once, with its default, its bounds and (for those with a flag) its
+help text: the testbeds' sections are the models' own config classes
+(:class:`normlab.models.GPTSettings` for ``model``, :class:`normlab.models.DiTSettings` for
+``dit``), the others are defined here, and ``normlab compare``'s flags read their defaults and
+help from these fields. A run's ``run.json`` uses the same section and key names.
 """
 
 from __future__ import annotations
@@ -17,7 +23,6 @@ from typing import Any, Literal
 import yaml
 from pydantic import (
     BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     ValidationInfo,
@@ -33,9 +38,39 @@ from normlab.experiment.anomaly import (
     DEFAULT_WINDOW,
     SpikeRule,
 )
-from normlab.models.config import GPTConfig
-from normlab.models.dit import DiTConfig, check_dit_norm
-from normlab.models.norms import check_model_norm
+from normlab.models.config import (
+    DEFAULT_CFG_SCALE,
+    DEFAULT_LABEL_DROPOUT,
+    GUIDANCE_NEUTRAL,
+    ConfigModel,
+    DiTSettings,
+    GPTSettings,
+)
+from normlab.models.norms import check_dit_norm, check_model_norm
+
+__all__ = [
+    "DEFAULT_CFG_SCALE",
+    "DEFAULT_LABEL_DROPOUT",
+    "DEFAULT_STEPS",
+    "DIT_DEFAULT_NORMS",
+    "DIT_TRAIN_DEFAULTS",
+    "GUIDANCE_NEUTRAL",
+    "AnomalySettings",
+    "ConfigError",
+    "DataSettings",
+    "DiTSettings",
+    "ExperimentConfig",
+    "GPTSettings",
+    "ModelSettings",
+    "ShapesSettings",
+    "TrainSettings",
+    "arm_name",
+    "describe_errors",
+    "load_config_file",
+    "load_yaml",
+    "merge_overrides",
+    "validate_config",
+]
 
 DEFAULT_STEPS = 600
 DIT_DEFAULT_NORMS = ("adaln_zero", "adarms")
@@ -50,113 +85,17 @@ the GPT's: 32 images per step, a peak learning rate of 2e-3 (higher rates train 
 steps but spread the seeds' results several times wider), no weight decay (as DiT), and a
 target in the unit of its validation loss (the flow-matching MSE, about 1.9 at
 initialisation)."""
-DEFAULT_LABEL_DROPOUT = 0.1
-"""The DiT testbed's label dropout: the probability that a training label becomes the null
-class (DiT's 0.1), which trains the unconditional model classifier-free guidance needs."""
-DEFAULT_CFG_SCALE = 1.5
-"""The guidance scale w of the DiT testbed's samples, v = v_∅ + w · (v_c − v_∅)."""
-GUIDANCE_NEUTRAL: dict[str, float] = {"label_dropout": 0.0, "cfg_scale": 1.0}
-"""The values of the guidance settings that change nothing: no label dropout, no guidance."""
 GPT_ONLY = ("model", "data", "margin_bpb", "train.eval_windows")
 DIT_ONLY = ("dit", "shapes", "margin_val_loss")
 
 
-class Section(BaseModel):
-    """A config section: unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
-
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
-
-
-class ModelSettings(Section):
-    """The GPT testbed, held equal across arms (see :class:`normlab.models.GPTConfig`)."""
-
-    d_model: int = Field(64, ge=8)
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    context: int = Field(64, ge=2)
-    mlp: Literal["gelu", "swiglu"] = "gelu"
-    mlp_ratio: float = Field(4.0, gt=0)
-    positions: Literal["learned", "rope"] = "rope"
-    norm_eps: float | None = Field(1e-5, gt=0)
-    dyt_alpha_init: float = 0.5
-    bias: bool = False
-    tie_embeddings: bool = True
-    init_std: float = Field(0.02, gt=0)
-
-    @model_validator(mode="after")
-    def _check_shapes(self) -> ModelSettings:
-        GPTConfig(**self.model_dump())  # the testbed's own checks (heads divide d_model, …)
-        return self
+class Section(ConfigModel):
+    """A config section, with the rules of the testbeds' sections (:class:`ConfigModel`):
+    unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
 
 
-class DiTSettings(Section):
-    """The DiT testbed, held equal across arms (see :class:`normlab.models.DiTConfig`).
-
-    ``class_conditional`` adds a label embedding (the shape's class) to the time embedding that
-    modulates every norm. ``time_distribution`` is how training draws the flow time t (and how
-    the fixed validation times were drawn): ``logit_normal`` (loc 0, scale 1) or ``uniform``.
-
-    Classifier-free guidance, for a class-conditional DiT only: ``label_dropout`` p ∈ [0, 1) is
-    the probability that training replaces a label by the null class (DiT: 0.1; the same draws
-    for every arm of a seed, see :mod:`normlab.data.flow_batches`), and ``cfg_scale`` w ≥ 0 the
-    guidance scale of the samples a finished run generates, v = v_∅ + w · (v_c − v_∅)
-    (1: no guidance, 0: unconditional). The validation loss always uses the true labels. With
-    ``class_conditional: false`` both must stay at their defaults or at their neutral values
-    (0 and 1), which is what such a run records.
-    """
-
-    d_model: int = Field(64, ge=8)
-    n_layers: int = Field(4, ge=1)
-    n_heads: int = Field(4, ge=1)
-    mlp_ratio: float = Field(4.0, gt=0)
-    positions: Literal["sincos", "learned"] = "sincos"
-    norm_eps: float | None = Field(1e-6, gt=0)
-    time_freq_dim: int = Field(128, ge=2)
-    class_conditional: bool = True
-    label_dropout: float = Field(DEFAULT_LABEL_DROPOUT, ge=0, lt=1)
-    cfg_scale: float = Field(DEFAULT_CFG_SCALE, ge=0)
-    time_distribution: Literal["logit_normal", "uniform"] = "logit_normal"
-    bias: bool = True
-    init_std: float = Field(0.02, gt=0)
-
-    @model_validator(mode="after")
-    def _check_shapes(self) -> DiTSettings:
-        self.dit_config(4, 4, 0, DIT_DEFAULT_NORMS[0])  # the testbed's own checks (heads, …)
-        return self
-
-    @model_validator(mode="after")
-    def _check_guidance_needs_labels(self) -> DiTSettings:
-        if self.class_conditional:
-            return self
-        for name, neutral in GUIDANCE_NEUTRAL.items():
-            value = getattr(self, name)
-            if value not in (type(self).model_fields[name].default, neutral):
-                raise ValueError(
-                    f"{name}: {value} needs class_conditional: true (classifier-free guidance "
-                    f"drops and guides class labels, and this DiT has none); expected it left "
-                    f"out or {neutral}"
-                )
-        return self
-
-    def guidance(self) -> dict[str, float]:
-        """``label_dropout`` and ``cfg_scale`` as a run uses them: the neutral 0 and 1 for a
-        DiT without class labels."""
-        if not self.class_conditional:
-            return dict(GUIDANCE_NEUTRAL)
-        return {"label_dropout": self.label_dropout, "cfg_scale": self.cfg_scale}
-
-    def dit_config(self, in_channels: int, seq_len: int, n_classes: int, norm: str) -> DiTConfig:
-        """The :class:`DiTConfig` of one arm on data with these token shapes."""
-        fields = self.model_dump(
-            exclude={"class_conditional", "time_distribution", *GUIDANCE_NEUTRAL}
-        )
-        return DiTConfig(
-            **fields,
-            in_channels=in_channels,
-            seq_len=seq_len,
-            n_classes=n_classes if self.class_conditional else 0,
-            norm=norm,
-        )
+ModelSettings = GPTSettings
+"""The ``model`` section under its earlier name: :class:`normlab.models.GPTSettings`."""
 
 
 class ShapesSettings(Section):
@@ -203,12 +142,18 @@ class TrainSettings(Section):
     The DiT testbed has its own defaults for some keys (:data:`DIT_TRAIN_DEFAULTS`).
     """
 
-    steps: int | None = Field(None, ge=1)
-    tokens: int | None = Field(None, ge=1)
-    batch_size: int = Field(16, ge=1)
-    lr: float = Field(5e-3, gt=0)
+    steps: int | None = Field(
+        None,
+        ge=1,
+        description=f"Training steps per run (default: {DEFAULT_STEPS}, unless tokens are given).",
+    )
+    tokens: int | None = Field(
+        None, ge=1, description="Training tokens per run (instead of --steps)."
+    )
+    batch_size: int = Field(16, ge=1, description="Sequences (dit: images) per step.")
+    lr: float = Field(5e-3, gt=0, description="Peak learning rate.")
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
-    warmup: int = Field(30, ge=0)
+    warmup: int = Field(30, ge=0, description="Linear warm-up steps: 0, or fewer than the steps.")
     weight_decay: float = Field(0.1, ge=0)
     beta1: float = Field(0.9, ge=0, lt=1)
     beta2: float = Field(0.95, ge=0, lt=1)
@@ -256,7 +201,10 @@ class DataSettings(Section):
     """``path``: null for the standard library, or a text file or folder of text files.
     At most ``max_bytes`` are read (whole files in sorted order)."""
 
-    path: str | None = None
+    path: str | None = Field(
+        None,
+        description="A text file or a folder of text files (default: Python's stdlib); gpt only.",
+    )
     max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1024)
     val_fraction: float = Field(DEFAULT_VAL_FRACTION, gt=0, le=0.5)
 
@@ -280,20 +228,36 @@ class ExperimentConfig(Section):
     at once (1 keeps timings clean).
     """
 
-    testbed: Literal["gpt", "dit"] = "gpt"
-    imports: list[str] = Field(default_factory=list)
-    norms: list[str] = Field(default_factory=lambda: ["layernorm", "rmsnorm"], min_length=1)
-    placements: list[Literal["pre", "post", "sandwich"]] = Field(
-        default_factory=lambda: ["pre"], min_length=1
+    testbed: Literal["gpt", "dit"] = Field(
+        "gpt",
+        description="gpt (byte-level GPT) or dit (flow-matching DiT on embedded shapes; norms "
+        "default to " + ",".join(DIT_DEFAULT_NORMS) + ").",
     )
-    seeds: int | list[int] = 3
+    imports: list[str] = Field(default_factory=list)
+    norms: list[str] = Field(
+        default_factory=lambda: ["layernorm", "rmsnorm"],
+        min_length=1,
+        description="Comma list of norms, e.g. layernorm,rmsnorm,dyt.",
+    )
+    placements: list[Literal["pre", "post", "sandwich"]] = Field(
+        default_factory=lambda: ["pre"],
+        min_length=1,
+        description="Comma list of placements: pre, post, sandwich.",
+    )
+    seeds: int | list[int] = Field(
+        3, description="Number of paired seeds (0 … n−1) or a list (e.g. 0,1,2)."
+    )
     baseline: str | None = None
     margin_bpb: float = Field(0.02, gt=0)
     margin_val_loss: float = Field(0.002, gt=0)
-    device: str = "auto"
-    threads: int | None = Field(None, ge=1)
-    parallel: int = Field(1, ge=1)
-    model: ModelSettings = Field(default_factory=ModelSettings)
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N.")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="Torch threads per worker (default: half the CPUs, at least 1).",
+    )
+    parallel: int = Field(1, ge=1, description="Runs trained at once (1 keeps timings clean).")
+    model: GPTSettings = Field(default_factory=GPTSettings)
     train: TrainSettings = Field(default_factory=TrainSettings)
     anomaly: AnomalySettings = Field(default_factory=AnomalySettings)
     data: DataSettings = Field(default_factory=DataSettings)

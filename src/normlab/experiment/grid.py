@@ -12,9 +12,8 @@ import copy
 from collections.abc import Iterable
 from typing import Any
 
-from normlab.data.shapes import SHAPE_CLASSES
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.tasks import build_model
+from normlab.experiment.testbeds import TESTBEDS, build_model
 from normlab.models import check_paired
 
 FACTOR_NAMES = ("norm", "placement")
@@ -78,60 +77,27 @@ def check_only_factors_differ(runs: list[dict[str, Any]], allowed: Iterable[str]
         )
 
 
-DIT_DATA_KEYS = ("source", "image_size", "patch_size", "n_train", "n_val", "seed", "fingerprint")
-"""What a DiT run records of its data: the request that makes the images again, and their
-fingerprint."""
-
-
-def _dit_settings(
-    cfg: ExperimentConfig,
-    train: dict[str, Any],
-    device: str,
-    threads: int,
-    data_info: dict[str, Any],
-) -> dict[str, Any]:
-    """The DiT's shared settings: its model (every DiTConfig field but the norm), the flow's
-    time distribution, label dropout and sampling guidance scale (0 and 1 without class
-    labels), and the data's request and fingerprint."""
-    model = cfg.dit.dit_config(
-        cfg.shapes.in_channels, cfg.shapes.seq_len, len(SHAPE_CLASSES), cfg.norms[0]
-    ).to_dict()
-    del model["norm"]
-    train.pop("eval_windows")  # the GPT's; the DiT validates on every validation image
-    return {
-        "testbed": "dit",
-        "model": model,
-        "flow": {"time_distribution": cfg.dit.time_distribution, **cfg.dit.guidance()},
-        "train": train,
-        "anomaly": cfg.anomaly.model_dump(),
-        "device": device,
-        "threads": threads,
-        "imports": list(cfg.imports),
-        "data": {k: data_info[k] for k in DIT_DATA_KEYS},
-    }
-
-
 def shared_settings(
     cfg: ExperimentConfig, device: str, threads: int, data_info: dict[str, Any]
 ) -> dict[str, Any]:
-    """Everything a run needs that is the same for every arm and seed."""
+    """Everything a run needs that is the same for every arm and seed, under the experiment
+    config's own section and key names: the testbed's sections and data record
+    (:meth:`normlab.experiment.testbeds.Testbed.run_settings`), ``train`` (as the config gives
+    it for this testbed, with the resolved ``steps`` and the ``tokens`` they make), ``anomaly``,
+    ``device``, ``threads`` and ``imports``."""
+    testbed = TESTBEDS[cfg.testbed].run_settings(cfg, data_info)
     steps = cfg.resolved_steps()
-    train = cfg.train.model_dump()
+    train = cfg.dump()["train"]
     train.update(steps=steps, tokens=steps * cfg.train.batch_size * cfg.tokens_per_sample())
-    if cfg.testbed == "dit":
-        return _dit_settings(cfg, train, device, threads, data_info)
+    data = testbed.pop("data")
     return {
-        "model": cfg.model.model_dump(),
+        **testbed,
         "train": train,
         "anomaly": cfg.anomaly.model_dump(),
         "device": device,
         "threads": threads,
         "imports": list(cfg.imports),
-        "data": {
-            "fingerprint": data_info["fingerprint"],
-            "python_version": data_info["python_version"],
-            "source": data_info["source"],
-        },
+        "data": data,
     }
 
 

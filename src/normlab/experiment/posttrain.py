@@ -1,7 +1,7 @@
 """What a trained model does after training: quantization, 16-bit evaluation, activation outliers.
 
 Run once on a finished run's model, after its final evaluation (see
-:meth:`normlab.experiment.tasks.Task.posttrain`); every number is a summary field (see
+:meth:`normlab.experiment.testbeds.Testbed.posttrain`); every number is a summary field (see
 docs/run-format.md), lower is better for all of them:
 
 - ``ptq_int8wo_delta``, ``ptq_w8a8_delta``: post-training quantization with torchao on a deep copy

@@ -95,7 +95,7 @@ def experiment_record(
     varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": values["norm"]}
     first = runs[0]
     fixed = {f: v[0] for f, v in values.items() if f not in varied}
-    keys = ("testbed", "model", "flow", "train", "anomaly", "device", "threads", "data")
+    keys = ("testbed", "model", "dit", "shapes", "train", "anomaly", "device", "threads", "data")
     fixed.update(flatten({k: first[k] for k in keys if k in first}))
     margin_key = "margin_val_loss" if cfg.testbed == "dit" else "margin_bpb"
     return {

@@ -1,7 +1,7 @@
 """Train one run of the grid from its resolved config (``run.json``), logging every step.
 
 This is the body of a worker process; it knows nothing of the grid. What depends on the testbed
-(GPT or DiT: model, data, loss, validation) comes from :mod:`normlab.experiment.tasks`; the loop,
+(GPT or DiT: model, data, loss, validation) comes from :mod:`normlab.experiment.testbeds`; the loop,
 schedule, clipping, anomaly detection and timing are shared. It appends ``train``,
 ``eval``, ``layer_grad_norms`` and ``anomaly`` records to ``metrics.jsonl`` (see
 docs/run-format.md) and returns the run's summary. A non-finite loss or gradient stops the run
@@ -27,7 +27,7 @@ from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.schedule import lr_at, make_optimizer
-from normlab.experiment.tasks import Task, make_task, warm_up_gpt
+from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 
 METRICS_FILE = "metrics.jsonl"
@@ -83,7 +83,7 @@ def _peak_memory(device: torch.device) -> tuple[int, str]:
     return peak_rss_bytes(), "max_rss"
 
 
-def _warm_up_counting_saved_bytes(task: Task, device: torch.device) -> int | None:
+def _warm_up_counting_saved_bytes(task: Testbed, device: torch.device) -> int | None:
     """Run the task's warm-up (a forward and backward of the training shape) and return the
     bytes its forward saved for the backward, parameters left out (see
     :mod:`normlab.experiment.activations`); None, after a plain warm-up, where autograd's
@@ -131,7 +131,7 @@ def train_run(
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(seed)
 
-    task = make_task(spec, run_dir)
+    task = make_testbed(spec, run_dir)
     model = task.model
     digest = combined_digest(shared_parameter_digests(model))
     if digest != spec["init_digest"]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from normlab._io import write_json_atomic
 from normlab.experiment.posttrain import POSTTRAIN_FIELDS
-from normlab.experiment.tasks import quality_fields
+from normlab.experiment.testbeds import quality_fields
 from normlab.experiment.train import RunAborted, train_run
 
 RUN_FILE = "run.json"

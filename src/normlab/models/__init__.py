@@ -1,23 +1,29 @@
 """Testbed models for comparing norms: a small decoder-only GPT (norm kind × placement) and a
-small DiT for flow matching (conditional norm kind), with the flow-matching objective and sampler.
+small DiT for flow matching (conditional norm kind), with the flow-matching objective and sampler,
+and their validated configuration (:mod:`normlab.models.config`, the one source of the testbeds'
+settings and defaults).
 
 Importing this package registers the ``"dyt"`` norm kind (Dynamic Tanh).
 """
 
-from normlab.models.config import MLP_KINDS, PLACEMENTS, POSITION_KINDS, GPTConfig
-from normlab.models.dit import (
+from normlab.models.config import (
+    DEFAULT_CFG_SCALE,
+    DEFAULT_LABEL_DROPOUT,
     DIT_POSITION_KINDS,
-    DiT,
-    DiTBlock,
-    DiTConfig,
-    build_dit,
-    check_dit_norm,
-    dit_norm_kinds,
-    init_dit_paired_,
-    make_dit_norm,
-)
-from normlab.models.flow import (
+    GUIDANCE_NEUTRAL,
+    MLP_KINDS,
+    PLACEMENTS,
+    POSITION_KINDS,
     TIME_DISTRIBUTIONS,
+    ConfigModel,
+    DiTArchitecture,
+    DiTConfig,
+    DiTSettings,
+    GPTConfig,
+    GPTSettings,
+)
+from normlab.models.dit import DiT, DiTBlock, build_dit, init_dit_paired_, make_dit_norm
+from normlab.models.flow import (
     drop_labels,
     euler_sample,
     flow_matching_loss,
@@ -39,21 +45,35 @@ from normlab.models.init import (
     shared_parameter_digests,
     tensor_digest,
 )
-from normlab.models.norms import NO_NORM, check_model_norm, make_model_norm, model_norm_kinds
+from normlab.models.norms import (
+    NO_NORM,
+    check_dit_norm,
+    check_model_norm,
+    dit_norm_kinds,
+    make_model_norm,
+    model_norm_kinds,
+)
 
 __all__ = [
+    "DEFAULT_CFG_SCALE",
+    "DEFAULT_LABEL_DROPOUT",
     "DIT_POSITION_KINDS",
     "GPT",
+    "GUIDANCE_NEUTRAL",
     "MLP_KINDS",
     "NO_NORM",
     "PLACEMENTS",
     "POSITION_KINDS",
     "TIME_DISTRIBUTIONS",
     "Block",
+    "ConfigModel",
     "DiT",
+    "DiTArchitecture",
     "DiTBlock",
     "DiTConfig",
+    "DiTSettings",
     "GPTConfig",
+    "GPTSettings",
     "build_dit",
     "build_gpt",
     "check_dit_norm",

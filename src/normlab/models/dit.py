@@ -31,7 +31,6 @@ does the paired initialisation (:func:`init_dit_paired_`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -39,111 +38,25 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.functional import gated_residual
+from normlab.models.config import DIT_POSITION_KINDS, DiTConfig
 from normlab.models.gpt import NORM_PREFIX
 from normlab.models.init import parameter_seed
-from normlab.registry import available_norms, is_conditional, make_norm
+from normlab.models.norms import check_dit_norm, dit_norm_kinds
+from normlab.registry import make_norm
 
-DIT_POSITION_KINDS = ("sincos", "learned")
-
-
-def dit_norm_kinds() -> list[str]:
-    """Norm kinds the DiT accepts: the registered conditional kinds (``adaln_zero``, ``adarms``)."""
-    return sorted(k for k in available_norms() if is_conditional(k))
-
-
-def check_dit_norm(kind: object) -> str:
-    """``kind`` must name a conditional registered norm (its forward is ``(x, cond) -> (y, g)``)."""
-    if not isinstance(kind, str):
-        raise TypeError(f"norm: expected a norm name (str), got {type(kind).__name__} {kind!r}")
-    kinds = ", ".join(dit_norm_kinds())
-    if kind not in available_norms():
-        raise ValueError(
-            f"norm: unknown norm {kind!r}; expected a conditional norm: one of {kinds} "
-            "(register your own with normlab.register_norm(..., conditional=True))"
-        )
-    if not is_conditional(kind):
-        raise ValueError(
-            f"norm: {kind!r} takes no condition; the DiT modulates every norm with the time "
-            f"(and label) embedding. Expected a conditional norm: one of {kinds}"
-        )
-    return kind
-
-
-@dataclass(frozen=True)
-class DiTConfig:
-    """Hyper-parameters of :class:`DiT`.
-
-    ``in_channels`` C_in and ``seq_len`` T (the most tokens a sequence may have) describe the
-    data; ``n_classes`` = 0 makes the model unconditional on labels, n > 0 adds a label
-    embedding with n + 1 rows, the last (index n) being the null class (see
-    :attr:`null_class`). ``norm`` is a conditional norm kind; ``norm_eps`` (None: each norm's own
-    default) is passed to every norm that has an ε. ``positions``: ``sincos`` (fixed sinusoids)
-    or ``learned``. The time features are sinusoids of ``time_scale`` · t with
-    ``time_freq_dim`` channels and periods up to ``time_max_period`` (see
-    :func:`timestep_features`). ``init_std`` is the standard deviation of the embedding tables
-    (labels, learned positions); Linear weights use Xavier's variance 2 / (fan_in + fan_out).
-    """
-
-    in_channels: int = 4
-    seq_len: int = 16
-    d_model: int = 128
-    n_layers: int = 4
-    n_heads: int = 4
-    mlp_ratio: float = 4.0
-    n_classes: int = 0
-    norm: str = "adaln_zero"
-    norm_eps: float | None = 1e-6
-    positions: str = "sincos"
-    time_freq_dim: int = 256
-    time_scale: float = 1000.0
-    time_max_period: float = 10000.0
-    bias: bool = True
-    init_std: float = 0.02
-
-    def __post_init__(self) -> None:
-        for name in ("in_channels", "seq_len", "d_model", "n_layers", "n_heads", "time_freq_dim"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
-        if isinstance(self.n_classes, bool) or not isinstance(self.n_classes, int):
-            raise ValueError(f"n_classes: expected an int >= 0, got {self.n_classes!r}")
-        if self.n_classes < 0:
-            raise ValueError(f"n_classes: expected an int >= 0, got {self.n_classes!r}")
-        if self.d_model % self.n_heads:
-            raise ValueError(
-                f"n_heads: d_model={self.d_model} is not divisible by n_heads={self.n_heads}"
-            )
-        if self.time_freq_dim % 2:
-            raise ValueError(
-                f"time_freq_dim: expected an even number (cos and sin pairs), "
-                f"got {self.time_freq_dim}"
-            )
-        if self.positions not in DIT_POSITION_KINDS:
-            kinds = ", ".join(DIT_POSITION_KINDS)
-            raise ValueError(f"positions: got {self.positions!r}; expected one of {kinds}")
-        if self.positions == "sincos" and self.d_model % 2:
-            raise ValueError(f"d_model: sincos positions need an even d_model, got {self.d_model}")
-        check_dit_norm(self.norm)
-        for name in ("mlp_ratio", "init_std", "time_scale", "time_max_period"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name}: expected a number > 0, got {value!r}")
-        if self.norm_eps is not None and not self.norm_eps > 0:
-            raise ValueError(f"norm_eps: expected a float > 0 or None, got {self.norm_eps!r}")
-        if not isinstance(self.bias, bool):
-            raise ValueError(f"bias: expected a bool, got {self.bias!r}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
-
-    @property
-    def null_class(self) -> int | None:
-        """The label index that means "no class" (``n_classes``), or None when unconditional."""
-        return self.n_classes if self.n_classes > 0 else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+__all__ = [
+    "DIT_POSITION_KINDS",
+    "DiT",
+    "DiTBlock",
+    "DiTConfig",
+    "build_dit",
+    "check_dit_norm",
+    "dit_norm_kinds",
+    "init_dit_paired_",
+    "make_dit_norm",
+    "sincos_positions",
+    "timestep_features",
+]
 
 
 def make_dit_norm(
@@ -155,9 +68,8 @@ def make_dit_norm(
     so every arm of a comparison shares one ε. ``gate=False`` asks for a norm without a gate
     where the kind offers one (a boolean ``gate`` attribute, as ``AdaRMSNorm(gate=False)``:
     [s, t] = Linear(c), and ``AdaLayerNormZero(gate=False)``); a kind that always returns a gate
-    keeps it and the caller ignores it.
+    keeps it and the caller ignores it. ``kind`` is one :class:`DiTConfig` validated.
     """
-    check_dit_norm(kind)
     kw: dict[str, Any] = {"cond_dim": cond_dim}
     norm = make_norm(kind, dim, **kw)
     if eps is not None and hasattr(norm, "eps") and norm.eps != eps:
@@ -461,10 +373,6 @@ def init_dit_paired_(model: DiT, seed: int) -> DiT:
     modulation, so every gate starts closed). Values are drawn in float32 on the CPU and then
     copied, so they do not depend on the device.
     """
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
-    if not isinstance(model, DiT):
-        raise TypeError(f"model: expected a DiT, got {type(model).__name__}")
     norms = set(model.norm_parameter_names())
     fans = {
         f"{name}.weight": (m.in_features, m.out_features)
@@ -487,7 +395,6 @@ def init_dit_paired_(model: DiT, seed: int) -> DiT:
 
 
 def build_dit(cfg: DiTConfig, seed: int) -> DiT:
-    """A :class:`DiT` with the paired initialisation for ``seed`` (see :func:`init_dit_paired_`)."""
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise TypeError(f"seed: expected an int, got {type(seed).__name__} {seed!r}")
+    """A :class:`DiT` with the paired initialisation for ``seed`` (see :func:`init_dit_paired_`).
+    ``seed`` is a run's seed, an int the experiment config validated."""
     return DiT(cfg, seed=seed)

@@ -21,16 +21,35 @@ Sampling then follows the guided velocity (:func:`guided_velocity`, ``cfg_scale`
 
 w = 1 is the conditional model (no guidance), w = 0 the unconditional one, w > 1 pushes the
 samples further toward their class at some cost in diversity.
+
+The settings these functions take (the time distribution, the label dropout p, the guidance
+scale w, the null class, batch sizes and step counts) come from a validated config
+(:class:`normlab.models.DiTSettings`, :class:`normlab.models.DiTConfig`) and are not checked
+again here; the tensors and callables passed in are.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from numbers import Integral, Real
 
 import torch
 
-TIME_DISTRIBUTIONS = ("logit_normal", "uniform")
+from normlab.models.config import TIME_DISTRIBUTIONS
+
+__all__ = [
+    "TIME_DISTRIBUTIONS",
+    "drop_labels",
+    "euler_sample",
+    "flow_matching_loss",
+    "guided_velocity",
+    "interpolate",
+    "label_dropout_mask",
+    "random_projections",
+    "sample_noise",
+    "sample_time",
+    "sliced_wasserstein2",
+    "target_velocity",
+]
 
 VelocityModel = Callable[..., torch.Tensor]
 
@@ -96,25 +115,20 @@ def sample_time(
     ``uniform``: t ~ U[0, 1). ``logit_normal`` (default): t = σ(u) = 1 / (1 + e^(−u)) with
     u ~ N(``loc``, ``scale``²); loc = 0, scale = 1 puts the median at t = ½ and about 68 % of
     the draws in (0.27, 0.73). ``loc`` and ``scale`` are ignored for ``uniform``.
+    ``distribution`` is one of :data:`TIME_DISTRIBUTIONS` (``dit.time_distribution``, validated
+    by the config).
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1:
-        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
     generator = _check_generator(generator)
-    if distribution not in TIME_DISTRIBUTIONS:
-        raise ValueError(
-            f"distribution: got {distribution!r}; expected one of {', '.join(TIME_DISTRIBUTIONS)}"
-        )
-    if isinstance(loc, bool) or not isinstance(loc, Real) or not abs(float(loc)) < float("inf"):
-        raise ValueError(f"loc: expected a finite number, got {loc!r}")
-    if isinstance(scale, bool) or not isinstance(scale, Real) or not 0 < scale < float("inf"):
-        raise ValueError(f"scale: expected a finite number > 0, got {scale!r}")
-    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
-        raise TypeError(f"dtype: expected a floating torch.dtype, got {dtype!r}")
     shape, device = (int(batch_size),), generator.device
     if distribution == "uniform":
         return torch.rand(shape, generator=generator, device=device, dtype=dtype)
-    u = torch.randn(shape, generator=generator, device=device, dtype=dtype)
-    return torch.sigmoid(float(loc) + float(scale) * u)
+    if distribution == "logit_normal":
+        u = torch.randn(shape, generator=generator, device=device, dtype=dtype)
+        return torch.sigmoid(float(loc) + float(scale) * u)
+    # not a repeated check: no silent fallback to one of the two for a name that is neither
+    raise ValueError(
+        f"distribution: got {distribution!r}; expected one of {', '.join(TIME_DISTRIBUTIONS)}"
+    )
 
 
 def sample_noise(x1: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
@@ -171,12 +185,6 @@ def flow_matching_loss(
     return (pred.to(dtype) - v.to(dtype)).square().mean()
 
 
-def _check_probability(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, Real) or not 0 <= value < 1:
-        raise ValueError(f"{name}: expected a number in [0, 1), got {value!r}")
-    return float(value)
-
-
 def _check_label(label: object, batch_size: int | None = None) -> torch.Tensor:
     if not isinstance(label, torch.Tensor) or label.dtype != torch.long or label.dim() != 1:
         got = (
@@ -193,23 +201,15 @@ def _check_label(label: object, batch_size: int | None = None) -> torch.Tensor:
     return label
 
 
-def _check_index(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
-        raise ValueError(f"{name}: expected the null class's index (an int >= 0), got {value!r}")
-    return int(value)
-
-
 def label_dropout_mask(batch_size: int, p: float, generator: torch.Generator) -> torch.Tensor:
     """Which labels of a batch of ``batch_size`` to drop: m_i = [u_i < p], bool [batch_size].
 
     u_i ~ U[0, 1) is drawn from ``generator`` on its device, always ``batch_size`` numbers
     whatever p is, so the stream advances the same way for every p (p = 0 drops nothing) and,
     for one generator state, the labels dropped at a smaller p are a subset of those dropped at
-    a larger one. E[Σ_i m_i] = p · batch_size.
+    a larger one. E[Σ_i m_i] = p · batch_size. ``p`` ∈ [0, 1) is ``dit.label_dropout``,
+    validated by the config.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, Integral) or batch_size < 1:
-        raise ValueError(f"batch_size: expected an int >= 1, got {batch_size!r}")
-    p = _check_probability("p", p)
     generator = _check_generator(generator)
     u = torch.rand((int(batch_size),), generator=generator, device=generator.device)
     return u < p
@@ -221,29 +221,21 @@ def drop_labels(
     """Label dropout for classifier-free guidance: y′_i = ∅ if m_i else y_i, a new int64 [B].
 
     m = :func:`label_dropout_mask` (B, ``p``, ``generator``), drawn on the generator's device
-    and moved to the label's; ∅ = ``null_class``. The input is left unchanged.
+    and moved to the label's; ∅ = ``null_class`` (a DiT's
+    :attr:`~normlab.models.DiTConfig.null_class`). The input is left unchanged.
     """
     label = _check_label(label)
-    null_class = _check_index("null_class", null_class)
     mask = label_dropout_mask(label.shape[0], p, generator).to(label.device)
     return torch.where(mask, torch.full_like(label, null_class), label)
 
 
-def _check_guidance(cfg_scale: object, label: object, null_label: object) -> float:
-    """``cfg_scale`` as a float, and, when it asks for guidance (≠ 1), the labels it needs."""
-    finite = isinstance(cfg_scale, Real) and abs(float(cfg_scale)) < float("inf")
-    if isinstance(cfg_scale, bool) or not finite or cfg_scale < 0:
+def _check_guidance_labels(cfg_scale: float, label: object) -> None:
+    """Guidance (w ≠ 1) needs the class labels to guide toward."""
+    if cfg_scale != 1 and label is None:
         raise ValueError(
-            f"cfg_scale: expected a finite number >= 0 (1 = no guidance), got {cfg_scale!r}"
+            f"label: classifier-free guidance (cfg_scale={cfg_scale}) needs the class "
+            "labels to guide toward; got None. Pass labels, or cfg_scale=1.0"
         )
-    if cfg_scale != 1:
-        if label is None:
-            raise ValueError(
-                f"label: classifier-free guidance (cfg_scale={cfg_scale}) needs the class "
-                "labels to guide toward; got None. Pass labels, or cfg_scale=1.0"
-            )
-        _check_index("null_label", null_label)
-    return float(cfg_scale)
 
 
 def guided_velocity(
@@ -259,9 +251,11 @@ def guided_velocity(
     v_c = model(x, t, ``label``) and v_∅ = model(x, t, ∅) with ∅ = ``null_label`` for every
     sample, computed in one forward pass over the batch [x; x] with labels [label; ∅] (2B rows),
     w = ``cfg_scale``. w = 1 returns model(x, t, label) itself (one forward of B rows, no
-    unconditional pass), so it is exactly the unguided velocity; w = 0 gives v_∅.
+    unconditional pass), so it is exactly the unguided velocity; w = 0 gives v_∅. ``cfg_scale``
+    (``dit.cfg_scale`` ≥ 0) and ``null_label`` come from a validated config.
     """
-    w = _check_guidance(cfg_scale, label, null_label)
+    _check_guidance_labels(cfg_scale, label)
+    w = float(cfg_scale)
     label = _check_label(label, x.shape[0])
     if w == 1:
         return model(x, t, label)
@@ -296,16 +290,14 @@ def euler_sample(
     v is model(x, t[, label]) when ``cfg_scale`` w is 1 (the default: no guidance, exactly the
     unguided sampler), else the classifier-free guided velocity
     v = v_∅ + w · (v_c − v_∅) of :func:`guided_velocity`, which needs ``label`` and the null
-    class ``null_label`` (a DiT's :attr:`~normlab.models.DiTConfig.null_class`).
+    class ``null_label`` (a DiT's :attr:`~normlab.models.DiTConfig.null_class`). ``steps``
+    ≥ 1 and the guidance settings come from the caller's validated settings.
     """
     if not callable(model):
         raise TypeError(f"model: expected a callable v̂(x, t[, label]), got {type(model).__name__}")
     x = _check_float_tensor("x0", x0)
-    if isinstance(steps, bool) or not isinstance(steps, Integral):
-        raise TypeError(f"steps: expected an int >= 1, got {type(steps).__name__} {steps!r}")
-    if steps < 1:
-        raise ValueError(f"steps: expected an int >= 1, got {steps!r}")
-    w = _check_guidance(cfg_scale, label, null_label)
+    _check_guidance_labels(cfg_scale, label)
+    w = float(cfg_scale)
     dt = 1.0 / int(steps)
     for k in range(int(steps)):
         t = torch.full((x.shape[0],), k * dt, dtype=x.dtype, device=x.device)
@@ -325,9 +317,6 @@ def random_projections(n_projections: int, dim: int, generator: torch.Generator)
 
     θ_p = g_p / ‖g_p‖ with g_p ~ N(0, I) drawn from ``generator`` (uniform on the unit sphere).
     """
-    for name, value in (("n_projections", n_projections), ("dim", dim)):
-        if isinstance(value, bool) or not isinstance(value, Integral) or value < 1:
-            raise ValueError(f"{name}: expected an int >= 1, got {value!r}")
     generator = _check_generator(generator)
     g = torch.randn(
         (int(n_projections), int(dim)),

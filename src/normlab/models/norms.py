@@ -1,4 +1,5 @@
-"""The norm slots of the testbeds: any unconditional registered kind, ``dyt`` or ``none``.
+"""The norm slots of the testbeds: the GPT's (any unconditional registered kind, ``dyt`` or
+``none``) and the DiT's (any conditional registered kind).
 
 Importing this module registers ``"dyt"`` (:class:`normlab.layers.DynamicTanh`) with
 :func:`normlab.register_norm`, so ``make_norm("dyt", D)`` works once ``normlab.models`` is
@@ -42,6 +43,29 @@ def check_model_norm(kind: object) -> str:
     return kind
 
 
+def dit_norm_kinds() -> list[str]:
+    """Norm kinds the DiT accepts: the registered conditional kinds (``adaln_zero``, ``adarms``)."""
+    return sorted(k for k in available_norms() if is_conditional(k))
+
+
+def check_dit_norm(kind: object) -> str:
+    """``kind`` must name a conditional registered norm (its forward is ``(x, cond) -> (y, g)``)."""
+    if not isinstance(kind, str):
+        raise TypeError(f"norm: expected a norm name (str), got {type(kind).__name__} {kind!r}")
+    kinds = ", ".join(dit_norm_kinds())
+    if kind not in available_norms():
+        raise ValueError(
+            f"norm: unknown norm {kind!r}; expected a conditional norm: one of {kinds} "
+            "(register your own with normlab.register_norm(..., conditional=True))"
+        )
+    if not is_conditional(kind):
+        raise ValueError(
+            f"norm: {kind!r} takes no condition; the DiT modulates every norm with the time "
+            f"(and label) embedding. Expected a conditional norm: one of {kinds}"
+        )
+    return kind
+
+
 def make_model_norm(
     kind: str, dim: int, eps: float | None = None, dyt_alpha_init: float = 0.5
 ) -> nn.Module:
@@ -49,9 +73,9 @@ def make_model_norm(
 
     ``"none"`` is the identity. ``"dyt"`` gets ``alpha_init=dyt_alpha_init``. Any other kind is
     built with :func:`normlab.make_norm`; when ``eps`` is given and the built norm has an ``eps``
-    attribute, it is built with that ε, so every arm of a comparison can share one ε.
+    attribute, it is built with that ε, so every arm of a comparison can share one ε. ``kind``
+    is one :class:`normlab.models.GPTConfig` validated.
     """
-    check_model_norm(kind)
     if kind == NO_NORM:
         return nn.Identity()
     if kind == "dyt":

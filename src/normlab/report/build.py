@@ -89,19 +89,23 @@ def _read_samples(run: RunResult) -> np.ndarray | None:
 
 
 def _n_classes(run: RunResult) -> int:
-    model = run.config.get("model")
-    n = model.get("n_classes") if isinstance(model, dict) else None
+    dit, data, model = (run.config.get(k) for k in ("dit", "data", "model"))
+    if isinstance(dit, dict) and isinstance(data, dict):  # run.json with a dit section
+        n = len(data.get("classes") or []) if dit.get("class_conditional") else 0
+    else:  # run.json written before: the DiT's resolved config under model
+        n = model.get("n_classes") if isinstance(model, dict) else None
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 0
 
 
 def _cfg_scale(run: RunResult) -> float | None:
     """The classifier-free guidance scale w the run's samples used: the summary's
-    ``sample_cfg_scale``, else its run.json's ``flow.cfg_scale``; None when neither says (a
-    folder written before guidance existed, whose samples are unguided)."""
-    flow = run.config.get("flow")
+    ``sample_cfg_scale``, else its run.json's ``dit.cfg_scale`` (``flow.cfg_scale`` in folders
+    written before); None when none says (a folder written before guidance existed, whose
+    samples are unguided)."""
+    sections = (run.config.get("dit"), run.config.get("flow"))
     for value in (
         run.summary.get("sample_cfg_scale"),
-        flow.get("cfg_scale") if isinstance(flow, dict) else None,
+        *(s.get("cfg_scale") if isinstance(s, dict) else None for s in sections),
     ):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)

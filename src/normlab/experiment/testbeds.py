@@ -1,16 +1,22 @@
-"""What differs between the testbeds, behind one interface the grid and the training loop share.
+"""The testbeds: what differs between them, behind one interface the grid and the training loop
+share.
 
-A testbed says how to build an arm's model from a resolved run config (``run.json``), and, in the
-worker, how to draw a training batch and compute its loss, how to validate, and which quality
-fields a run's summary holds:
+A testbed (a class registered in :data:`TESTBEDS` under the experiment config's ``testbed``
+name) says what a run records of the experiment's settings (:meth:`Testbed.run_settings`: the
+config sections it uses, under the config's own section and key names, and the data's record),
+how to build an arm's model from a resolved run config (``run.json``,
+:meth:`Testbed.build_model`) and which quality fields a run's summary holds; an instance, made
+in the worker from the run config, draws training batches and computes their loss, validates,
+and adds its summary fields. The grid, the runner and the training loop go through this
+interface only, so a new testbed is one new class in :data:`TESTBEDS`:
 
 - ``gpt``: the byte-level GPT on the token cache; cross-entropy; validation in nats and bits per
   byte on fixed windows; summary ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb``.
 - ``dit``: the flow-matching DiT on the embedded shapes; the flow-matching loss (MSE of the
   velocity) on batches whose labels are dropped to the null class with probability
-  ``flow.label_dropout``; validation on fixed (x1, label, x0, t) triples with the true labels;
+  ``dit.label_dropout``; validation on fixed (x1, label, x0, t) triples with the true labels;
   summary ``final_val_loss``, ``best_val_loss`` and, from the samples a finished run generates
-  with classifier-free guidance at ``flow.cfg_scale`` (:meth:`DiTTask.finish`),
+  with classifier-free guidance at ``dit.cfg_scale`` (:meth:`DiTTestbed.finish`),
   ``final_sample_sw2`` and the scale used, ``sample_cfg_scale``; the first samples are kept in
   the run folder's ``samples.npy``.
 
@@ -21,7 +27,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -32,6 +38,7 @@ from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import load_tokens
 from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.data.shapes import balanced_selection, load_shapes, unpatchify
+from normlab.experiment.config import ExperimentConfig, ShapesSettings
 from normlab.experiment.evaluate import (
     bits_per_byte,
     flow_validation_loss,
@@ -43,6 +50,7 @@ from normlab.models import (
     GPT,
     DiT,
     DiTConfig,
+    DiTSettings,
     GPTConfig,
     build_dit,
     build_gpt,
@@ -59,21 +67,20 @@ __all__ = [
     "SAMPLE_GRID",
     "SAMPLE_STEPS",
     "SW2_PROJECTIONS",
-    "Task",
+    "TESTBEDS",
+    "DiTTestbed",
+    "GPTTestbed",
+    "Testbed",
     "build_model",
+    "dit_config",
     "dit_parameter_groups",
-    "make_task",
+    "gpt_config",
+    "make_testbed",
     "quality_fields",
+    "testbed_class",
     "testbed_of",
     "warm_up_gpt",
 ]
-
-QUALITY_FIELDS: dict[str, tuple[str, ...]] = {
-    "gpt": ("final_val_loss", "final_val_bpb", "best_val_bpb"),
-    "dit": ("final_val_loss", "best_val_loss", "final_sample_sw2", "sample_cfg_scale"),
-}
-"""The validation fields of a run's summary, per testbed (in the order summary.json has them);
-a DiT's end with the guidance scale its samples were generated with."""
 
 SAMPLE_STEPS = 32
 """Euler steps of the samples a finished DiT run generates."""
@@ -91,30 +98,40 @@ REFERENCE_FILE = "reference.npy"
 def testbed_of(spec: dict[str, Any]) -> str:
     """The testbed of a resolved run config (``gpt`` when it names none)."""
     testbed = spec.get("testbed", "gpt")
-    if testbed not in QUALITY_FIELDS:
-        raise ValueError(f"testbed: expected one of {', '.join(QUALITY_FIELDS)}, got {testbed!r}")
+    if testbed not in TESTBEDS:
+        raise ValueError(f"testbed: expected one of {', '.join(TESTBEDS)}, got {testbed!r}")
     return testbed
 
 
+def testbed_class(spec: dict[str, Any]) -> type[Testbed]:
+    """The :class:`Testbed` class of a resolved run config."""
+    return TESTBEDS[testbed_of(spec)]
+
+
 def quality_fields(spec: dict[str, Any]) -> tuple[str, ...]:
-    """The validation fields a summary of this run holds (see :data:`QUALITY_FIELDS`)."""
-    return QUALITY_FIELDS[testbed_of(spec)]
+    """The validation fields a summary of this run holds (its testbed's ``quality_fields``)."""
+    return testbed_class(spec).quality_fields
+
+
+def gpt_config(spec: dict[str, Any]) -> GPTConfig:
+    """The GPT of a resolved GPT run config: its ``model`` section, ``norm`` and ``placement``."""
+    return GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
 
 
 def dit_config(spec: dict[str, Any]) -> DiTConfig:
-    """The DiT of a resolved DiT run config (``model`` holds every DiTConfig field but the
-    norm)."""
-    return DiTConfig(**spec["model"], norm=spec["norm"])
+    """The DiT of a resolved DiT run config: its ``dit`` section on the token shapes of its
+    ``shapes`` section, with a label per class of its data (``data.classes``) when
+    ``dit.class_conditional``, and its ``norm``."""
+    shapes = ShapesSettings(**spec["shapes"])
+    return DiTSettings(**spec["dit"]).dit_config(
+        shapes.in_channels, shapes.seq_len, len(spec["data"]["classes"]), spec["norm"]
+    )
 
 
 def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
-    """The arm's model with the paired initialisation for ``seed``; ``spec`` needs ``model``,
-    ``norm``, ``placement`` (and ``testbed`` for a DiT)."""
-    if testbed_of(spec) == "dit":
-        return build_dit(dit_config(spec), seed)
-    return build_gpt(
-        GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"]), seed
-    )
+    """The arm's model with the paired initialisation for ``seed``; ``spec`` is a resolved run
+    config (its testbed's sections, ``norm``, ``placement``)."""
+    return testbed_class(spec).build_model(spec, seed)
 
 
 def dit_parameter_groups(model: DiT) -> dict[str, list[str]]:
@@ -155,12 +172,35 @@ def warm_up_gpt(model: GPT, device: torch.device, batch_size: int) -> None:
     model.train(was_training)
 
 
-class Task(Protocol):
-    """One run's model and data, as the training loop uses them."""
+class Testbed(Protocol):
+    """A testbed: what a run records of the config and how its model is built (class level),
+    and one run's model and data as the training loop uses them (an instance, made from the
+    run config and the run folder: ``cls(spec, run_dir)``)."""
+
+    name: ClassVar[str]
+    """The experiment config's ``testbed`` value."""
+    quality_fields: ClassVar[tuple[str, ...]]
+    """The validation fields of a run's summary, in the order summary.json has them."""
 
     model: nn.Module
     tokens_per_step: int
     data_fingerprint: str
+
+    def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
+        """One run of this testbed: its model (paired initialisation for ``spec["seed"]``) and
+        data (checked against ``spec["data"]["fingerprint"]``)."""
+
+    @staticmethod
+    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+        """What every run records of the testbed: the config sections it uses, as the config
+        names them (``model``; ``dit``, ``shapes``), and ``data``, the record of the data
+        (``data_info``, the data folder's description) that :meth:`build_model` and the
+        worker read back."""
+
+    @staticmethod
+    def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
+        """The arm's model for the resolved run config ``spec``, with the paired initialisation
+        for ``seed``."""
 
     def warm_up(self, device: torch.device) -> None:
         """A forward and backward on a batch of the training shape in eval mode (gradients
@@ -199,14 +239,35 @@ def _check_fingerprint(found: str, spec: dict[str, Any], what: str) -> None:
         raise RuntimeError(f"data: the {what} reads as {found}, run.json expects {expected}")
 
 
-class GPTTask:
+class GPTTestbed:
     """The GPT testbed: byte windows of the token cache in ``run_dir/../../data``."""
+
+    name: ClassVar[str] = "gpt"
+    quality_fields: ClassVar[tuple[str, ...]] = ("final_val_loss", "final_val_bpb", "best_val_bpb")
+
+    @staticmethod
+    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+        """``model`` (the config's section) and ``data``: the cache's fingerprint, the Python
+        version whose standard library it read (when that is the source) and its source. No
+        ``testbed`` key: a run config without one is a GPT run."""
+        return {
+            "model": cfg.model.model_dump(),
+            "data": {
+                "fingerprint": data_info["fingerprint"],
+                "python_version": data_info["python_version"],
+                "source": data_info["source"],
+            },
+        }
+
+    @staticmethod
+    def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
+        return build_gpt(gpt_config(spec), seed)
 
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
         t = spec["train"]
         data = load_tokens(Path(run_dir).parent.parent / "data")
         _check_fingerprint(data.info["fingerprint"], spec, "cache")
-        cfg = GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
+        cfg = gpt_config(spec)
         self.model = build_gpt(cfg, spec["seed"])
         self.batch_size = t["batch_size"]
         self.batches = TrainBatches(data.train, t["batch_size"], cfg.context, spec["seed"])
@@ -258,12 +319,39 @@ class GPTTask:
         return posttrain_summary(self.model, final["val_bpb"], metric, metric, run_batch)
 
 
-class DiTTask:
-    """The DiT testbed: the embedded shapes, made again from ``spec["data"]`` and checked
-    against its fingerprint; paired batches, noises and times from the run's seed."""
+class DiTTestbed:
+    """The DiT testbed: the embedded shapes, made again from ``spec["shapes"]`` and checked
+    against ``spec["data"]["fingerprint"]``; paired batches, noises and times from the run's
+    seed."""
+
+    name: ClassVar[str] = "dit"
+    quality_fields: ClassVar[tuple[str, ...]] = (
+        "final_val_loss",
+        "best_val_loss",
+        "final_sample_sw2",
+        "sample_cfg_scale",
+    )
+    """A DiT's validation fields end with the guidance scale its samples were generated with."""
+
+    @staticmethod
+    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+        """``testbed``, ``dit`` (the config's section as the run uses it: label dropout and
+        guidance scale 0 and 1 without class labels), ``shapes`` (the config's section: the
+        request that makes the images again) and ``data``: the images' source, classes and
+        fingerprint."""
+        return {
+            "testbed": "dit",
+            "dit": cfg.dit.resolved().model_dump(),
+            "shapes": cfg.shapes.model_dump(),
+            "data": {k: data_info[k] for k in ("source", "classes", "fingerprint")},
+        }
+
+    @staticmethod
+    def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
+        return build_dit(dit_config(spec), seed)
 
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
-        t, d = spec["train"], spec["data"]
+        t, d = spec["train"], spec["shapes"]
         data = load_shapes(d["image_size"], d["patch_size"], d["n_train"], d["n_val"], d["seed"])
         _check_fingerprint(data.info["fingerprint"], spec, "shapes dataset")
         cfg = dit_config(spec)
@@ -276,17 +364,16 @@ class DiTTask:
         self.conditional = cfg.n_classes > 0
         self.null_class = cfg.null_class
         self.batch_size = t["batch_size"]
-        flow = spec["flow"]
-        distribution = flow["time_distribution"]
-        # run.json written before guidance existed: no label dropout, unguided samples
-        self.cfg_scale = float(flow.get("cfg_scale", 1.0))
+        dit = DiTSettings(**spec["dit"])
+        distribution = dit.time_distribution
+        self.cfg_scale = dit.cfg_scale
         self.batches = FlowBatches(
             data.train,
             data.train_labels,
             t["batch_size"],
             spec["seed"],
             distribution,
-            label_dropout=float(flow.get("label_dropout", 0.0)),
+            label_dropout=dit.label_dropout,
             null_class=self.null_class,
         )
         self.triples = validation_triples(data.val, data.val_labels, d["seed"], distribution)
@@ -351,7 +438,7 @@ class DiTTask:
         The noises and the balanced labels come from the data seed
         (:func:`normlab.data.flow_batches.sample_inputs`), so every arm and seed starts from the
         same noise; :data:`SAMPLE_STEPS` Euler steps in eval mode without gradients, with
-        classifier-free guidance v = v_∅ + w · (v_c − v_∅) at w = ``flow.cfg_scale`` for a
+        classifier-free guidance v = v_∅ + w · (v_c − v_∅) at w = ``dit.cfg_scale`` for a
         class-conditional model (w = 1: unguided). Returns ``final_sample_sw2``: the sliced
         Wasserstein-2 distance between the generated and the validation images, flattened
         pixels, over :data:`SW2_PROJECTIONS` projections drawn from the data seed, and
@@ -413,9 +500,15 @@ def _save_npy(path: Path, images: np.ndarray) -> None:
     write_bytes_atomic(path, buf.getvalue())
 
 
-def make_task(spec: dict[str, Any], run_dir: Path) -> Task:
-    """The testbed's :class:`Task` for the run config ``spec`` (its data checked against the
-    fingerprint in ``spec``, its model built with the paired initialisation)."""
-    if testbed_of(spec) == "dit":
-        return DiTTask(spec, run_dir)
-    return GPTTask(spec, run_dir)
+TESTBEDS: dict[str, type[Testbed]] = {t.name: t for t in (GPTTestbed, DiTTestbed)}
+"""The testbeds by the experiment config's ``testbed`` name."""
+
+QUALITY_FIELDS: dict[str, tuple[str, ...]] = {n: t.quality_fields for n, t in TESTBEDS.items()}
+"""The validation fields of a run's summary, per testbed."""
+
+
+def make_testbed(spec: dict[str, Any], run_dir: Path) -> Testbed:
+    """The :class:`Testbed` of the run config ``spec`` for the run folder ``run_dir`` (its data
+    checked against the fingerprint in ``spec``, its model built with the paired
+    initialisation)."""
+    return testbed_class(spec)(spec, run_dir)
