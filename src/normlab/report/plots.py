@@ -20,10 +20,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from normlab.analysis.metrics import Profile, profile_of
 from normlab.analysis.stats import t_interval
 from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
 from normlab.report.style import plot_style
+from normlab.run_format import TestbedFormat, testbed_format
 
 __all__ = [
     "figure_png",
@@ -181,8 +181,8 @@ def _marker_legend(ax: Axes, what: str | None, diverged: bool) -> None:
     ax.legend(handles, labels, loc="upper right")
 
 
-def _testbed(analysis: Mapping[str, Any]) -> Profile:
-    return profile_of(analysis.get("testbed"))
+def _testbed(analysis: Mapping[str, Any]) -> TestbedFormat:
+    return testbed_format(analysis.get("testbed"))
 
 
 def plot_training_loss(
@@ -219,10 +219,12 @@ def plot_training_loss(
 
 def plot_val_bpb(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
     """Validation bits per byte at each evaluation: mean over seeds and min–max band."""
-    return plot_validation(curves, colors, profile_of("gpt"))
+    return plot_validation(curves, colors, testbed_format("gpt"))
 
 
-def plot_validation(curves: CurvesByArm, colors: Mapping[str, str], testbed: Profile) -> Figure:
+def plot_validation(
+    curves: CurvesByArm, colors: Mapping[str, str], testbed: TestbedFormat
+) -> Figure:
     """The testbed's validation series (``testbed.curve``: bits per byte for the GPT, the
     flow-matching loss for the DiT) at each evaluation: mean over seeds and min–max band."""
     bands = _series_bands(curves, "eval_steps", testbed.curve)
