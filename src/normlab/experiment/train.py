@@ -25,12 +25,10 @@ from torch import nn
 from normlab._io import append_jsonl
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
-from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.schedule import lr_at, make_optimizer
 from normlab.experiment.tasks import Task, make_task, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
-
-METRICS_FILE = "metrics.jsonl"
+from normlab.run_format import DIVERGED, FINISHED, METRICS_FILE, POSTTRAIN_FIELDS
 
 
 class RunAborted(RuntimeError):
@@ -158,7 +156,7 @@ def train_run(
     throughputs: list[float] = []
     evals: list[dict[str, Any]] = []
     counts = {"loss_spike": 0, "grad_spike": 0, "clipped": 0}
-    status, diverged_at, steps_done = "finished", None, 0
+    status, diverged_at, steps_done = FINISHED, None, 0
 
     def evaluate(step: int) -> None:
         record = {
@@ -228,7 +226,7 @@ def train_run(
         if not finite:
             kind = "nonfinite_loss" if not math.isfinite(loss_value) else "nonfinite_grad"
             anomaly(step, kind, loss_value if kind == "nonfinite_loss" else grad_norm, None)
-            status, diverged_at = "diverged", step
+            status, diverged_at = DIVERGED, step
             break
         for detector, value, kind in (
             (loss_spikes, loss_value, "loss_spike"),
@@ -250,7 +248,7 @@ def train_run(
         (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
     )
     tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
-    final = evals[-1] if status == "finished" else None
+    final = evals[-1] if status == FINISHED else None
     quality = task.quality_summary(final, finite_evals)
     posttrain: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
     if final is not None:
