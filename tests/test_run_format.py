@@ -20,7 +20,7 @@ import normlab.report
 import normlab.run_format as RF
 from normlab.analysis import METRICS, PROFILES
 from normlab.data import cache, shapes
-from normlab.experiment import grid, tasks
+from normlab.experiment import grid, tasks, validate_config
 from normlab.report.runs_csv import DIT_RUN_COLUMNS, RUN_COLUMNS
 
 PACKAGE = Path(normlab.__file__).resolve().parent
@@ -189,6 +189,8 @@ def test_copies_elsewhere_agree_with_the_run_format() -> None:
     assert (cache.INFO_FILE, cache.TOKENS_FILE) == (RF.DATA_INFO_FILE, RF.TOKENS_FILE)
     assert shapes._INFO_FILE == RF.DATA_INFO_FILE
     assert grid.run_id("rmsnorm-pre", 3) == RF.run_id("rmsnorm-pre", 3) == "rmsnorm-pre__s3"
+    for name, testbed in RF.TESTBED_FORMATS.items():  # the config's default margins
+        assert validate_config({"testbed": name}).margin() == testbed.margin_default
 
 
 def test_run_ids_round_trip() -> None:

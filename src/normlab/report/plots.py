@@ -23,7 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormat
 from normlab.analysis.stats import t_interval
 from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
 from normlab.report.style import plot_style
-from normlab.run_format import TestbedFormat, testbed_format
+from normlab.run_format import GRAD_ANOMALIES, LOSS_ANOMALIES, TestbedFormat, testbed_format
 
 __all__ = [
     "figure_png",
@@ -38,8 +38,6 @@ __all__ = [
 ]
 
 CurvesByArm = Mapping[str, Sequence[RunCurves]]
-_LOSS_KINDS = ("loss_spike", "nonfinite_loss")
-_GRAD_KINDS = ("grad_spike", "nonfinite_grad")
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -204,7 +202,7 @@ def plot_training_loss(
         diverged = any(c.run.status == "diverged" for runs in curves.values() for c in runs)
         spikes = False
         for ax in (full, zoom):
-            spikes = _markers(ax, curves, colors, _LOSS_KINDS, "train_loss") or spikes
+            spikes = _markers(ax, curves, colors, LOSS_ANOMALIES, "train_loss") or spikes
             ax.set_xlabel("step")
         _integer_steps(full, zoom)
         full.set_ylabel(f"training loss ({unit})")
@@ -257,7 +255,7 @@ def plot_grad_norm(
         fig, (ax,) = _figure(10.0, 3.6)
         for arm, band in bands.items():
             _draw_band(ax, band, colors[arm], f"{arm} ({_n_runs(curves[arm])} seeds)")
-        drawn = _markers(ax, curves, colors, _GRAD_KINDS, "grad_norm")
+        drawn = _markers(ax, curves, colors, GRAD_ANOMALIES, "grad_norm")
         if clip is not None:
             ax.axhline(
                 clip,

@@ -2,7 +2,8 @@
 
 The training side (:mod:`normlab.experiment`) writes these files and the reading side
 (:mod:`normlab.analysis`, :mod:`normlab.report`) reads them; both take from here the names of
-the files (:mod:`~normlab.run_format.files`), the run statuses and the summary fields with their
+the files (:mod:`~normlab.run_format.files`), the records of ``metrics.jsonl``
+(:mod:`~normlab.run_format.records`), the run statuses and the summary fields with their
 labels, units, display formats and comparison properties (:mod:`~normlab.run_format.fields`),
 and what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`). This package imports
 nothing else of normlab, so every layer may import it.
@@ -52,6 +53,19 @@ from normlab.run_format.files import (
     run_dir,
     run_id,
 )
+from normlab.run_format.records import (
+    ANOMALY_KINDS,
+    ANOMALY_RECORD,
+    EVAL_RECORD,
+    GRAD_ANOMALIES,
+    GRAD_SPIKE,
+    LAYER_GRAD_RECORD,
+    LOSS_ANOMALIES,
+    LOSS_SPIKE,
+    NONFINITE_GRAD,
+    NONFINITE_LOSS,
+    TRAIN_RECORD,
+)
 from normlab.run_format.testbeds import (
     DEFAULT_TESTBED,
     DIT,
@@ -65,6 +79,8 @@ from normlab.run_format.testbeds import (
 
 __all__ = [
     "ANALYSIS_FILE",
+    "ANOMALY_KINDS",
+    "ANOMALY_RECORD",
     "CRASHED",
     "CRASH_FIELDS",
     "DATA_DIR",
@@ -73,14 +89,22 @@ __all__ = [
     "DIT",
     "DIVERGED",
     "DONE_STATUSES",
+    "EVAL_RECORD",
     "EXPERIMENT_FILE",
     "FINISHED",
     "FLOW_UNIT",
     "GPT",
+    "GRAD_ANOMALIES",
+    "GRAD_SPIKE",
     "GROUPS",
     "HEAD_FIELDS",
+    "LAYER_GRAD_RECORD",
     "LOCK_FILE",
+    "LOSS_ANOMALIES",
+    "LOSS_SPIKE",
     "METRICS_FILE",
+    "NONFINITE_GRAD",
+    "NONFINITE_LOSS",
     "PLOTS_DIR",
     "POSTTRAIN",
     "POSTTRAIN_FIELDS",
@@ -99,6 +123,7 @@ __all__ = [
     "TAIL_FIELDS",
     "TESTBED_FORMATS",
     "TOKENS_FILE",
+    "TRAIN_RECORD",
     "TRAIN_UNIT",
     "UNFINISHED",
     "Comparison",
