@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from normlab.experiment.runner import WORKER_ENV, is_done, worker_environment
 FAULTY_NORMS = '''
 """Norms that fail on purpose, registered for the runner tests (imported by every worker)."""
 import os
+import subprocess
 
 import torch
 from torch import nn
@@ -153,7 +155,15 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
 ) -> None:
     out = tmp_path / "out"
     cfg = validate_config(tiny_config(corpus))
-    summaries = run_experiment(cfg, out, report=False, show_progress=False)
+    seen = []
+
+    def after(folder: Path, done: dict[str, Any]) -> None:
+        with pytest.raises(FolderLockedError):  # the caller's step runs while out is locked
+            OutputLock(folder).acquire()
+        seen.append((folder, dict(done)))
+
+    summaries = run_experiment(cfg, out, show_progress=False, after_training=after)
+    assert seen == [(out, summaries)]
     assert [s["status"] for s in summaries.values()] == ["finished", "finished"]
     ln, rms = out / "runs" / "layernorm-pre__s0", out / "runs" / "rmsnorm-pre__s0"
     summary = json.loads((ln / "summary.json").read_text())
@@ -199,7 +209,7 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
     (rms / "summary.json").unlink()
     with open(rms / "metrics.jsonl", "a") as f:
         f.write('{"type": "train", "st')
-    again = run_experiment(cfg, out, report=False, show_progress=False)
+    again = run_experiment(cfg, out, show_progress=False)
     assert file_states(ln) == before  # the finished run was not touched
     assert again["rmsnorm-pre__s0"]["status"] == "finished"
     redone = read_jsonl(rms / "metrics.jsonl")
@@ -211,13 +221,13 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
         tiny_config(corpus, train={**tiny_config(corpus)["train"], "lr": 0.1})
     )
     with pytest.raises(ValueError, match=r"train\.lr"):
-        run_experiment(changed, out, report=False, show_progress=False)
+        run_experiment(changed, out, show_progress=False)
 
 
 def test_a_crash_is_recorded_and_the_grid_goes_on(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     cfg = validate_config(tiny_config(corpus, norms=["exploding", "vanishing", "rmsnorm"]))
-    summaries = run_experiment(cfg, out, report=False, show_progress=False)
+    summaries = run_experiment(cfg, out, show_progress=False)
     exploding = summaries["exploding-pre__s0"]
     assert exploding["status"] == "crashed"
     assert "injected failure" in exploding["error"]
@@ -234,10 +244,39 @@ def test_the_lock_stops_a_second_command(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     cfg = validate_config(tiny_config(corpus))
     with OutputLock(out), pytest.raises(FolderLockedError, match="another normlab command"):
-        run_experiment(cfg, out, report=False, show_progress=False)
+        run_experiment(cfg, out, show_progress=False)
     assert not (out / "experiment.json").exists()
     with OutputLock(out), pytest.raises(FolderLockedError):  # released: can be taken again
         OutputLock(out).acquire()
+
+
+def test_the_lock_is_held_across_processes_and_dies_with_its_holder(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from normlab.experiment.lock import OutputLock\n"
+            "lock = OutputLock(sys.argv[1]).acquire()\n"
+            "print('held', flush=True)\n"
+            "time.sleep(120)\n",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(FolderLockedError, match="another normlab command") as err:
+            OutputLock(out).acquire()
+        assert str(out / ".lock") in str(err.value)
+    finally:
+        holder.kill()
+        holder.wait()
+    with OutputLock(out) as lock:  # the lock went with its process; the file stays
+        assert lock.held
+    assert not lock.held and (out / ".lock").is_file()
 
 
 def test_workers_get_the_allocator_settings() -> None:
@@ -289,7 +328,7 @@ def test_killing_the_command_loses_no_finished_run(corpus: Path, tmp_path: Path)
     assert not (second / "summary.json").exists()
     before = file_states(first)
     cfg = validate_config(config)
-    summaries = run_experiment(cfg, out, report=False, show_progress=False)
+    summaries = run_experiment(cfg, out, show_progress=False)
     assert file_states(first) == before
     assert summaries["rmsnorm-pre__s0"]["status"] == "finished"
     assert summaries["rmsnorm-pre__s0"]["steps"] == 1500

@@ -95,7 +95,7 @@ def test_cpu_peak_memory_is_the_workers_own_not_the_grid_processs(
     del ballast
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     cfg = validate_config(tiny_config(corpus))
-    summaries = run_experiment(cfg, tmp_path / "out", report=False, show_progress=False)
+    summaries = run_experiment(cfg, tmp_path / "out", show_progress=False)
     for summary in summaries.values():
         assert summary["status"] == "finished"
         assert summary["peak_memory_kind"] == "max_rss"

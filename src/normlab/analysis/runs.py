@@ -13,10 +13,28 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from normlab.run_format import (
+    CRASHED,
+    DATA_DIR,
+    DATA_INFO_FILE,
+    DEFAULT_TESTBED,
+    DONE_STATUSES,
+    EXPERIMENT_FILE,
+    METRICS_FILE,
+    REFERENCE_FILE,
+    RUN_FILE,
+    RUN_STATUSES,
+    RUNS_DIR,
+    SAMPLES_FILE,
+    SUMMARY_FILE,
+    TESTBED_FORMATS,
+    UNFINISHED,
+    parse_run_id,
+)
 
 __all__ = [
     "DONE_STATUSES",
@@ -26,18 +44,12 @@ __all__ = [
     "load_compare_folder",
 ]
 
-DONE_STATUSES: tuple[str, ...] = ("finished", "diverged")
-"""Statuses of runs that produced a result (a diverged run is a result: it was unstable)."""
-
-_KNOWN_STATUSES = (*DONE_STATUSES, "crashed")
-_RUN_ID = re.compile(r"^(?P<arm>.+)__s(?P<seed>-?\d+)$")
-DEFAULT_MARGIN_BPB = 0.02
+DEFAULT_MARGIN_BPB = TESTBED_FORMATS["gpt"].margin_default
 MARGIN_KEYS: dict[str, tuple[str, float]] = {
-    "gpt": ("margin_bpb", DEFAULT_MARGIN_BPB),
-    "dit": ("margin_val_loss", 0.002),
+    name: (t.margin_key, t.margin_default) for name, t in TESTBED_FORMATS.items()
 }
 """Per testbed: the key of the equivalence margin in ``experiment.json`` and its value when the
-key is absent."""
+key is absent (from :data:`normlab.run_format.TESTBED_FORMATS`)."""
 
 
 class CompareFolderError(ValueError):
@@ -64,19 +76,19 @@ class RunResult:
     @property
     def metrics_path(self) -> Path:
         """The run's ``metrics.jsonl`` (it may not exist)."""
-        return self.path / "metrics.jsonl"
+        return self.path / METRICS_FILE
 
     @property
     def samples_path(self) -> Path:
         """The run's ``samples.npy``: the first generated images of a finished DiT run (it may
         not exist)."""
-        return self.path / "samples.npy"
+        return self.path / SAMPLES_FILE
 
     @property
     def reference_path(self) -> Path:
         """The run's ``reference.npy``: validation images with the labels of its samples (it
         may not exist)."""
-        return self.path / "reference.npy"
+        return self.path / REFERENCE_FILE
 
     def value(self, metric: str) -> float | None:
         """``summary[metric]`` as a finite float, or None when absent, null or non-numeric."""
@@ -142,7 +154,7 @@ def _experiment_fields(
     seeds = experiment.get("seeds", [])
     if not (isinstance(seeds, list) and all(isinstance(s, int) for s in seeds)):
         raise CompareFolderError(f"{where}: 'seeds' must be a list of ints, got {seeds!r}")
-    testbed = experiment.get("testbed", "gpt")
+    testbed = experiment.get("testbed", DEFAULT_TESTBED)
     if testbed not in MARGIN_KEYS:
         raise CompareFolderError(
             f"{where}: 'testbed' must be one of {list(MARGIN_KEYS)}, got {testbed!r}"
@@ -169,17 +181,18 @@ def _listed_runs(experiment: dict[str, Any], where: Path) -> set[str] | None:
 
 def _looks_like_run(run_dir: Path) -> bool:
     """A run folder has a run.json or summary.json, or at least a '<arm>__s<seed>' name."""
-    has_file = (run_dir / "run.json").is_file() or (run_dir / "summary.json").is_file()
-    return has_file or _RUN_ID.match(run_dir.name) is not None
+    has_file = (run_dir / RUN_FILE).is_file() or (run_dir / SUMMARY_FILE).is_file()
+    return has_file or parse_run_id(run_dir.name) is not None
 
 
 def _load_run(run_dir: Path) -> RunResult:
-    config = _read_json_object(run_dir / "run.json") if (run_dir / "run.json").is_file() else {}
-    summary_path = run_dir / "summary.json"
+    config_path = run_dir / RUN_FILE
+    config = _read_json_object(config_path) if config_path.is_file() else {}
+    summary_path = run_dir / SUMMARY_FILE
     summary = _read_json_object(summary_path) if summary_path.is_file() else {}
-    match = _RUN_ID.match(run_dir.name)
-    arm = summary.get("arm", config.get("arm", match["arm"] if match else None))
-    seed = summary.get("seed", config.get("seed", int(match["seed"]) if match else None))
+    named = parse_run_id(run_dir.name)
+    arm = summary.get("arm", config.get("arm", named[0] if named else None))
+    seed = summary.get("seed", config.get("seed", named[1] if named else None))
     if not isinstance(arm, str) or isinstance(seed, bool) or not isinstance(seed, int):
         raise CompareFolderError(
             f"{run_dir}: cannot tell the run's arm and seed (expected them in summary.json or "
@@ -187,12 +200,12 @@ def _load_run(run_dir: Path) -> RunResult:
         )
     if summary:
         status = summary.get("status")
-        if status not in _KNOWN_STATUSES:
+        if status not in RUN_STATUSES:
             raise CompareFolderError(
-                f"{summary_path}: 'status' must be one of {list(_KNOWN_STATUSES)}, got {status!r}"
+                f"{summary_path}: 'status' must be one of {list(RUN_STATUSES)}, got {status!r}"
             )
     else:
-        status = "unfinished"
+        status = UNFINISHED
     run_id = str(summary.get("run_id", config.get("run_id", run_dir.name)))
     return RunResult(run_id, arm, seed, status, run_dir, summary, config)
 
@@ -222,26 +235,26 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
     path = Path(out_dir)
     if not path.is_dir():
         raise CompareFolderError(f"out_dir must be an existing folder, got {str(path)!r}")
-    exp_path = path / "experiment.json"
+    exp_path = path / EXPERIMENT_FILE
     if not exp_path.is_file():
         raise CompareFolderError(
-            f"{path} is not a 'normlab compare' output folder: it has no experiment.json"
+            f"{path} is not a 'normlab compare' output folder: it has no {EXPERIMENT_FILE}"
         )
     experiment = _read_json_object(exp_path)
     arms, baseline, seeds, margin, testbed = _experiment_fields(experiment, exp_path)
-    data_path = path / "data" / "data.json"
+    data_path = path / DATA_DIR / DATA_INFO_FILE
     if data_path.is_file():
         data = _read_json_object(data_path)
     else:
         data = dict(experiment.get("data") or {})
-    runs_dir = path / "runs"
+    runs_dir = path / RUNS_DIR
     run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
     listed = _listed_runs(experiment, exp_path)
     ignored = tuple(d.name for d in run_dirs if listed is not None and d.name not in listed)
     runs = [_load_run(d) for d in run_dirs if d.name not in ignored and _looks_like_run(d)]
     _check_unique(runs)
     if not any(r.done for r in runs):
-        counts = {s: sum(r.status == s for r in runs) for s in ("crashed", "unfinished")}
+        counts = {s: sum(r.status == s for r in runs) for s in (CRASHED, UNFINISHED)}
         raise CompareFolderError(
             f"{path} holds no finished run ({len(runs)} run folders: {counts['crashed']} crashed, "
             f"{counts['unfinished']} unfinished); nothing to report"

@@ -17,8 +17,9 @@ from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired
 from normlab.analysis.format import fmt_p
-from normlab.analysis.runs import DONE_STATUSES, RunResult
+from normlab.analysis.runs import RunResult
 from normlab.analysis.stats import sign_test
+from normlab.run_format import DONE_STATUSES
 
 __all__ = ["ArmStability", "StabilityVerdict", "arm_stability", "stability_verdict"]
 

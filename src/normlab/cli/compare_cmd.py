@@ -10,6 +10,7 @@ default.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -21,6 +22,13 @@ from rich.markup import escape
 
 from normlab.cli.app import app
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
+from normlab.run_format import (
+    DONE_STATUSES,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+    RUNS_DIR,
+    SUMMARY_FILE,
+)
 
 DEFAULT_OUT = Path("normlab-out/compare")
 EXIT_REFUSED = 1
@@ -198,7 +206,8 @@ def compare(
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
     try:
-        summaries = run_experiment(cfg, out, console=console, report=report)
+        after = _build_report_step(console) if report else None
+        summaries = run_experiment(cfg, out, console=console, after_training=after)
     except (FolderLockedError, ValueError) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_REFUSED) from None
@@ -213,7 +222,7 @@ def compare(
     if not counts.get("finished") and not counts.get("diverged"):
         console.print(
             f"[red]error:[/] no run finished or diverged; each run's error is in "
-            f"{escape(str(out / 'runs'))}/<run>/summary.json",
+            f"{escape(str(out / RUNS_DIR))}/<run>/{SUMMARY_FILE}",
             highlight=False,
         )
         raise typer.Exit(EXIT_NO_RESULT)
@@ -226,3 +235,29 @@ def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
         status = str(summary.get("status", "?"))
         counts[status] = counts.get(status, 0) + 1
     return counts
+
+
+def _build_report_step(console: Console) -> Callable[[Path, dict[str, dict[str, Any]]], None]:
+    """The step :func:`normlab.experiment.runner.run_experiment` runs on the trained folder,
+    still locked: build the report (:func:`build_report_if_available`) when at least one run
+    finished or diverged, else say why there is none."""
+
+    def build(out: Path, summaries: dict[str, dict[str, Any]]) -> None:
+        if any(s.get("status") in DONE_STATUSES for s in summaries.values()):
+            build_report_if_available(out, console)
+        else:
+            console.print("report: not built, since no run finished or diverged")
+
+    return build
+
+
+def build_report_if_available(out: Path, console: Console) -> bool:
+    """Call ``normlab.report.build_report(out)`` if that module exists; returns whether it ran."""
+    try:
+        from normlab.report import build_report
+    except ImportError as err:
+        console.print(f"report: not built ({escape(str(err))}); the runs are in {out}")
+        return False
+    build_report(Path(out))
+    console.print(f"report: {Path(out) / REPORT_MD_FILE} and {Path(out) / REPORT_HTML_FILE}")
+    return True

@@ -11,6 +11,7 @@ from rich.console import Console
 
 from normlab.analysis.runs import CompareFolderError
 from normlab.cli.app import app
+from normlab.run_format import ANALYSIS_FILE, REPORT_HTML_FILE, REPORT_MD_FILE, RUNS_CSV_FILE
 
 
 @app.command()
@@ -31,10 +32,10 @@ def report(
     except CompareFolderError as err:
         typer.echo(f"normlab report: error: {err}", err=True)
         raise typer.Exit(code=2) from err
-    summary = written["summary.json"]
+    summary = written[ANALYSIS_FILE]
     rec = json.loads(summary.read_text(encoding="utf-8"))["recommendation"]
     console = Console()
     console.print(f"[bold]{rec['headline']}[/bold]")
-    console.print(f"Report: {written['report.html']}")
-    console.print(f"        {written['report.md']}")
-    console.print(f"Data:   {summary}, {written['runs.csv']}")
+    console.print(f"Report: {written[REPORT_HTML_FILE]}")
+    console.print(f"        {written[REPORT_MD_FILE]}")
+    console.print(f"Data:   {summary}, {written[RUNS_CSV_FILE]}")

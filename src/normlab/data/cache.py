@@ -32,9 +32,9 @@ from normlab.data.sources import (
 from normlab.data.split import check_val_fraction, split_by_file, split_single
 from normlab.data.token_cache import BYTES_DTYPE, prepare_token_cache, source_format
 from normlab.data.tokenizer import BYTES
+from normlab.run_format import DATA_INFO_FILE as INFO_FILE
+from normlab.run_format import TOKENS_FILE
 
-TOKENS_FILE = "tokens.u8"
-INFO_FILE = "data.json"
 STDLIB = "stdlib"
 DEFAULT_MAX_BYTES = 16 * 2**20
 DEFAULT_VAL_FRACTION = 0.05

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from normlab._io import write_json_atomic
+from normlab.run_format import DATA_INFO_FILE as _INFO_FILE
 
 __all__ = [
     "SHAPES",
@@ -54,7 +55,6 @@ SHAPES = "shapes"
 SHAPE_CLASSES: tuple[str, ...] = ("disc", "square", "hbar", "vbar")
 CHUNK = 256
 """Images drawn at a time (the stream of images does not depend on how many are wanted)."""
-_INFO_FILE = "data.json"
 
 
 def _check_int(name: str, value: object, low: int) -> int:

@@ -19,7 +19,8 @@ from normlab.experiment.config import (
     merge_overrides,
     validate_config,
 )
-from normlab.experiment.grid import check_only_factors_differ, plan_runs, run_id
+from normlab.experiment.grid import check_only_factors_differ, plan_runs
+from normlab.run_format import run_id
 from normlab.experiment.lock import FolderLockedError, OutputLock
 from normlab.experiment.runner import run_experiment, run_grid
 from normlab.experiment.train import train_run

@@ -15,17 +15,13 @@ from typing import Any
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.testbeds import TESTBEDS, build_model
 from normlab.models import check_paired
+from normlab.run_format import run_id
 
 FACTOR_NAMES = ("norm", "placement")
 IDENTITY_FIELDS = ("run_id", "arm", *FACTOR_NAMES)
 PER_ARM_FIELDS = ("n_params", "n_norm_params")
 PER_SEED_FIELDS = ("seed", "init_digest")
 _MISSING = object()
-
-
-def run_id(arm: str, seed: int) -> str:
-    """``<arm>__s<seed>``, e.g. ``rmsnorm-pre__s0``."""
-    return f"{arm}__s{seed}"
 
 
 def flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -1,13 +1,15 @@
-"""One command at a time per output folder: an exclusive ``fcntl.flock`` on ``OUT/.lock``."""
+"""One command at a time per output folder: an exclusive lock on ``OUT/.lock`` (``filelock``)."""
 
 from __future__ import annotations
 
-import fcntl
-import os
 from pathlib import Path
 from types import TracebackType
 
-LOCK_FILE = ".lock"
+from filelock import FileLock, Timeout
+
+from normlab.run_format import LOCK_FILE
+
+__all__ = ["LOCK_FILE", "FolderLockedError", "OutputLock"]
 
 
 class FolderLockedError(RuntimeError):
@@ -16,47 +18,47 @@ class FolderLockedError(RuntimeError):
 
 class OutputLock:
     """Context manager holding ``OUT/.lock`` exclusively; raises :class:`FolderLockedError` at
-    once (never waits) if another process holds it. The lock dies with the process."""
+    once (never waits) if another process, or another :class:`OutputLock`, holds it. The lock
+    is the operating system's (``flock`` on POSIX), so it dies with the process; the file
+    stays."""
 
     def __init__(self, out_dir: Path) -> None:
         self.path = Path(out_dir) / LOCK_FILE
-        self._fd: int | None = None
+        self._lock: FileLock | None = None
 
     @property
     def held(self) -> bool:
         """Whether this object holds the lock now."""
-        return self._fd is not None
+        return self._lock is not None and self._lock.is_locked
 
     def acquire(self) -> OutputLock:
         """Create the folder if needed and take the lock. Raises :class:`FolderLockedError` if
         another process holds it, ``ValueError`` naming ``--out`` if the folder or its lock file
         cannot be created."""
         folder = self.path.parent
+        lock = FileLock(self.path, timeout=0)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            lock.acquire()
+        except Timeout:  # a TimeoutError, hence an OSError: caught first
+            raise FolderLockedError(
+                f"out: {str(self.path.parent)!r} is being written by another normlab command "
+                f"(it holds {str(self.path)!r}); wait for it to finish or choose another --out"
+            ) from None
         except OSError as err:
             doing = "write in the folder" if folder.is_dir() else "create the folder"
             raise ValueError(
                 f"out: cannot {doing} {str(folder)!r} ({err.strerror or err}); expected --out to "
                 "name a folder this user can create and write"
             ) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            os.close(fd)
-            raise FolderLockedError(
-                f"out: {str(self.path.parent)!r} is being written by another normlab command "
-                f"(it holds {str(self.path)!r}); wait for it to finish or choose another --out"
-            ) from None
-        self._fd = fd
+        self._lock = lock
         return self
 
     def release(self) -> None:
-        if self._fd is not None:
-            fcntl.flock(self._fd, fcntl.LOCK_UN)
-            os.close(self._fd)
-            self._fd = None
+        """Let the lock go (nothing if it is not held)."""
+        if self._lock is not None:
+            self._lock.release(force=True)
+            self._lock = None
 
     def __enter__(self) -> OutputLock:
         return self.acquire()

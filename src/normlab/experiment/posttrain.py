@@ -42,6 +42,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.run_format import POSTTRAIN_FIELDS
+
 __all__ = [
     "OUTLIER_THRESHOLD",
     "POSTTRAIN_FIELDS",
@@ -59,20 +61,6 @@ __all__ = [
 
 OUTLIER_THRESHOLD = 6.0
 """A channel is an outlier when its max |x| over the batch reaches this (LLM.int8()'s 6)."""
-
-POSTTRAIN_FIELDS: tuple[str, ...] = (
-    "ptq_int8wo_delta",
-    "ptq_w8a8_delta",
-    "bf16_eval_delta",
-    "act_kurtosis_max",
-    "act_max_over_rms",
-    "channel_rms_kurtosis_max",
-    "outlier_channels",
-    "posttrain_errors",
-    "posttrain_s",
-)
-"""The summary fields this module fills, in summary.json's order (all null for a run that did
-not finish)."""
 
 PTQ_SCHEMES: dict[str, str] = {
     "ptq_int8wo_delta": "Int8WeightOnlyConfig",

@@ -1,5 +1,6 @@
 """Run a grid: lock the folder, cache the data, plan and check the runs, train each in its own
-process, skip what is done, record what crashed, then build the report.
+process, skip what is done, record what crashed. The report is not built here: the caller (the
+CLI) hands :func:`run_experiment` the step to run on the finished folder while it is locked.
 
 Re-running the same command with the same ``--out`` skips every run whose ``summary.json`` says
 ``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
@@ -20,7 +21,7 @@ import re
 import shutil
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,27 +39,30 @@ from rich.progress import (
 )
 
 from normlab._io import write_json_atomic
-from normlab.data.cache import INFO_FILE, TOKENS_FILE, check_source, prepare_tokens
+from normlab.data.cache import check_source, prepare_tokens
 from normlab.data.shapes import prepare_shapes
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
 from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
-from normlab.experiment.lock import LOCK_FILE, OutputLock
-from normlab.experiment.worker import (
+from normlab.experiment.lock import OutputLock
+from normlab.experiment.worker import crashed_summary, read_spec, worker_main
+from normlab.run_format import (
+    DATA_DIR,
+    DATA_INFO_FILE,
     DONE_STATUSES,
+    EXPERIMENT_FILE,
+    FINISHED,
+    LOCK_FILE,
     RUN_FILE,
+    RUNS_DIR,
     SUMMARY_FILE,
-    crashed_summary,
-    read_spec,
-    worker_main,
+    TOKENS_FILE,
+    testbed_format,
 )
 
-EXPERIMENT_FILE = "experiment.json"
-RUNS_DIR = "runs"
-DATA_DIR = "data"
 _CACHE_ENTRY = re.compile(
-    rf"^(?:{re.escape(INFO_FILE)}|{re.escape(TOKENS_FILE)}"
-    rf"|\.(?:{re.escape(INFO_FILE)}|{re.escape(TOKENS_FILE)})\..+\.tmp)$"
+    rf"^(?:{re.escape(DATA_INFO_FILE)}|{re.escape(TOKENS_FILE)}"
+    rf"|\.(?:{re.escape(DATA_INFO_FILE)}|{re.escape(TOKENS_FILE)})\..+\.tmp)$"
 )
 """The names a compare writes in ``OUT/data`` before ``experiment.json`` exists: the data cache
 and, while it is being written, the temporary files of :mod:`normlab._io`."""
@@ -97,7 +101,7 @@ def experiment_record(
     fixed = {f: v[0] for f, v in values.items() if f not in varied}
     keys = ("testbed", "model", "dit", "shapes", "train", "anomaly", "device", "threads", "data")
     fixed.update(flatten({k: first[k] for k in keys if k in first}))
-    margin_key = "margin_val_loss" if cfg.testbed == "dit" else "margin_bpb"
+    margin_key = testbed_format(cfg.testbed).margin_key
     return {
         "testbed": cfg.testbed,
         "arms": cfg.arm_names(),
@@ -277,7 +281,7 @@ def _is_unused(out: Path) -> bool:
 
 def _outcome(summary: dict[str, Any]) -> str:
     status = summary.get("status")
-    if status == "finished":
+    if status == FINISHED:
         if "final_val_bpb" in summary:  # the GPT testbed
             bpb = summary.get("final_val_bpb")
             return f"[green]finished[/] val bpb {bpb:.3f}" if bpb is not None else "finished"
@@ -397,14 +401,20 @@ def run_grid(
     return {s["run_id"]: summaries[s["run_id"]] for s in runs}
 
 
+AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
+"""A step run on the output folder and the runs' summaries when the grid has trained, while the
+folder is still locked (the CLI builds the report there)."""
+
+
 def run_experiment(
     cfg: ExperimentConfig,
     out: Path,
     console: Console | None = None,
-    report: bool = True,
     show_progress: bool = True,
+    after_training: AfterTraining | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run the whole experiment into ``out`` (see docs/run-format.md) and build its report.
+    """Run the whole experiment into ``out`` (see docs/run-format.md); returns {run_id:
+    summary}.
 
     ``out`` (a new or empty folder, or creatable, or the folder of an earlier compare; see
     :func:`check_out_contents`), the ``--data`` path (it exists and can be read) and the device
@@ -414,9 +424,10 @@ def run_experiment(
     command leaves them as they were. If this call created ``out`` and fails before writing
     ``experiment.json``, it removes the folder again.
 
-    Holds ``out/.lock`` throughout; raises :class:`normlab.experiment.lock.FolderLockedError` if
-    another command holds it, and ``ValueError`` (naming the field or flag) for any failed check.
-    The report is built only when at least one run finished or diverged.
+    Holds ``out/.lock`` throughout, ``after_training(out, summaries)`` included (the caller's
+    next step on the folder, e.g. its report); raises
+    :class:`normlab.experiment.lock.FolderLockedError` if another command holds it, and
+    ``ValueError`` (naming the field or flag) for any failed check.
     """
     console = console or Console()
     out = Path(out)
@@ -430,10 +441,8 @@ def run_experiment(
     try:
         lock.acquire()
         summaries = _run_locked(cfg, out, device, threads, console, show_progress)
-        if report and any(is_done(s) for s in summaries.values()):
-            build_report_if_available(out, console)
-        elif report:
-            console.print("report: not built, since no run finished or diverged")
+        if after_training is not None:
+            after_training(out, summaries)
     except BaseException:
         if created is not None and lock.held and _is_unused(out):
             shutil.rmtree(created, ignore_errors=True)
@@ -452,7 +461,7 @@ def _run_locked(
     show_progress: bool,
 ) -> dict[str, dict[str, Any]]:
     """Prepare the data, plan and check the runs, write ``experiment.json``, train the grid."""
-    data_info = prepare_data(cfg, out / "data", console)
+    data_info = prepare_data(cfg, out / DATA_DIR, console)
     runs = plan_runs(cfg, device, threads, data_info)
     finished_runs(runs, out)  # refuses before experiment.json is touched
     seen = set()
@@ -505,15 +514,3 @@ def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dic
     )
     check_data_fits(cfg, info)
     return info
-
-
-def build_report_if_available(out: Path, console: Console) -> bool:
-    """Call ``normlab.report.build_report(out)`` if that module exists; returns whether it ran."""
-    try:
-        from normlab.report import build_report
-    except ImportError as err:
-        console.print(f"report: not built ({escape(str(err))}); the runs are in {out}")
-        return False
-    build_report(Path(out))
-    console.print(f"report: {Path(out) / 'report.md'} and {Path(out) / 'report.html'}")
-    return True

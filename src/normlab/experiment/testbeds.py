@@ -58,6 +58,7 @@ from normlab.models import (
     interpolate,
     sliced_wasserstein2,
 )
+from normlab.run_format import REFERENCE_FILE, SAMPLES_FILE, testbed_format
 
 __all__ = [
     "QUALITY_FIELDS",
@@ -90,9 +91,6 @@ SW2_PROJECTIONS = 256
 """Random unit projections of the sliced Wasserstein-2 distance ``final_sample_sw2``."""
 SAMPLE_GRID = 16
 """The first generated images kept in ``samples.npy`` (4 per class with the 4 shape classes)."""
-SAMPLES_FILE = "samples.npy"
-REFERENCE_FILE = "reference.npy"
-"""Validation images with the labels of ``samples.npy``, for the report's Samples figure."""
 
 
 def testbed_of(spec: dict[str, Any]) -> str:
@@ -243,7 +241,7 @@ class GPTTestbed:
     """The GPT testbed: byte windows of the token cache in ``run_dir/../../data``."""
 
     name: ClassVar[str] = "gpt"
-    quality_fields: ClassVar[tuple[str, ...]] = ("final_val_loss", "final_val_bpb", "best_val_bpb")
+    quality_fields: ClassVar[tuple[str, ...]] = testbed_format("gpt").validation_fields
 
     @staticmethod
     def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
@@ -325,12 +323,7 @@ class DiTTestbed:
     seed."""
 
     name: ClassVar[str] = "dit"
-    quality_fields: ClassVar[tuple[str, ...]] = (
-        "final_val_loss",
-        "best_val_loss",
-        "final_sample_sw2",
-        "sample_cfg_scale",
-    )
+    quality_fields: ClassVar[tuple[str, ...]] = testbed_format("dit").validation_fields
     """A DiT's validation fields end with the guidance scale its samples were generated with."""
 
     @staticmethod

@@ -25,12 +25,23 @@ from torch import nn
 from normlab._io import append_jsonl
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
-from normlab.experiment.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.schedule import lr_at, make_optimizer
 from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
-
-METRICS_FILE = "metrics.jsonl"
+from normlab.run_format import (
+    ANOMALY_RECORD,
+    DIVERGED,
+    EVAL_RECORD,
+    FINISHED,
+    GRAD_SPIKE,
+    LAYER_GRAD_RECORD,
+    LOSS_SPIKE,
+    METRICS_FILE,
+    NONFINITE_GRAD,
+    NONFINITE_LOSS,
+    POSTTRAIN_FIELDS,
+    TRAIN_RECORD,
+)
 
 
 class RunAborted(RuntimeError):
@@ -157,12 +168,12 @@ def train_run(
     losses: list[float] = []
     throughputs: list[float] = []
     evals: list[dict[str, Any]] = []
-    counts = {"loss_spike": 0, "grad_spike": 0, "clipped": 0}
-    status, diverged_at, steps_done = "finished", None, 0
+    counts = {LOSS_SPIKE: 0, GRAD_SPIKE: 0, "clipped": 0}
+    status, diverged_at, steps_done = FINISHED, None, 0
 
     def evaluate(step: int) -> None:
         record = {
-            "type": "eval",
+            "type": EVAL_RECORD,
             "step": step,
             **task.evaluate(device),
             "tokens_seen": step * tokens_per_step,
@@ -173,7 +184,7 @@ def train_run(
 
     def anomaly(step: int, kind: str, value: float, z: float | None) -> None:
         append_jsonl(
-            metrics, {"type": "anomaly", "step": step, "kind": kind, "value": value, "z": z}
+            metrics, {"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z}
         )
 
     if wait_for_start is not None:
@@ -213,7 +224,7 @@ def train_run(
         append_jsonl(
             metrics,
             {
-                "type": "train",
+                "type": TRAIN_RECORD,
                 "step": step,
                 "loss": loss_value,
                 "grad_norm": grad_norm,
@@ -224,15 +235,15 @@ def train_run(
             },
         )
         if layer_norms is not None:
-            append_jsonl(metrics, {"type": "layer_grad_norms", "step": step, "norms": layer_norms})
+            append_jsonl(metrics, {"type": LAYER_GRAD_RECORD, "step": step, "norms": layer_norms})
         if not finite:
-            kind = "nonfinite_loss" if not math.isfinite(loss_value) else "nonfinite_grad"
-            anomaly(step, kind, loss_value if kind == "nonfinite_loss" else grad_norm, None)
-            status, diverged_at = "diverged", step
+            kind = NONFINITE_LOSS if not math.isfinite(loss_value) else NONFINITE_GRAD
+            anomaly(step, kind, loss_value if kind == NONFINITE_LOSS else grad_norm, None)
+            status, diverged_at = DIVERGED, step
             break
         for detector, value, kind in (
-            (loss_spikes, loss_value, "loss_spike"),
-            (grad_spikes, grad_norm, "grad_spike"),
+            (loss_spikes, loss_value, LOSS_SPIKE),
+            (grad_spikes, grad_norm, GRAD_SPIKE),
         ):
             z = detector.update(value)
             if detector.is_spike(z):
@@ -250,7 +261,7 @@ def train_run(
         (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
     )
     tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
-    final = evals[-1] if status == "finished" else None
+    final = evals[-1] if status == FINISHED else None
     quality = task.quality_summary(final, finite_evals)
     posttrain: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
     if final is not None:
@@ -278,8 +289,8 @@ def train_run(
         "target_val_loss": target,
         "time_to_target_s": reached["elapsed_s"] if reached else None,
         "tokens_to_target": reached["tokens_seen"] if reached else None,
-        "n_loss_spikes": counts["loss_spike"],
-        "n_grad_spikes": counts["grad_spike"],
+        "n_loss_spikes": counts[LOSS_SPIKE],
+        "n_grad_spikes": counts[GRAD_SPIKE],
         "n_clipped": counts["clipped"],
         "wall_s": time.perf_counter() - wall_start,
         "device": str(device),

@@ -16,31 +16,37 @@ from pathlib import Path
 from typing import Any
 
 from normlab._io import write_json_atomic
-from normlab.experiment.posttrain import POSTTRAIN_FIELDS
-from normlab.experiment.testbeds import quality_fields
 from normlab.experiment.train import RunAborted, train_run
+from normlab.run_format import (
+    CRASHED,
+    DONE_STATUSES,
+    RUN_FILE,
+    SUMMARY_FILE,
+    testbed_format,
+)
 
-RUN_FILE = "run.json"
-SUMMARY_FILE = "summary.json"
-DONE_STATUSES = ("finished", "diverged")
+__all__ = [
+    "DONE_STATUSES",
+    "RUN_FILE",
+    "SUMMARY_FIELDS",
+    "SUMMARY_FILE",
+    "crashed_summary",
+    "execute_run",
+    "read_spec",
+    "summary_fields",
+    "worker_main",
+]
 
-SUMMARY_FIELDS = (
-    "run_id", "arm", "seed", "norm", "placement", "status", "diverged_at", "steps", "tokens",
-    "n_params", "n_norm_params", "final_val_loss", "final_val_bpb", "best_val_bpb",
-    "final_train_loss", "tokens_per_s", "peak_memory_bytes", "peak_memory_kind",
-    "saved_activation_bytes", *POSTTRAIN_FIELDS, "target_val_loss", "time_to_target_s",
-    "tokens_to_target", "n_loss_spikes", "n_grad_spikes", "n_clipped", "wall_s", "device",
-    "torch_version", "threads", "data_fingerprint",
-)  # fmt: skip
+SUMMARY_FIELDS: tuple[str, ...] = testbed_format("gpt").summary_fields
 """The fields of a GPT run's summary; a DiT run's has its own validation fields instead of
 ``final_val_loss``, ``final_val_bpb``, ``best_val_bpb`` (see :func:`summary_fields`)."""
 
 
 def summary_fields(spec: dict[str, Any]) -> tuple[str, ...]:
-    """The fields of the summary of the run ``spec``, in order."""
-    validation = quality_fields(spec)
-    head, tail = SUMMARY_FIELDS[:11], SUMMARY_FIELDS[14:]
-    return (*head, *validation, *tail)
+    """The fields of the summary of the run ``spec``, in order (its testbed's
+    :attr:`normlab.run_format.TestbedFormat.summary_fields`). Raises ``ValueError`` when
+    ``spec`` names an unknown testbed."""
+    return testbed_format(spec.get("testbed")).summary_fields
 
 
 def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, Any]:
@@ -53,7 +59,7 @@ def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, A
     for key in ("run_id", "arm", "seed", "norm", "placement", "n_params", "n_norm_params"):
         summary[key] = spec.get(key)
     summary.update(
-        status="crashed",
+        status=CRASHED,
         device=spec.get("device"),
         threads=spec.get("threads"),
         data_fingerprint=spec.get("data", {}).get("fingerprint"),

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
-from normlab.analysis.metrics import PROFILES, profile_of
 from normlab.analysis.runs import CompareFolder, RunResult, load_compare_folder
 from normlab.analysis.summary import analyze
 from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
@@ -29,13 +28,24 @@ from normlab.report.plots import (
 )
 from normlab.report.runs_csv import runs_csv_text
 from normlab.report.style import arm_colors
+from normlab.run_format import (
+    ANALYSIS_FILE,
+    DEFAULT_TESTBED,
+    FINISHED,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+    RUNS_CSV_FILE,
+    TESTBED_FORMATS,
+    plot_path,
+    testbed_format,
+)
 
 __all__ = ["build_report"]
 
 _PLOT_NAMES = (
     "paired_comparison",
     "training_loss",
-    *dict.fromkeys(t.curve for t in PROFILES.values()),  # val_bpb, val_loss
+    *dict.fromkeys(t.curve for t in TESTBED_FORMATS.values()),  # val_bpb, val_loss
     "grad_norm",
     "final_metrics",
     "samples",
@@ -73,7 +83,7 @@ def _memory_kind(folder: CompareFolder) -> str | None:
 def _read_images(run: RunResult, path: Path) -> np.ndarray | None:
     """A finished run's image file (``samples.npy``, ``reference.npy``) as [n, H, W] floats, or
     None when absent or unreadable."""
-    if run.status != "finished" or not path.is_file():
+    if run.status != FINISHED or not path.is_file():
         return None
     try:
         images = np.load(path, allow_pickle=False)
@@ -99,13 +109,15 @@ def _n_classes(run: RunResult) -> int:
 
 def _cfg_scale(run: RunResult) -> float | None:
     """The classifier-free guidance scale w the run's samples used: the summary's
-    ``sample_cfg_scale``, else its run.json's ``dit.cfg_scale`` (``flow.cfg_scale`` in folders
-    written before); None when none says (a folder written before guidance existed, whose
-    samples are unguided)."""
-    sections = (run.config.get("dit"), run.config.get("flow"))
+    ``sample_cfg_scale``, else the ``cfg_scale`` in its run.json's section of the testbed's
+    settings (:attr:`normlab.run_format.TestbedFormat.settings`); None when neither says (a
+    folder written before guidance existed, whose samples are unguided)."""
+    testbed = TESTBED_FORMATS.get(run.config.get("testbed", DEFAULT_TESTBED))
+    section = testbed.settings if testbed is not None else None
+    settings = run.config.get(section) if section is not None else None
     for value in (
         run.summary.get("sample_cfg_scale"),
-        *(s.get("cfg_scale") if isinstance(s, dict) else None for s in sections),
+        settings.get("cfg_scale") if isinstance(settings, dict) else None,
     ):
         if isinstance(value, int | float) and not isinstance(value, bool):
             return float(value)
@@ -182,7 +194,7 @@ def _plots(
     folder: CompareFolder, analysis: dict[str, Any], curves: Mapping[str, list[RunCurves]]
 ) -> tuple[Plot, list[Plot]]:
     colors = arm_colors(folder.arms)
-    testbed = profile_of(analysis.get("testbed"))
+    testbed = testbed_format(analysis.get("testbed"))
     base = analysis["baseline_arm"]
     clip = _find_number(folder.experiment.get("fixed"), _CLIP_KEYS)
     if clip is None:
@@ -267,12 +279,11 @@ def build_report(out_dir: Path) -> dict[str, Path]:
     for p in [verdict_plot, *plots]:
         written[p.relpath] = write_bytes_atomic(out / p.relpath, p.png)
     for name in _PLOT_NAMES:  # a plot left out this time must not linger from an older build
-        if f"plots/{name}.png" not in written:
-            (out / "plots" / f"{name}.png").unlink(missing_ok=True)
-    written["summary.json"] = write_json_atomic(out / "summary.json", analysis)
-    written["runs.csv"] = write_text_atomic(
-        out / "runs.csv", runs_csv_text(folder.runs, folder.testbed)
-    )
-    written["report.md"] = write_text_atomic(out / "report.md", render_markdown(content))
-    written["report.html"] = write_text_atomic(out / "report.html", render_html(content))
+        if plot_path(name) not in written:
+            (out / plot_path(name)).unlink(missing_ok=True)
+    written[ANALYSIS_FILE] = write_json_atomic(out / ANALYSIS_FILE, analysis)
+    csv_text = runs_csv_text(folder.runs, folder.testbed)
+    written[RUNS_CSV_FILE] = write_text_atomic(out / RUNS_CSV_FILE, csv_text)
+    written[REPORT_MD_FILE] = write_text_atomic(out / REPORT_MD_FILE, render_markdown(content))
+    written[REPORT_HTML_FILE] = write_text_atomic(out / REPORT_HTML_FILE, render_html(content))
     return written

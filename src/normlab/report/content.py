@@ -12,33 +12,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.analysis.comparison import EXACT_TEST
-from normlab.analysis.format import fmt_bytes, fmt_num, fmt_p, fmt_ratio, fmt_signed
-from normlab.analysis.metrics import Profile, profile_of
+from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.runs import CompareFolder
+from normlab.run_format import TestbedFormat, plot_path, testbed_format
 
 __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
 
-_NUMBER_FORMAT: dict[str, tuple[float, int, str]] = {
-    "final_val_bpb": (1.0, 4, ""),
-    "best_val_bpb": (1.0, 4, ""),
-    "final_val_loss": (1.0, 4, ""),
-    "best_val_loss": (1.0, 4, ""),
-    "final_sample_sw2": (1.0, 4, ""),
-    "final_train_loss": (1.0, 4, ""),
-    "tokens_per_s": (1.0, 0, ""),
-    "peak_memory_bytes": (2.0**20, 1, " MiB"),
-    "saved_activation_bytes": (2.0**20, 2, " MiB"),
-    "n_loss_spikes": (1.0, 2, ""),
-    "n_grad_spikes": (1.0, 2, ""),
-    "time_to_target_s": (1.0, 2, " s"),
-    "ptq_int8wo_delta": (1.0, 5, ""),
-    "ptq_w8a8_delta": (1.0, 5, ""),
-    "bf16_eval_delta": (1.0, 5, ""),
-    "act_kurtosis_max": (1.0, 2, ""),
-    "act_max_over_rms": (1.0, 2, ""),
-    "channel_rms_kurtosis_max": (1.0, 2, ""),
-    "outlier_channels": (1.0, 1, ""),
-}
 _PRETTY_NORMS = {
     "layernorm": "LayerNorm",
     "rmsnorm": "RMSNorm",
@@ -48,9 +27,9 @@ _PRETTY_NORMS = {
 }
 
 
-def _testbed(a: dict[str, Any]) -> Profile:
+def _testbed(a: dict[str, Any]) -> TestbedFormat:
     """The testbed of the analysis (``gpt`` for analyses written before the DiT testbed)."""
-    return profile_of(a.get("testbed"))
+    return testbed_format(a.get("testbed"))
 
 
 def _margin(a: dict[str, Any]) -> float:
@@ -93,7 +72,7 @@ class Plot:
     @property
     def relpath(self) -> str:
         """Path of the PNG relative to the report."""
-        return f"plots/{self.name}.png"
+        return plot_path(self.name)
 
 
 @dataclass(frozen=True)
@@ -119,14 +98,14 @@ class ReportContent:
     method: list[str]
 
 
-def _fmt_metric(metric: str, v: float | None, unit: bool = True) -> str:
-    scale, digits, suffix = _NUMBER_FORMAT[metric]
-    return "—" if v is None else f"{fmt_num(v / scale, digits)}{suffix if unit else ''}"
+def _fmt_metric(testbed: TestbedFormat, field: str, v: float | None, unit: bool = True) -> str:
+    """A summary field's value as the run format's display of the field says."""
+    return testbed.display(field).format(v, unit)
 
 
-def _display_unit(spec_name: str, unit: str) -> str:
-    suffix = _NUMBER_FORMAT[spec_name][2].strip()
-    return suffix or unit
+def _display_unit(testbed: TestbedFormat, field: str, unit: str) -> str:
+    """The unit a table header shows: the display's suffix (e.g. MiB), else ``unit``."""
+    return testbed.display(field).suffix.strip() or unit
 
 
 def _fmt_value(v: Any) -> str:
@@ -276,14 +255,16 @@ def _has_test(a: dict[str, Any], metric: str, arm: str) -> bool:
 def _stats_table(a: dict[str, Any]) -> Table:
     rows, classes = [], []
     base = a["baseline_arm"]
-    for spec in _testbed(a).metrics:
+    testbed = _testbed(a)
+    for spec in testbed.metrics:
         first = True
         for arm in a["arm_order"]:
             s = a["arms"][arm][spec.name]
             if s["n"] == 0 and not _has_test(a, spec.name, arm):
                 continue
-            sd = "" if s["std"] is None else f" ± {_fmt_metric(spec.name, s['std'], False)}"
-            mean = f"{_fmt_metric(spec.name, s['mean'], False)}{sd}"
+            show = testbed.display(spec.name)
+            sd = "" if s["std"] is None else f" ± {show.format(s['std'], False)}"
+            mean = f"{show.format(s['mean'], False)}{sd}"
             if arm == base:
                 diff, p, verdict = "baseline", "", ""
             else:
@@ -295,7 +276,7 @@ def _stats_table(a: dict[str, Any]) -> Table:
                             f" [{fmt_ratio(c['ratio_ci_low'])}, {fmt_ratio(c['ratio_ci_high'])}]"
                         )
                 else:
-                    _, digits, _ = _NUMBER_FORMAT[spec.name]
+                    digits = show.digits
                     diff = fmt_signed(c["mean_diff"], digits)
                     if c["ci_low"] is not None:
                         diff += (
@@ -308,7 +289,8 @@ def _stats_table(a: dict[str, Any]) -> Table:
                 verdict = c["verdict"]
                 if verdict == "inconclusive" and c["margin"] is None and c["n_pairs"] >= 2:
                     verdict = "no detectable difference"
-            label = f"{spec.label} ({_display_unit(spec.name, spec.unit)})" if first else ""
+            unit = _display_unit(testbed, spec.name, spec.unit)
+            label = f"{spec.label} ({unit})" if first else ""
             rows.append([label, arm, mean, str(s["n"]), diff, p, verdict])
             classes.append("group-start" if first else "")
             first = False
@@ -329,14 +311,9 @@ def _stats_table(a: dict[str, Any]) -> Table:
     )
 
 
-_RUN_EXTRA_COLUMNS = {"final_sample_sw2": "sample SW2"}
-"""Per-run columns shown after the quality metric when the testbed has the metric."""
-
-
 def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
     testbed = _testbed(a)
-    names = {m.name for m in testbed.metrics}
-    extra_metrics = [m for m in _RUN_EXTRA_COLUMNS if m in names]
+    extra_metrics = [name for name, _ in testbed.run_columns]
     reasons = {r["run_id"]: r["reason"] for r in a["runs"]}
     rows, classes = [], []
     for r in sorted(folder.runs, key=lambda r: (a["arm_order"].index(r.arm), r.seed)):
@@ -346,7 +323,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
             else "—"
         )
         clipped = r.value("n_clipped")
-        extra = [_fmt_metric(m, r.value(m)) for m in extra_metrics]
+        extra = [_fmt_metric(testbed, m, r.value(m)) for m in extra_metrics]
         rows.append(
             [
                 r.arm,
@@ -354,15 +331,15 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
                 r.status,
                 reasons[r.run_id],
                 _fmt_value(r.summary.get("steps")) if r.summary else "—",
-                _fmt_metric(testbed.quality, r.value(testbed.quality)),
+                _fmt_metric(testbed, testbed.quality, r.value(testbed.quality)),
                 *extra,
-                _fmt_metric("final_train_loss", r.value("final_train_loss")),
-                _fmt_metric("tokens_per_s", r.value("tokens_per_s")),
+                _fmt_metric(testbed, "final_train_loss", r.value("final_train_loss")),
+                _fmt_metric(testbed, "tokens_per_s", r.value("tokens_per_s")),
                 fmt_bytes(r.value("peak_memory_bytes")),
                 spikes,
                 "—" if clipped is None else str(int(clipped)),
-                _fmt_metric("time_to_target_s", r.value("time_to_target_s")),
-                _fmt_metric("time_to_target_s", r.value("wall_s")),
+                _fmt_metric(testbed, "time_to_target_s", r.value("time_to_target_s")),
+                _fmt_metric(testbed, "wall_s", r.value("wall_s")),
             ]
         )
         classes.append(r.status if r.status != "finished" else "")
@@ -374,7 +351,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
             "note",
             "steps",
             testbed.short_label,
-            *(_RUN_EXTRA_COLUMNS[m] for m in extra_metrics),
+            *(header for _, header in testbed.run_columns),
             "final train loss",
             "tokens/s",
             "peak memory",

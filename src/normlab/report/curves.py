@@ -12,6 +12,7 @@ import numpy as np
 
 from normlab._io import read_jsonl
 from normlab.analysis.runs import RunResult
+from normlab.run_format import ANOMALY_RECORD, EVAL_RECORD, TRAIN_RECORD
 
 __all__ = ["Band", "RunCurves", "band_over_seeds", "load_run_curves", "moving_average"]
 
@@ -53,8 +54,11 @@ class RunCurves:
 def load_run_curves(run: RunResult) -> RunCurves:
     """Read ``train``, ``eval`` and ``anomaly`` records of ``run`` (missing file: empty curves)."""
     records = read_jsonl(run.metrics_path) if run.metrics_path.is_file() else []
-    train = [r for r in records if r.get("type") == "train" and _num(r.get("step")) == r["step"]]
-    evals = [r for r in records if r.get("type") == "eval" and _num(r.get("step")) == r["step"]]
+
+    def of_type(kind: str) -> list[dict[str, Any]]:
+        return [r for r in records if r.get("type") == kind and _num(r.get("step")) == r["step"]]
+
+    train, evals = of_type(TRAIN_RECORD), of_type(EVAL_RECORD)
     train.sort(key=lambda r: r["step"])
     evals.sort(key=lambda r: r["step"])
     return RunCurves(
@@ -64,7 +68,7 @@ def load_run_curves(run: RunResult) -> RunCurves:
         grad_norm=np.array([_num(r.get("grad_norm")) for r in train]),
         eval_steps=np.array([int(r["step"]) for r in evals], dtype=np.int64),
         val_bpb=np.array([_num(r.get("val_bpb")) for r in evals]),
-        anomalies=[r for r in records if r.get("type") == "anomaly"],
+        anomalies=[r for r in records if r.get("type") == ANOMALY_RECORD],
         val_loss=np.array([_num(r.get("val_loss")) for r in evals]),
     )
 

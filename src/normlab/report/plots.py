@@ -20,10 +20,10 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
-from normlab.analysis.metrics import Profile, profile_of
 from normlab.analysis.stats import t_interval
 from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
 from normlab.report.style import plot_style
+from normlab.run_format import GRAD_ANOMALIES, LOSS_ANOMALIES, TestbedFormat, testbed_format
 
 __all__ = [
     "figure_png",
@@ -38,8 +38,6 @@ __all__ = [
 ]
 
 CurvesByArm = Mapping[str, Sequence[RunCurves]]
-_LOSS_KINDS = ("loss_spike", "nonfinite_loss")
-_GRAD_KINDS = ("grad_spike", "nonfinite_grad")
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -181,8 +179,8 @@ def _marker_legend(ax: Axes, what: str | None, diverged: bool) -> None:
     ax.legend(handles, labels, loc="upper right")
 
 
-def _testbed(analysis: Mapping[str, Any]) -> Profile:
-    return profile_of(analysis.get("testbed"))
+def _testbed(analysis: Mapping[str, Any]) -> TestbedFormat:
+    return testbed_format(analysis.get("testbed"))
 
 
 def plot_training_loss(
@@ -204,7 +202,7 @@ def plot_training_loss(
         diverged = any(c.run.status == "diverged" for runs in curves.values() for c in runs)
         spikes = False
         for ax in (full, zoom):
-            spikes = _markers(ax, curves, colors, _LOSS_KINDS, "train_loss") or spikes
+            spikes = _markers(ax, curves, colors, LOSS_ANOMALIES, "train_loss") or spikes
             ax.set_xlabel("step")
         _integer_steps(full, zoom)
         full.set_ylabel(f"training loss ({unit})")
@@ -219,10 +217,12 @@ def plot_training_loss(
 
 def plot_val_bpb(curves: CurvesByArm, colors: Mapping[str, str]) -> Figure:
     """Validation bits per byte at each evaluation: mean over seeds and min–max band."""
-    return plot_validation(curves, colors, profile_of("gpt"))
+    return plot_validation(curves, colors, testbed_format("gpt"))
 
 
-def plot_validation(curves: CurvesByArm, colors: Mapping[str, str], testbed: Profile) -> Figure:
+def plot_validation(
+    curves: CurvesByArm, colors: Mapping[str, str], testbed: TestbedFormat
+) -> Figure:
     """The testbed's validation series (``testbed.curve``: bits per byte for the GPT, the
     flow-matching loss for the DiT) at each evaluation: mean over seeds and min–max band."""
     bands = _series_bands(curves, "eval_steps", testbed.curve)
@@ -255,7 +255,7 @@ def plot_grad_norm(
         fig, (ax,) = _figure(10.0, 3.6)
         for arm, band in bands.items():
             _draw_band(ax, band, colors[arm], f"{arm} ({_n_runs(curves[arm])} seeds)")
-        drawn = _markers(ax, curves, colors, _GRAD_KINDS, "grad_norm")
+        drawn = _markers(ax, curves, colors, GRAD_ANOMALIES, "grad_norm")
         if clip is not None:
             ax.axhline(
                 clip,

@@ -1,0 +1,310 @@
+"""The fields of a run's ``summary.json``: names, order, statuses, how each is shown and compared.
+
+Every field is declared once, as a :class:`SummaryField`, in summary.json's order. A field the
+analysis compares across arms carries a :class:`Comparison` (its label, unit, direction, scale,
+which statuses count); a field the report prints carries a :class:`Display` (divisor, decimals,
+unit suffix). The summary's field lists, the analysis's metric tables, the report's columns and
+``runs.csv`` are all derived from these declarations (the per-testbed validation fields are in
+:mod:`normlab.run_format.testbeds`).
+
+Adding a metric: declare it here (or among a testbed's validation fields), and write it in the
+training code that computes it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+__all__ = [
+    "CRASHED",
+    "CRASH_FIELDS",
+    "DIVERGED",
+    "DONE_STATUSES",
+    "FINISHED",
+    "GROUPS",
+    "HEAD_FIELDS",
+    "POSTTRAIN",
+    "POSTTRAIN_FIELDS",
+    "QUALITY_UNIT",
+    "RUN_STATUSES",
+    "TAIL_FIELDS",
+    "TRAIN_UNIT",
+    "UNFINISHED",
+    "Comparison",
+    "Display",
+    "MetricSpec",
+    "SummaryField",
+    "compared_field",
+]
+
+FINISHED = "finished"
+"""The run trained every step."""
+DIVERGED = "diverged"
+"""A result: training stopped on a non-finite loss or gradient."""
+CRASHED = "crashed"
+"""An error; the summary's :data:`CRASH_FIELDS` hold it."""
+UNFINISHED = "unfinished"
+"""Never written: what a reader calls a run folder without a summary (still training, or
+killed)."""
+DONE_STATUSES: tuple[str, ...] = (FINISHED, DIVERGED)
+"""Statuses of runs that produced a result (a diverged run is a result: it was unstable); a
+re-run skips them."""
+RUN_STATUSES: tuple[str, ...] = (FINISHED, DIVERGED, CRASHED)
+"""Every status a summary.json may hold."""
+
+QUALITY_UNIT = "{quality}"
+"""A :class:`Comparison` unit that stands for the testbed's quality unit (GPT: bits per byte,
+DiT: the flow-matching MSE)."""
+TRAIN_UNIT = "{train}"
+"""A :class:`Comparison` unit that stands for the testbed's training-loss unit."""
+
+GROUPS: tuple[str, ...] = ("quality", "cost", "stability", "convergence", "post-training")
+"""What a compared field measures; the analysis lists the metrics group by group in this
+order, in summary order within a group."""
+
+
+@dataclass(frozen=True)
+class Display:
+    """How the report prints a number: ``value / divisor`` with ``digits`` decimals, then
+    ``suffix`` (e.g. ``" MiB"``) where a unit is wanted."""
+
+    divisor: float = 1.0
+    digits: int = 4
+    suffix: str = ""
+
+    def format(self, value: float | None, unit: bool = True) -> str:
+        """``value`` as text, ``suffix`` included when ``unit``; an em dash when missing (and
+        in place of the number when it is not finite)."""
+        if value is None:
+            return "—"
+        scaled = value / self.divisor
+        number = f"{scaled:.{self.digits}f}" if math.isfinite(scaled) else "—"
+        return f"{number}{self.suffix if unit else ''}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How the analysis compares a field across arms, paired by seed.
+
+    ``label`` names it in tables; ``unit`` is its unit (:data:`QUALITY_UNIT` or
+    :data:`TRAIN_UNIT` for the testbed's own); ``group`` is one of :data:`GROUPS`.
+    ``scale``: ``"difference"`` (paired x − y) or ``"ratio"`` (paired ln(x / y), reported as a
+    ratio). ``margin``: None (no equivalence margin), ``"quality"`` (the experiment's margin as
+    it is) or ``"train"`` (the margin converted to the training-loss unit). ``statuses``: the
+    run statuses whose value counts. ``discrete``: small integer counts, decided by the exact
+    sign test. ``censored``: a null in a finished run means "not reached" (a time to target).
+    """
+
+    label: str
+    unit: str
+    group: str
+    lower_is_better: bool = True
+    scale: str = "difference"
+    margin: str | None = None
+    statuses: tuple[str, ...] = (FINISHED,)
+    discrete: bool = False
+    censored: bool = False
+
+    def __post_init__(self) -> None:
+        if self.group not in GROUPS:
+            raise ValueError(f"group: expected one of {GROUPS}, got {self.group!r}")
+        if self.scale not in ("difference", "ratio"):
+            raise ValueError(f"scale: expected 'difference' or 'ratio', got {self.scale!r}")
+        if self.margin not in (None, "quality", "train"):
+            raise ValueError(f"margin: expected None, 'quality' or 'train', got {self.margin!r}")
+
+
+@dataclass(frozen=True)
+class SummaryField:
+    """One field of a run's summary.json: its ``name``, how the report prints it (``display``,
+    None when it prints no number) and how the analysis compares it (``compare``, None when it
+    is not compared)."""
+
+    name: str
+    display: Display | None = None
+    compare: Comparison | None = None
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One compared field as the analysis of one testbed sees it (its units resolved).
+
+    ``scale`` is ``"difference"`` (paired differences x − y) or ``"ratio"`` (paired log ratios
+    ln(x / y), reported as a ratio). ``margin_factor`` converts the experiment's equivalence
+    margin (GPT: bits per byte; DiT: validation MSE) into this metric's unit (1 for bpb, ln 2 for
+    nats per byte, 1 for the DiT's losses), or is None when no equivalence margin applies.
+    ``statuses`` are the run statuses whose value counts.
+    ``discrete`` marks small integer counts, decided by the exact sign test rather than the
+    t-test. ``censored`` marks a metric whose null in a finished run means "not reached within
+    the run" (a time to target), not "missing": such a run was slower than one that reached it.
+    """
+
+    name: str
+    label: str
+    unit: str
+    lower_is_better: bool
+    scale: str = "difference"
+    margin_factor: float | None = None
+    statuses: tuple[str, ...] = (FINISHED,)
+    discrete: bool = False
+    censored: bool = False
+
+
+_LOSS = Display(digits=4)
+_COUNT = Display(digits=2)
+_SECONDS = Display(digits=2, suffix=" s")
+
+
+def compared_field(name: str, display: Display | None, **compare: object) -> SummaryField:
+    """A :class:`SummaryField` that the analysis compares: ``compare`` holds the arguments of
+    its :class:`Comparison`."""
+    return SummaryField(name, display, Comparison(**compare))  # type: ignore[arg-type]
+
+
+HEAD_FIELDS: tuple[SummaryField, ...] = tuple(
+    SummaryField(name)
+    for name in (
+        "run_id", "arm", "seed", "norm", "placement", "status", "diverged_at", "steps", "tokens",
+        "n_params", "n_norm_params",
+    )
+)  # fmt: skip
+"""Identity, status, progress and parameter counts: the summary's first fields. The testbed's
+validation fields follow (:attr:`normlab.run_format.testbeds.TestbedFormat.validation`)."""
+
+POSTTRAIN: tuple[SummaryField, ...] = (
+    compared_field(
+        "ptq_int8wo_delta",
+        Display(digits=5),
+        label="int8 weight-only PTQ degradation",
+        unit=QUALITY_UNIT,
+        group="post-training",
+    ),
+    compared_field(
+        "ptq_w8a8_delta",
+        Display(digits=5),
+        label="int8 W8A8 PTQ degradation",
+        unit=QUALITY_UNIT,
+        group="post-training",
+    ),
+    compared_field(
+        "bf16_eval_delta",
+        Display(digits=5),
+        label="bf16 evaluation degradation",
+        unit=QUALITY_UNIT,
+        group="post-training",
+    ),
+    compared_field(
+        "act_kurtosis_max",
+        _COUNT,
+        label="max Linear-input kurtosis",
+        unit="Gaussian = 3",
+        group="post-training",
+    ),
+    compared_field(
+        "act_max_over_rms",
+        _COUNT,
+        label="max Linear-input max|x| / RMS",
+        unit="ratio",
+        group="post-training",
+    ),
+    compared_field(
+        "channel_rms_kurtosis_max",
+        _COUNT,
+        label="max kurtosis of Linear-input channel RMS",
+        unit="no unit",
+        group="post-training",
+    ),
+    compared_field(
+        "outlier_channels",
+        Display(digits=1),
+        label="outlier channels (max |x| ≥ 6)",
+        unit="count",
+        group="post-training",
+    ),
+    SummaryField("posttrain_errors"),
+    SummaryField("posttrain_s"),
+)
+"""The post-training fields (:mod:`normlab.experiment.posttrain` fills them; all null for a run
+that did not finish): quality deltas in the testbed's quality unit and activation outliers,
+compared paired like the other metrics but never part of the verdict."""
+
+POSTTRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in POSTTRAIN)
+"""The names of :data:`POSTTRAIN`, in summary.json's order."""
+
+TAIL_FIELDS: tuple[SummaryField, ...] = (
+    compared_field(
+        "final_train_loss",
+        _LOSS,
+        label="final training loss",
+        unit=TRAIN_UNIT,
+        group="quality",
+        margin="train",
+    ),
+    compared_field(
+        "tokens_per_s",
+        Display(digits=0),
+        label="throughput",
+        unit="tokens/s",
+        group="cost",
+        lower_is_better=False,
+        scale="ratio",
+    ),
+    compared_field(
+        "peak_memory_bytes",
+        Display(2.0**20, 1, " MiB"),
+        label="peak memory",
+        unit="bytes",
+        group="cost",
+        scale="ratio",
+    ),
+    SummaryField("peak_memory_kind"),
+    compared_field(
+        "saved_activation_bytes",
+        Display(2.0**20, 2, " MiB"),
+        label="activations saved for backward",
+        unit="bytes",
+        group="cost",
+        scale="ratio",
+    ),
+    *POSTTRAIN,
+    SummaryField("target_val_loss"),
+    compared_field(
+        "time_to_target_s",
+        _SECONDS,
+        label="time to target loss",
+        unit="s",
+        group="convergence",
+        scale="ratio",
+        censored=True,
+    ),
+    SummaryField("tokens_to_target"),
+    compared_field(
+        "n_loss_spikes",
+        _COUNT,
+        label="loss spikes",
+        unit="count",
+        group="stability",
+        statuses=DONE_STATUSES,
+        discrete=True,
+    ),
+    compared_field(
+        "n_grad_spikes",
+        _COUNT,
+        label="gradient spikes",
+        unit="count",
+        group="stability",
+        statuses=DONE_STATUSES,
+        discrete=True,
+    ),
+    SummaryField("n_clipped"),
+    SummaryField("wall_s", _SECONDS),
+    *(SummaryField(name) for name in ("device", "torch_version", "threads", "data_fingerprint")),
+)
+"""The fields after the testbed's validation fields: training loss, speed and memory,
+post-training effects, target, spikes, environment. Quality metrics count finished runs only
+(a diverged run's last numbers describe a truncated run; its divergence is judged under
+stability); spike counts also count diverged runs."""
+
+CRASH_FIELDS: tuple[str, ...] = ("error", "traceback")
+"""Added to the summary of a ``crashed`` run: ``"ErrorType: message"`` and the traceback."""

@@ -1,0 +1,284 @@
+"""What a run's files hold for each testbed: its validation fields and their units, its quality
+metric, its equivalence margin, and the words the report uses for them.
+
+The GPT testbed is judged on validation bits per byte, the DiT testbed on the validation
+flow-matching loss (mean squared error of the predicted velocity). A folder or run config that
+names no testbed is a GPT one (written before the DiT testbed existed).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+from normlab.run_format.fields import (
+    GROUPS,
+    HEAD_FIELDS,
+    QUALITY_UNIT,
+    TAIL_FIELDS,
+    Display,
+    MetricSpec,
+    SummaryField,
+    compared_field,
+)
+
+__all__ = [
+    "DEFAULT_TESTBED",
+    "DIT",
+    "FLOW_UNIT",
+    "GPT",
+    "SW2_UNIT",
+    "TESTBED_FORMATS",
+    "TestbedFormat",
+    "testbed_format",
+]
+
+DEFAULT_TESTBED = "gpt"
+"""The testbed of a folder or run config that names none."""
+
+FLOW_UNIT = "MSE"
+"""The unit of the DiT's losses: the mean squared error of the predicted velocity v̂ against
+x1 − x0, per element, on images scaled to [−1, 1]."""
+
+SW2_UNIT = "pixel units"
+"""The unit of ``final_sample_sw2``: a distance between images whose pixels lie in [−1, 1]."""
+
+_LOSS = Display(digits=4)
+
+
+@dataclass(frozen=True)
+class TestbedFormat:
+    """What the files of one testbed's runs hold, and how the analysis and report name it.
+
+    ``validation`` are the validation fields of its run summaries, in order (between
+    :data:`~normlab.run_format.fields.HEAD_FIELDS` and
+    :data:`~normlab.run_format.fields.TAIL_FIELDS`). ``quality`` names the metric that decides
+    quality (``best`` its best-seen variant); ``curve`` the field of the ``eval`` records in
+    ``metrics.jsonl`` that the validation plot draws (also that plot's name). The equivalence
+    margin, in the quality metric's unit, is ``experiment.json``'s ``margin_key``
+    (``margin_default`` when absent). ``settings`` is the section of ``run.json`` that holds
+    the testbed's own settings (None: none). Units: ``unit`` is the quality metric's unit
+    spelled out ("bits per byte"), ``short_unit`` suffixes its numbers ("bpb"), ``train_unit``
+    is the training loss's unit and ``train_per_quality`` converts the margin into it (ln 2:
+    bits to nats). Words: ``quality_name`` names the quality metric in sentences ("validation
+    bpb"), ``short_label`` in table headers ("final val bpb"), ``curve_word`` in plot titles
+    ("bpb"), ``curve_title`` titles the validation plot; ``run_columns`` are the validation
+    fields the report's run table shows after the quality metric, with their headers;
+    ``method_note`` is a paragraph for the report's method section ("" for none).
+    """
+
+    name: str
+    validation: tuple[SummaryField, ...]
+    quality: str
+    best: str
+    curve: str
+    margin_key: str
+    margin_default: float
+    unit: str
+    short_unit: str
+    train_unit: str
+    train_per_quality: float
+    quality_name: str
+    short_label: str
+    curve_word: str
+    curve_title: str
+    settings: str | None = None
+    run_columns: tuple[tuple[str, str], ...] = ()
+    method_note: str = ""
+
+    @cached_property
+    def fields(self) -> tuple[SummaryField, ...]:
+        """Every field of a run summary of this testbed, in summary.json's order."""
+        return (*HEAD_FIELDS, *self.validation, *TAIL_FIELDS)
+
+    @cached_property
+    def validation_fields(self) -> tuple[str, ...]:
+        """The names of :attr:`validation`: the testbed's own fields of a run summary."""
+        return tuple(f.name for f in self.validation)
+
+    @cached_property
+    def summary_fields(self) -> tuple[str, ...]:
+        """The names of :attr:`fields`: a summary.json of this testbed, in order."""
+        return tuple(f.name for f in self.fields)
+
+    @cached_property
+    def metrics(self) -> tuple[MetricSpec, ...]:
+        """The compared fields, grouped in the order of
+        :data:`~normlab.run_format.fields.GROUPS` (summary order within a group), with the
+        testbed's units and margin factors filled in."""
+        compared = [f for f in self.fields if f.compare is not None]
+        compared.sort(key=lambda f: GROUPS.index(f.compare.group))  # type: ignore[union-attr]
+        units = {"quality": self.unit, "train": self.train_unit}
+        factors = {None: None, "quality": 1.0, "train": self.train_per_quality}
+        return tuple(
+            MetricSpec(
+                name=f.name,
+                label=c.label,
+                unit=c.unit.format_map(units),
+                lower_is_better=c.lower_is_better,
+                scale=c.scale,
+                margin_factor=factors[c.margin],
+                statuses=c.statuses,
+                discrete=c.discrete,
+                censored=c.censored,
+            )
+            for f in compared
+            for c in (f.compare,)
+            if c is not None
+        )
+
+    @property
+    def quality_label(self) -> str:
+        """The quality metric's label ("final validation bpb")."""
+        return self.metric(self.quality).label
+
+    def metric(self, name: str) -> MetricSpec:
+        """The :class:`~normlab.run_format.fields.MetricSpec` called ``name`` among this
+        testbed's metrics."""
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        names = sorted(m.name for m in self.metrics)
+        raise ValueError(f"metric must be one of {names}, got {name!r}")
+
+    def field(self, name: str) -> SummaryField:
+        """The summary field called ``name``."""
+        for f in self.fields:
+            if f.name == name:
+                return f
+        raise ValueError(f"field must be one of {list(self.summary_fields)}, got {name!r}")
+
+    def display(self, name: str) -> Display:
+        """How the report prints the field ``name``."""
+        display = self.field(name).display
+        if display is None:
+            raise ValueError(f"field {name!r} has no display format")
+        return display
+
+
+GPT = TestbedFormat(
+    name="gpt",
+    validation=(
+        SummaryField("final_val_loss", _LOSS),
+        compared_field(
+            "final_val_bpb",
+            _LOSS,
+            label="final validation bpb",
+            unit=QUALITY_UNIT,
+            group="quality",
+            margin="quality",
+        ),
+        compared_field(
+            "best_val_bpb",
+            _LOSS,
+            label="best validation bpb",
+            unit=QUALITY_UNIT,
+            group="quality",
+            margin="quality",
+        ),
+    ),
+    quality="final_val_bpb",
+    best="best_val_bpb",
+    curve="val_bpb",
+    margin_key="margin_bpb",
+    margin_default=0.02,
+    unit="bits per byte",
+    short_unit="bpb",
+    train_unit="nats per byte",
+    train_per_quality=math.log(2.0),
+    quality_name="validation bpb",
+    short_label="final val bpb",
+    curve_word="bpb",
+    curve_title="Validation bits per byte",
+)
+"""The byte-level GPT: validation loss in nats per byte (``final_val_loss``, shown, not
+compared), bits per byte at the end and at best (compared; the end decides quality)."""
+
+_DIT_SETTINGS = "dit"
+"""The section of a DiT ``run.json`` holding ``label_dropout`` and ``cfg_scale``."""
+
+DIT = TestbedFormat(
+    name="dit",
+    validation=(
+        compared_field(
+            "final_val_loss",
+            _LOSS,
+            label="final validation loss",
+            unit=QUALITY_UNIT,
+            group="quality",
+            margin="quality",
+        ),
+        compared_field(
+            "best_val_loss",
+            _LOSS,
+            label="best validation loss",
+            unit=QUALITY_UNIT,
+            group="quality",
+            margin="quality",
+        ),
+        compared_field(
+            "final_sample_sw2",
+            _LOSS,
+            label="sample SW2 to validation images",
+            unit=SW2_UNIT,
+            group="quality",
+        ),
+        SummaryField("sample_cfg_scale"),
+    ),
+    quality="final_val_loss",
+    best="best_val_loss",
+    curve="val_loss",
+    margin_key="margin_val_loss",
+    margin_default=0.002,
+    unit=FLOW_UNIT,
+    short_unit=FLOW_UNIT,
+    train_unit=FLOW_UNIT,
+    train_per_quality=1.0,
+    quality_name="validation loss",
+    short_label="final val loss",
+    curve_word="loss",
+    curve_title="Validation flow-matching loss",
+    settings=_DIT_SETTINGS,
+    run_columns=(("final_sample_sw2", "sample SW2"),),
+    method_note=(
+        "Quality is the flow-matching loss, the mean squared error of the predicted velocity "
+        "against x1 − x0 at x_t = (1 − t)·x0 + t·x1, on a fixed set of validation (image, "
+        "noise, time) triples that is the same for every arm and seed, so its differences "
+        "are paired like the training batches; lower is better. The training loss is the "
+        "same quantity on the training batches, where a class-conditional model sees each "
+        "label replaced by the null class with probability "
+        f"{_DIT_SETTINGS}.label_dropout (label "
+        "dropout for classifier-free guidance, the same draws for every arm of a seed); the "
+        "validation triples always carry their true labels. Sample quality, shown but not "
+        "deciding: at the end of each finished run the model generates one image per "
+        "validation image with 32 Euler steps from noises and balanced labels drawn from the "
+        "data seed (the same for every arm and seed), following the guided velocity "
+        f"v = v_∅ + w·(v_c − v_∅) at w = {_DIT_SETTINGS}.cfg_scale (recorded as "
+        "sample_cfg_scale; w = 1 is unguided), and final_sample_sw2 is the sliced "
+        "Wasserstein-2 "
+        "distance between the generated and the validation images, √(mean over 256 random "
+        "unit projections of the mean squared difference of the sorted projected pixel "
+        "vectors), in pixel units (pixels in [−1, 1]); lower is better."
+    ),
+)
+"""The flow-matching DiT: validation flow-matching MSE at the end and at best (the end decides
+quality), the sliced Wasserstein-2 distance of its samples (compared paired by seed, without an
+equivalence margin: shown, not deciding), and the guidance scale its samples used."""
+
+TESTBED_FORMATS: dict[str, TestbedFormat] = {t.name: t for t in (GPT, DIT)}
+"""Every testbed's format, by name."""
+
+
+def testbed_format(name: object) -> TestbedFormat:
+    """The :class:`TestbedFormat` called ``name`` (None: :data:`DEFAULT_TESTBED`, for folders
+    and run configs written before the DiT testbed existed). Raises ``ValueError`` naming the
+    testbeds for any other name."""
+    if name is None:
+        return TESTBED_FORMATS[DEFAULT_TESTBED]
+    try:
+        return TESTBED_FORMATS[name]  # type: ignore[index]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"testbed must be one of {sorted(TESTBED_FORMATS)}, got {name!r}"
+        ) from None
