@@ -20,11 +20,11 @@ from normlab.experiment.config import (
     validate_config,
 )
 from normlab.experiment.grid import check_only_factors_differ, plan_runs
-from normlab.run_format import run_id
 from normlab.experiment.lock import FolderLockedError, OutputLock
 from normlab.experiment.runner import run_experiment, run_grid
 from normlab.experiment.train import train_run
 from normlab.experiment.worker import execute_run
+from normlab.run_format import run_id
 
 __all__ = [
     "ConfigError",
