@@ -18,3 +18,6 @@ else
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
 .venv/bin/python -m pip install --quiet -e ".[dev]"
+# clang-format for tests/test_cpp_sources.py (the C++ kernels' style); pinned, since other
+# versions format differently.
+.venv/bin/python -m pip install --quiet "clang-format==21.1.8"
