@@ -23,7 +23,7 @@ import torch
 
 from normlab._checks import stats_dtype
 from normlab.kernels.cpu._build import build_error, compiler, load_library
-from normlab.kernels.cpu.cache import last_level_cache_bytes
+from normlab.kernels.cpu.cache_size import last_level_cache_bytes
 from normlab.kernels.fused import FusedBackend, FusedSpec, Gradients, Needs, Operands, Saved
 
 __all__ = [
