@@ -15,7 +15,7 @@ from normlab.bench import allocator
 from normlab.bench.bytes_model import copy_bytes, min_bytes, traffic
 from normlab.bench.runner import COLUMNS, rows_for
 from normlab.cli import app
-from normlab.kernels.cpu.cache import DEFAULT_LLC_BYTES, last_level_cache_bytes, parse_size
+from normlab.kernels.cpu.cache_size import DEFAULT_LLC_BYTES, last_level_cache_bytes, parse_size
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from normlab.bench.peers import (
     run_peer_once,
 )
 from normlab.bench.timing import CopyReference, measure_round_robin
-from normlab.kernels.cpu.cache import last_level_cache_bytes
+from normlab.kernels.cpu.cache_size import last_level_cache_bytes
 
 DIMS = (768, 2048, 4096, 8192)
 LLC_MULTIPLE = 4.0

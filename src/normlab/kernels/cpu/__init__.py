@@ -3,7 +3,7 @@
 One pass over memory per direction: the forward reads x (and r, or gate and o, and per-token
 modulation) once and writes y (and h) once; the backward reads h and dy once and writes dx once,
 producing the weight and modulation gradients in the same pass with deterministic sums (see
-:mod:`normlab.kernels.cpu._source` for the formulas and :mod:`normlab.kernels.fused` for the
+``normlab_cpu.cpp`` in this folder for the formulas and :mod:`normlab.kernels.fused` for the
 autograd wiring). The library is compiled on first use and cached (:mod:`._build`); when it
 cannot be built, :func:`available` is False, :func:`unavailable_reason` says why, ``"auto"`` uses
 another backend, and a call that asks for ``backend="cpp"`` by name raises
@@ -23,7 +23,7 @@ import torch
 
 from normlab._checks import stats_dtype
 from normlab.kernels.cpu._build import build_error, compiler, load_library
-from normlab.kernels.cpu.cache import last_level_cache_bytes
+from normlab.kernels.cpu.cache_size import last_level_cache_bytes
 from normlab.kernels.fused import FusedBackend, FusedSpec, Gradients, Needs, Operands, Saved
 
 __all__ = [

@@ -1,11 +1,16 @@
 """Build the C++ kernels on first use, cache the shared library, load it with ctypes.
 
-Nothing is compiled at import. The first call of :func:`load_library` compiles
-:data:`normlab.kernels.cpu._source.SOURCE` with the system C++ compiler (a few seconds; it includes
-no PyTorch header), writes the library atomically into a cache folder keyed by a hash of the
-source, the compiler, its flags and this CPU's instruction-set flags, and loads it. Later calls
-and later processes reuse it. When no compiler is found or every flag set fails, the reason is
-kept (:func:`build_error`) and the backend reports itself unavailable, so ``"auto"`` falls back.
+Nothing is compiled at import. The first call of :func:`load_library` compiles the C++ sources
+shipped in this package (``normlab_cpu.cpp``, which includes ``common.h``, ``avx512.h``,
+``forward.h`` and ``backward.h``; :data:`MAIN_SOURCE`, :func:`source_files`) with the system C++
+compiler (it includes no PyTorch header), writes the library atomically into a cache folder keyed
+by a hash of every source file, the compiler, its flags and this CPU's instruction-set flags, and
+loads it. Later calls and later processes reuse it. The sources are compiled from where the
+package is installed, so a compiler error names the real file and line
+(``.../normlab/kernels/cpu/forward.h:123:5: error: ...``); a package that is not on disk (a zip)
+has them copied to a temporary folder first. When no compiler is found or every flag set fails,
+the reason is kept (:func:`build_error`, compiler output from its first error on) and the backend
+reports itself unavailable, so ``"auto"`` falls back.
 
 A compilation takes tens of seconds on a small machine, so it announces itself once, before it
 starts, with a WARNING on the logger ``normlab.kernels.cpu._build`` (``logging``; silence it with
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import importlib.resources
 import logging
 import os
 import platform
@@ -30,9 +36,8 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from importlib.resources.abc import Traversable
 from pathlib import Path
-
-from normlab.kernels.cpu._source import SOURCE
 
 _COMMON_FLAGS = (
     "-O3",
@@ -47,6 +52,10 @@ _ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())
 _OPENMP_FLAGS = (("-fopenmp",), ("-fopenmp-simd", "-DNL_OMP_SIMD"), ())
 
 ABI_VERSION = 1  # normlab_abi_version() of the library this module's structs describe
+
+MAIN_SOURCE = "normlab_cpu.cpp"  # the file compiled; it includes the other sources
+_SOURCE_SUFFIXES = (".cpp", ".h")
+_ERROR_CHARS = 4000  # compiler output kept per failed flag set, from its start (the first error)
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -77,6 +86,24 @@ def cache_dir() -> Path:
     return Path(base) / "normlab" / "cpu-kernels"
 
 
+def source_root() -> Traversable:
+    """The folder of the C++ sources: this package's own (package data)."""
+    return importlib.resources.files(__package__)
+
+
+def source_files(root: Traversable | None = None) -> dict[str, str]:
+    """The C++ sources (``*.cpp``, ``*.h``) of ``root`` (default :func:`source_root`), by name."""
+    root = source_root() if root is None else root
+    found = {
+        item.name: item.read_text(encoding="utf-8")
+        for item in root.iterdir()
+        if item.is_file() and item.name.endswith(_SOURCE_SUFFIXES)
+    }
+    if MAIN_SOURCE not in found:
+        raise RuntimeError(f"the C++ kernel source {MAIN_SOURCE} is missing from {root}")
+    return dict(sorted(found.items()))
+
+
 def _cpu_signature() -> str:
     """The instruction-set flags of this CPU (``-march=native`` depends on them)."""
     try:
@@ -89,6 +116,16 @@ def _cpu_signature() -> str:
     return platform.processor() or platform.machine()
 
 
+def cache_key(sources: dict[str, str], cxx: str, version: str, flags: list[str]) -> str:
+    """The build cache folder's name: a hash of every source file (name and text), the compiler
+    and its version, the flags and this CPU's instruction-set flags."""
+    digest = hashlib.sha256()
+    for name, text in sorted(sources.items()):
+        digest.update(f"{name}\0{text}\0".encode())
+    digest.update("\n".join([cxx, version, " ".join(flags), _cpu_signature()]).encode())
+    return digest.hexdigest()[:20]
+
+
 def _compiler_version(cxx: str) -> str:
     try:
         done = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
@@ -98,15 +135,22 @@ def _compiler_version(cxx: str) -> str:
 
 
 def _compile(cxx: str, flags: list[str], target: Path) -> str | None:
-    """Compile SOURCE to ``target`` atomically; return None on success, else the error text."""
+    """Compile the sources of :func:`source_root` to ``target`` atomically; None on success, else
+    the compiler's output from its start (which holds the first error), at most _ERROR_CHARS."""
+    root = source_root()
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="normlab-build-") as tmp:
-        src = Path(tmp) / "normlab_cpu.cpp"
-        src.write_text(SOURCE, encoding="utf-8")
+        if isinstance(root, Path):  # on disk: compiled in place, so errors name the real files
+            folder = root
+        else:
+            folder = Path(tmp) / "src"
+            folder.mkdir()
+            for name, text in source_files(root).items():
+                (folder / name).write_text(text, encoding="utf-8")
         out = Path(tmp) / "libnormlab_cpu.so"
         try:
             done = subprocess.run(
-                [cxx, *flags, str(src), "-o", str(out)],
+                [cxx, *flags, str(folder / MAIN_SOURCE), "-o", str(out)],
                 capture_output=True,
                 text=True,
                 timeout=600,
@@ -114,7 +158,8 @@ def _compile(cxx: str, flags: list[str], target: Path) -> str | None:
         except (OSError, subprocess.SubprocessError) as err:
             return f"{cxx} could not run: {err}"
         if done.returncode != 0:
-            return (done.stderr or done.stdout).strip()[-2000:]
+            text = (done.stderr or done.stdout).strip()
+            return text if len(text) <= _ERROR_CHARS else text[:_ERROR_CHARS] + "\n[...]"
         fd, staged = tempfile.mkstemp(prefix=".libnormlab_cpu.", suffix=".so", dir=target.parent)
         os.close(fd)
         shutil.copyfile(out, staged)
@@ -138,15 +183,13 @@ def _build_and_load() -> ctypes.CDLL:
     if cxx is None:
         raise RuntimeError(_no_compiler_message())
     version = _compiler_version(cxx)
+    sources = source_files()
     errors = []
     announced = False
     for arch in _ARCH_FLAGS:
         for openmp in _OPENMP_FLAGS:
             flags = [*_COMMON_FLAGS, *arch, *openmp]
-            key = hashlib.sha256(
-                "\n".join([SOURCE, cxx, version, " ".join(flags), _cpu_signature()]).encode()
-            ).hexdigest()[:20]
-            target = cache_dir() / key / "libnormlab_cpu.so"
+            target = cache_dir() / cache_key(sources, cxx, version, flags) / "libnormlab_cpu.so"
             if not target.exists():
                 if not announced:
                     _log.warning(
