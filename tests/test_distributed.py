@@ -23,6 +23,7 @@ from normlab.distributed import (
     DistContext,
     Layout,
     clip_grad_norm,
+    full_state_dict,
     gather_rank_stats,
     global_mean,
     init_from_env,
@@ -31,10 +32,11 @@ from normlab.distributed import (
     mixed_precision_policy,
     shard_bounds,
     shard_rows,
+    unwrap,
     wrap,
 )
 from normlab.distributed import launcher as launch_module
-from normlab.distributed.check import RESULT_FILE, train
+from normlab.distributed.check import RESULT_FILE, STATE_FILE, train
 from normlab.kernels import get_default_backend, set_default_backend
 
 CHECK = "normlab.distributed.check"
@@ -53,7 +55,7 @@ def _reference(batch_size: int) -> dict:
     before = get_default_backend()
     set_default_backend("torch")
     try:
-        return train(SINGLE, batch_size=batch_size)
+        return train(SINGLE, batch_size=batch_size, keep_state=True)
     finally:
         set_default_backend(before)
 
@@ -149,6 +151,9 @@ def test_mixed_precision_policy_follows_precision() -> None:
 def test_wrap_without_group() -> None:
     model = nn.Linear(3, 2)
     assert wrap(model) is model  # DDP of one process is the model itself
+    assert unwrap(model) is model
+    state = full_state_dict(model)
+    assert state.keys() == {"weight", "bias"} and torch.equal(state["weight"], model.weight)
     with pytest.raises(ValueError, match=r"^--fsdp: .* got 1 process"):
         wrap(model, "fsdp")
     with pytest.raises(ValueError, match=r"^mode: expected one of ddp, fsdp"):
@@ -210,6 +215,11 @@ def test_two_processes_match_one(tmp_path: Path, fsdp: bool, batch_size: int) ->
             assert got == pytest.approx(want, rel=1e-5), f"{key} at step {step}"
     # the loss moved, so equality is not the initial loss five times over
     assert reference["loss"][0] != reference["loss"][-1]
+    # the trained parameters, gathered from the shards under FSDP, are the single run's
+    state = torch.load(tmp_path / STATE_FILE, weights_only=True)
+    assert state.keys() == reference["state_dict"].keys()
+    for name, want in reference["state_dict"].items():
+        torch.testing.assert_close(state[name], want, rtol=1e-5, atol=1e-6, msg=name)
     ranks = run["ranks"]
     assert len(ranks["per_rank"]) == 2
     assert ranks["total"]["tokens_per_s"] == pytest.approx(

@@ -9,7 +9,15 @@ from normlab.distributed.batch import loss_weight, shard_bounds, shard_rows
 from normlab.distributed.launcher import LaunchResult, Layout, launch, parallel_mode
 from normlab.distributed.metrics import gather_rank_stats, global_mean, global_sum
 from normlab.distributed.process_group import DistContext, init_from_env, teardown
-from normlab.distributed.wrap import MODES, PRECISIONS, clip_grad_norm, mixed_precision_policy, wrap
+from normlab.distributed.wrap import (
+    MODES,
+    PRECISIONS,
+    clip_grad_norm,
+    full_state_dict,
+    mixed_precision_policy,
+    unwrap,
+    wrap,
+)
 
 __all__ = [
     "MODES",
@@ -18,6 +26,7 @@ __all__ = [
     "LaunchResult",
     "Layout",
     "clip_grad_norm",
+    "full_state_dict",
     "gather_rank_stats",
     "global_mean",
     "global_sum",
@@ -29,5 +38,6 @@ __all__ = [
     "shard_bounds",
     "shard_rows",
     "teardown",
+    "unwrap",
     "wrap",
 ]

@@ -6,7 +6,8 @@ training loop, and the run the tests launch.
 ``GPTConfig(d_model=32, n_layers=2, n_heads=2, context=16, vocab_size=256)`` with AdamW and
 gradient clipping on batches drawn by :class:`normlab.data.batches.TrainBatches` from a fixed
 random token stream, each rank on its shard of the global batch; rank 0 writes ``DIR/result.json``
-(per-step global loss and gradient norm, per-rank peak memory and throughput with totals). The
+(per-step global loss and gradient norm, per-rank peak memory and throughput with totals) and
+the trained model's full state, ``DIR/model.pt`` (both atomically). The
 same function run in one plain process (:func:`train`) is the single-process reference: the
 losses must agree for every N. ``--fail-rank R --fail-at-step S`` makes rank R raise at step S
 (the crash path).
@@ -15,6 +16,7 @@ losses must agree for every N. ``--fail-rank R --fail-at-step S`` makes rank R r
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 import time
@@ -25,18 +27,19 @@ import numpy as np
 import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from normlab._io import write_json_atomic, write_text_atomic
+from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.data.batches import TrainBatches
 from normlab.distributed.batch import loss_weight, shard_bounds
 from normlab.distributed.launcher import parallel_mode
 from normlab.distributed.metrics import gather_rank_stats, global_mean
 from normlab.distributed.process_group import DistContext, init_from_env, teardown
-from normlab.distributed.wrap import clip_grad_norm, wrap
+from normlab.distributed.wrap import clip_grad_norm, full_state_dict, wrap
 from normlab.models import GPTConfig, build_gpt
 
-__all__ = ["RESULT_FILE", "TINY_GPT", "main", "peak_memory_bytes", "train"]
+__all__ = ["RESULT_FILE", "STATE_FILE", "TINY_GPT", "main", "peak_memory_bytes", "train"]
 
 RESULT_FILE = "result.json"
+STATE_FILE = "model.pt"
 TINY_GPT = GPTConfig(vocab_size=256, context=16, d_model=32, n_layers=2, n_heads=2)
 TOKENS = 1 << 14
 
@@ -74,10 +77,12 @@ def train(
     grad_clip: float = 0.5,
     fail_rank: int | None = None,
     fail_at_step: int = 1,
+    keep_state: bool = False,
 ) -> dict[str, Any]:
     """Train the tiny GPT for ``steps`` AdamW steps on global batches of ``batch_size`` rows and
     return ``{"loss": [L_1, …], "grad_norm": [‖g‖_1, …], "ranks": gather_rank_stats(…)}``,
-    every value global (the same on every rank).
+    every value global (the same on every rank); with ``keep_state`` also ``"state_dict"``, the
+    trained model's full state on rank 0 (:func:`full_state_dict`, a collective).
 
     Step s: every rank draws the s-th global batch (x, y) ∈ [B, T]² of the run's seed, keeps rows
     [o_r, o_r + n_r), backpropagates (N·n_r/B)·L_r, clips to the global norm ``grad_clip``,
@@ -118,7 +123,9 @@ def train(
     ranks = gather_rank_stats(
         ctx, {"peak_memory_bytes": peak_memory_bytes(ctx.device), "tokens_per_s": tokens_per_s}
     )
+    state = {"state_dict": full_state_dict(model)} if keep_state else {}
     return {
+        **state,
         "loss": losses,
         "grad_norm": grad_norms,
         "ranks": ranks,
@@ -160,8 +167,13 @@ def main(argv: list[str] | None = None) -> int:
             grad_clip=ns.grad_clip,
             fail_rank=ns.fail_rank,
             fail_at_step=ns.fail_at_step,
+            keep_state=True,
         )
+        state = result.pop("state_dict")
         if ctx.is_main:
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            write_bytes_atomic(ns.out / STATE_FILE, buffer.getvalue())
             write_json_atomic(ns.out / RESULT_FILE, result)
     finally:
         teardown(ctx)

@@ -13,7 +13,7 @@ vanished without its agent noticing is bounded by the process group's timeout
 (:func:`normlab.distributed.process_group.init_from_env`), and the whole launch by ``timeout_s``
 (torchrun's process group is killed, status ``crashed``).
 
-``python -m normlab.distributed.launcher --nproc-per-node N [--fsdp] -m MODULE ARGS…`` is the
+``python -m normlab.distributed --nproc-per-node N [--fsdp] -m MODULE ARGS…`` is the
 same from a shell; it prints the outcome on one line and exits 0 (finished) or 1 (crashed).
 """
 
@@ -251,11 +251,11 @@ def launch(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m normlab.distributed.launcher [options] -m MODULE ARGS…``: 0 finished, 1
+    """``python -m normlab.distributed [options] -m MODULE ARGS…``: 0 finished, 1
     crashed, 2 bad options (one line on stderr)."""
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(
-        prog="python -m normlab.distributed.launcher",
+        prog="python -m normlab.distributed",
         usage="%(prog)s --nproc-per-node N [options] -m MODULE [ARGS ...]",
     )
     parser.add_argument("--nproc-per-node", type=int, required=True)

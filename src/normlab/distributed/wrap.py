@@ -15,7 +15,15 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-__all__ = ["MODES", "PRECISIONS", "clip_grad_norm", "mixed_precision_policy", "wrap"]
+__all__ = [
+    "MODES",
+    "PRECISIONS",
+    "clip_grad_norm",
+    "full_state_dict",
+    "mixed_precision_policy",
+    "unwrap",
+    "wrap",
+]
 
 MODES = ("ddp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
@@ -104,3 +112,35 @@ def clip_grad_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> float
     norm = torch.nn.utils.clip_grad_norm_(params, max_norm if max_norm > 0 else math.inf)
     full = getattr(norm, "full_tensor", None)
     return float((full() if full is not None else norm).item())
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The module :func:`wrap` was given: DDP's ``.module``; an FSDP2 model is its own (its
+    parameters are then sharded DTensors, see :func:`full_state_dict`)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def full_state_dict(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's state on rank 0, as plain CPU tensors with the unwrapped names (what a
+    single-process run's ``state_dict()`` holds); ``{}`` on the other ranks.
+
+    Under FSDP2 this is a collective (every rank must call it: the shards are gathered with
+    ``torch.distributed.checkpoint.state_dict.get_model_state_dict``, full and offloaded to the
+    CPU on rank 0). Under DDP or one process it copies rank 0's replica; the others return
+    ``{}`` without communicating."""
+    from torch.distributed.tensor import DTensor
+
+    base = unwrap(model)
+    sharded = any(isinstance(p, DTensor) for p in base.parameters())
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    if sharded:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        state = get_model_state_dict(base, options=options)
+        return {k: v.detach().clone() for k, v in state.items()} if rank == 0 else {}
+    if rank != 0:
+        return {}
+    return {k: v.detach().cpu().clone() for k, v in base.state_dict().items()}
