@@ -11,6 +11,8 @@ import itertools
 import json
 import math
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -72,11 +74,12 @@ def _launch(out: Path, *args: str, fsdp: bool = False) -> launch_module.LaunchRe
 
 
 def _alive(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie waiting for its parent to reap it counts as gone)."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    return True
+    return stat[stat.rindex(")") + 2] != "Z"
 
 
 # --- the same global batch for any N ---------------------------------------------------------
@@ -242,3 +245,35 @@ def test_a_failing_rank_crashes_the_run(tmp_path: Path) -> None:
     pids = [int(p.read_text()) for p in tmp_path.glob("rank*.pid")]
     assert len(pids) == 2
     assert not [pid for pid in pids if _alive(pid)], "a rank outlived torchrun"
+
+
+AGENT = """
+import signal, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an agent that does not stop its ranks
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                         start_new_session=True)  # as torchrun starts a rank
+open(sys.argv[1], "w").write(str(child.pid))
+time.sleep(600)
+"""
+
+
+def test_stopping_a_launch_kills_ranks_in_their_own_sessions(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torchrun starts each rank in a session of its own: a timed-out launch must reach them
+    even when the agent ignores SIGTERM (what ``launch(timeout_s=…)`` does on expiry)."""
+    monkeypatch.setattr(launch_module, "STOP_GRACE_S", 0.5)
+    pid_file = tmp_path / "child.pid"
+    agent = subprocess.Popen([sys.executable, "-c", AGENT, str(pid_file)], start_new_session=True)
+    deadline = time.monotonic() + 30
+    while not pid_file.is_file() or not pid_file.read_text():
+        assert time.monotonic() < deadline and agent.poll() is None
+        time.sleep(0.05)
+    child = int(pid_file.read_text())
+    launch_module._stop(agent)
+    assert agent.returncode is not None
+    for _ in range(100):  # the orphan is reaped by init shortly after SIGKILL
+        if not _alive(child):
+            break
+        time.sleep(0.05)
+    assert not _alive(child), "a rank outlived its stopped launch"

@@ -10,7 +10,7 @@ random token stream, each rank on its shard of the global batch; rank 0 writes `
 the trained model's full state, ``DIR/model.pt`` (both atomically). The
 same function run in one plain process (:func:`train`) is the single-process reference: the
 losses must agree for every N. ``--fail-rank R --fail-at-step S`` makes rank R raise at step S
-(the crash path).
+(the crash path); with ``--hang`` it sleeps forever instead (the timeout path).
 """
 
 from __future__ import annotations
@@ -78,6 +78,7 @@ def train(
     fail_rank: int | None = None,
     fail_at_step: int = 1,
     keep_state: bool = False,
+    hang: bool = False,
 ) -> dict[str, Any]:
     """Train the tiny GPT for ``steps`` AdamW steps on global batches of ``batch_size`` rows and
     return ``{"loss": [L_1, …], "grad_norm": [‖g‖_1, …], "ranks": gather_rank_stats(…)}``,
@@ -107,6 +108,9 @@ def train(
     for step in range(1, steps + 1):
         x, y = batches.next()
         if fail_rank == ctx.rank and step == fail_at_step:
+            if hang:
+                while True:  # a rank stuck outside any collective: only a timeout ends the run
+                    time.sleep(1.0)
             raise InjectedFailure(f"rank {ctx.rank} fails at step {step} (--fail-rank)")
         begun = time.perf_counter()
         _, loss = model(x[start:stop].to(ctx.device), y[start:stop].to(ctx.device))
@@ -146,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, choices=("cpu", "cuda"))
     p.add_argument("--fail-rank", type=int, default=None)
     p.add_argument("--fail-at-step", type=int, default=1)
+    p.add_argument("--hang", action="store_true", help="the failing rank hangs instead of raising")
     return p
 
 
@@ -168,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             fail_rank=ns.fail_rank,
             fail_at_step=ns.fail_at_step,
             keep_state=True,
+            hang=ns.hang,
         )
         state = result.pop("state_dict")
         if ctx.is_main:

@@ -20,6 +20,7 @@ same from a shell; it prints the outcome on one line and exits 0 (finished) or 1
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -36,6 +37,9 @@ MODE_ENV = "NORMLAB_PARALLEL"
 :func:`parallel_mode`)."""
 
 ERROR_TAIL_LINES = 20
+AGENT_LOG = "torchrun.log"
+"""torchrun's own output (its agent's log and the failure summary), in ``log_dir``."""
+STOP_GRACE_S = 15.0
 
 
 @dataclass(frozen=True)
@@ -90,7 +94,8 @@ class Layout:
 class LaunchResult:
     """The outcome of one launch: ``status`` ``finished`` or ``crashed``; torchrun's
     ``returncode`` (None when ``timed_out``); the failing rank (global, when known) and the last
-    lines of its error; ``log_dir`` holding each rank's ``stdout.log`` / ``stderr.log`` /
+    lines of its error; ``log_dir`` holding torchrun's output (``torchrun.log``, also in
+    ``agent_output``) and, below it, each rank's ``stdout.log`` / ``stderr.log`` /
     ``error.json``."""
 
     status: str
@@ -130,8 +135,6 @@ def torchrun_command(
         "--log-dir",
         str(log_dir),
         "--redirects",
-        "3",
-        "--tee",
         "3",
     ]
     if layout.nnodes == 1 and layout.rdzv_endpoint is None:
@@ -187,6 +190,43 @@ def _rank_failures(log_dir: Path) -> list[tuple[int, int, str]]:
     return sorted(found)
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below ``pid`` (Linux: read from /proc; elsewhere none)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            stat = entry.read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        children.setdefault(int(fields[1]), []).append(int(entry.parent.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Stop a torchrun that ran out of time, and its ranks. Its agent starts every rank in a
+    session of its own, so killing torchrun's session alone would orphan them: SIGTERM torchrun
+    (its agent then stops its ranks), wait ``STOP_GRACE_S``, then SIGKILL whatever of torchrun's
+    process tree (noted before the SIGTERM) is left."""
+    tree = set(_descendants(proc.pid))
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        tree.update(_descendants(proc.pid))
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+    for pid in sorted(tree):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 def launch(
     module: str,
     args: list[str],
@@ -217,21 +257,18 @@ def launch(
     log_dir.mkdir(parents=True, exist_ok=True)
     run_env = {**os.environ, **(env or {}), MODE_ENV: layout.mode}
     cmd = torchrun_command(layout, module, list(args), log_dir)
-    proc = subprocess.Popen(
-        cmd,
-        env=run_env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    timed_out = False
-    try:
-        output, _ = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        os.killpg(proc.pid, signal.SIGKILL)  # torchrun's session: the agent and its ranks
-        output, _ = proc.communicate()
+    agent_log = log_dir / AGENT_LOG
+    with open(agent_log, "w", encoding="utf-8") as sink:
+        proc = subprocess.Popen(
+            cmd, env=run_env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            _stop(proc)
+    output = agent_log.read_text(errors="replace")
     returncode = None if timed_out else proc.returncode
     if returncode == 0:
         return LaunchResult("finished", 0, log_dir=log_dir, agent_output=output)
@@ -242,7 +279,7 @@ def launch(
         failed_rank = layout.node_rank * layout.nproc_per_node + local
         error = _tail(text)
     elif timed_out:
-        error = f"timed out after {timeout_s} s; torchrun and its ranks were killed"
+        error = f"timed out after {timeout_s} s; torchrun and its ranks were stopped"
     else:
         error = _tail(output)
     if timed_out and failures:
