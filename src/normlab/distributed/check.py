@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
             write_bytes_atomic(ns.out / STATE_FILE, buffer.getvalue())
             write_json_atomic(ns.out / RESULT_FILE, result)
     finally:
-        teardown(ctx)
+        teardown()
     return 0
 
 

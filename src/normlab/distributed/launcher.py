@@ -11,7 +11,8 @@ record` writes its exception to the error file torchrun names in ``TORCHELASTIC_
 and maps torchrun's exit status to ``finished`` (0) or ``crashed``. A collective whose peer
 vanished without its agent noticing is bounded by the process group's timeout
 (:func:`normlab.distributed.process_group.init_from_env`), and the whole launch by ``timeout_s``
-(torchrun's process group is killed, status ``crashed``).
+(torchrun gets SIGTERM, which its agent passes on to the ranks, then what is left of its process
+tree gets SIGKILL; status ``crashed``).
 
 ``python -m normlab.distributed --nproc-per-node N [--fsdp] -m MODULE ARGS…`` is the
 same from a shell; it prints the outcome on one line and exits 0 (finished) or 1 (crashed).
@@ -168,12 +169,14 @@ def _error_text(error_file: Path) -> str:
     return stack if stack else str(message.get("message", raw))
 
 
-def _rank_failures(log_dir: Path) -> list[tuple[int, int, str]]:
+def _rank_failures(log_dir: Path, earlier: set[Path]) -> list[tuple[int, int, str]]:
     """(write time in ns, local rank, error) of every rank that left an error file or a
-    traceback on stderr, earliest first: the first is the root cause, the later ones are
-    usually peers that lost it in a collective."""
+    traceback on stderr in a job folder of ``log_dir`` not in ``earlier`` (torchrun makes one
+    per launch), earliest first: the first is the root cause, the later ones are usually peers
+    that lost it in a collective."""
     found = []
-    for attempt in log_dir.rglob("attempt_*"):
+    jobs = [job for job in log_dir.iterdir() if job.is_dir() and job not in earlier]
+    for attempt in (a for job in jobs for a in job.glob("attempt_*")):
         for rank_dir in attempt.iterdir():
             if not rank_dir.is_dir() or not rank_dir.name.isdigit():
                 continue
@@ -238,14 +241,15 @@ def launch(
 ) -> LaunchResult:
     """Run ``python -m module args`` on ``layout.nproc_per_node`` processes of this host under
     torchrun and wait for it: ``finished`` when torchrun exits 0, ``crashed`` otherwise (or after
-    ``timeout_s`` seconds, when torchrun and its ranks are killed), with the first failing rank
+    ``timeout_s`` seconds, when torchrun and its ranks are stopped), with the first failing rank
     and the last lines of its error.
 
     Each rank gets ``env`` on top of this process's environment, and ``NORMLAB_PARALLEL``
-    (``ddp``/``fsdp``, from ``layout.fsdp``). ``log_dir`` (default: a new temporary folder) keeps
-    torchrun's per-rank logs. On one host the rendezvous is torchrun's ``--standalone`` (a free
-    port of its own). The rank numbers read from the logs are local ranks; on one host they are
-    the global ones (``failed_rank``: ``node_rank · nproc_per_node + local rank``).
+    (``ddp``/``fsdp``, from ``layout.fsdp``). ``log_dir`` (default: a new temporary folder; it
+    may be reused, only this launch's job folder is read) keeps torchrun's output and per-rank
+    logs. On one host the rendezvous is torchrun's ``--standalone`` (a free port of its own).
+    The rank numbers read from the logs are local ranks; on one host they are the global ones
+    (``failed_rank``: ``node_rank · nproc_per_node + local rank``).
     """
     if not isinstance(module, str) or not module:
         raise ValueError(f"module: expected a module name to run with -m, got {module!r}")
@@ -255,6 +259,7 @@ def launch(
         Path(tempfile.mkdtemp(prefix="normlab-torchrun-")) if log_dir is None else Path(log_dir)
     )
     log_dir.mkdir(parents=True, exist_ok=True)
+    earlier = {job for job in log_dir.iterdir() if job.is_dir()}
     run_env = {**os.environ, **(env or {}), MODE_ENV: layout.mode}
     cmd = torchrun_command(layout, module, list(args), log_dir)
     agent_log = log_dir / AGENT_LOG
@@ -272,7 +277,7 @@ def launch(
     returncode = None if timed_out else proc.returncode
     if returncode == 0:
         return LaunchResult("finished", 0, log_dir=log_dir, agent_output=output)
-    failures = _rank_failures(log_dir)
+    failures = _rank_failures(log_dir, earlier)
     failed_rank, error = None, ""
     if failures:
         _, local, text = failures[0]

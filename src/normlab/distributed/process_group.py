@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -44,7 +45,7 @@ class DistContext:
         return self.backend is not None
 
 
-def _env_int(name: str, env: os._Environ[str]) -> int:
+def _env_int(name: str, env: Mapping[str, str]) -> int:
     raw = env.get(name)
     try:
         value = int(raw) if raw is not None else -1
@@ -67,10 +68,14 @@ def init_from_env(device: str | None = None, timeout_s: float = 600.0) -> DistCo
     this rank instead of hanging it. Without ``WORLD_SIZE`` in the environment (a plain
     ``python`` run) no group is joined: rank 0 of 1 on ``device`` (default as above).
     """
-    env = os.environ
-    use_cuda = torch.cuda.is_available() if device is None else device.startswith("cuda")
     if device is not None and device not in ("cpu", "cuda"):
         raise ValueError(f"device: expected None, 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("device: 'cuda' asked for, but this torch sees no CUDA device")
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s: expected a number > 0, got {timeout_s!r}")
+    env = os.environ
+    use_cuda = torch.cuda.is_available() if device is None else device == "cuda"
     if "WORLD_SIZE" not in env:
         dev = torch.device("cuda", torch.cuda.current_device()) if use_cuda else torch.device("cpu")
         return DistContext(0, 1, 0, dev, None)
@@ -100,7 +105,7 @@ def init_from_env(device: str | None = None, timeout_s: float = 600.0) -> DistCo
     return DistContext(rank, world_size, local_rank, dev, backend)
 
 
-def teardown(ctx: DistContext | None = None) -> None:
+def teardown() -> None:
     """Leave the process group (a no-op without one). Call it once at the end of every rank,
     after the last collective; a rank that raises does not need to (torchrun stops the others)."""
     if dist.is_available() and dist.is_initialized():
