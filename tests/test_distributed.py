@@ -218,6 +218,10 @@ def test_two_processes_match_one(tmp_path: Path, fsdp: bool, batch_size: int) ->
             assert got == pytest.approx(want, rel=1e-5), f"{key} at step {step}"
     # the loss moved, so equality is not the initial loss five times over
     assert reference["loss"][0] != reference["loss"][-1]
+    # the last step's per-group gradient norms, reduced over the shards under FSDP
+    assert run["layer_grad_norms"].keys() == reference["layer_grad_norms"].keys()
+    for group, want in reference["layer_grad_norms"].items():
+        assert run["layer_grad_norms"][group] == pytest.approx(want, rel=1e-4), group
     # the trained parameters, gathered from the shards under FSDP, are the single run's
     state = torch.load(tmp_path / STATE_FILE, weights_only=True)
     assert state.keys() == reference["state_dict"].keys()

@@ -7,7 +7,12 @@ depends only on torch, :mod:`normlab.models` and :mod:`normlab.data` (its check 
 
 from normlab.distributed.batch import loss_weight, shard_bounds, shard_rows
 from normlab.distributed.launcher import LaunchResult, Layout, launch, parallel_mode
-from normlab.distributed.metrics import gather_rank_stats, global_mean, global_sum
+from normlab.distributed.metrics import (
+    gather_rank_stats,
+    global_mean,
+    global_sum,
+    group_grad_norms,
+)
 from normlab.distributed.process_group import DistContext, init_from_env, teardown
 from normlab.distributed.wrap import (
     MODES,
@@ -30,6 +35,7 @@ __all__ = [
     "gather_rank_stats",
     "global_mean",
     "global_sum",
+    "group_grad_norms",
     "init_from_env",
     "launch",
     "loss_weight",

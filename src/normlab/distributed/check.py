@@ -31,7 +31,7 @@ from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.data.batches import TrainBatches
 from normlab.distributed.batch import loss_weight, shard_bounds
 from normlab.distributed.launcher import parallel_mode
-from normlab.distributed.metrics import gather_rank_stats, global_mean
+from normlab.distributed.metrics import gather_rank_stats, global_mean, group_grad_norms
 from normlab.distributed.process_group import DistContext, init_from_env, teardown
 from normlab.distributed.wrap import clip_grad_norm, full_state_dict, wrap
 from normlab.models import GPTConfig, build_gpt
@@ -81,7 +81,8 @@ def train(
     hang: bool = False,
 ) -> dict[str, Any]:
     """Train the tiny GPT for ``steps`` AdamW steps on global batches of ``batch_size`` rows and
-    return ``{"loss": [L_1, …], "grad_norm": [‖g‖_1, …], "ranks": gather_rank_stats(…)}``,
+    return ``{"loss": [L_1, …], "grad_norm": [‖g‖_1, …], "layer_grad_norms": {group: ‖g_G‖}
+    (last step, before clipping), "ranks": gather_rank_stats(…)}``,
     every value global (the same on every rank); with ``keep_state`` also ``"state_dict"``, the
     trained model's full state on rank 0 (:func:`full_state_dict`, a collective).
 
@@ -104,7 +105,7 @@ def train(
         [{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}], lr=lr
     )
 
-    losses, grad_norms, elapsed = [], [], 0.0
+    losses, grad_norms, layer_norms, elapsed = [], [], {}, 0.0
     for step in range(1, steps + 1):
         x, y = batches.next()
         if fail_rank == ctx.rank and step == fail_at_step:
@@ -116,6 +117,8 @@ def train(
         _, loss = model(x[start:stop].to(ctx.device), y[start:stop].to(ctx.device))
         optimizer.zero_grad(set_to_none=True)
         (loss * weight).backward()
+        if step == steps:  # before clipping, as train.py logs them
+            layer_norms = group_grad_norms(model, base.parameter_groups())
         grad_norms.append(clip_grad_norm(base.parameters(), grad_clip))
         optimizer.step()
         local = loss.item()
@@ -132,6 +135,7 @@ def train(
         **state,
         "loss": losses,
         "grad_norm": grad_norms,
+        "layer_grad_norms": layer_norms,
         "ranks": ranks,
         "world_size": ctx.world_size,
         "mode": mode,
