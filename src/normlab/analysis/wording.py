@@ -50,9 +50,11 @@ __all__ = [
     "SMALLEST",
     "Judgement",
     "Smallest",
+    "badge_in_analysis",
     "decision_badge",
     "interval_words",
     "judge",
+    "judge_in_analysis",
     "smallest_for",
 ]
 
@@ -321,3 +323,55 @@ def decision_badge(
     if decision == "switch":
         return "runner-up"
     return "no gain"
+
+
+def _margin_of(a: Mapping[str, Any]) -> float | None:
+    for key in ("margin_bpb", "margin_val_loss"):
+        if isinstance(a.get(key), (int, float)):
+            return float(a[key])
+    return None
+
+
+def judge_in_analysis(a: Mapping[str, Any], arm: str, metric: str) -> Judgement:
+    """:func:`judge` for ``metric`` of ``arm`` in the analysis dict of
+    :func:`normlab.analysis.summary.analyze` (its Holm p, failure flags, baseline mean, and
+    whether the arm never reached the target)."""
+    c = a["comparisons"][arm][metric]
+    info = a["metrics"][metric]
+    base = a["baseline_arm"]
+    stab = a["verdicts"].get(arm, {}).get("stability_detail", {})
+    arm_vals, base_vals = a["arms"][arm][metric], a["arms"][base][metric]
+    done = a.get("arm_info", {}).get(arm, {}).get("seeds_done", [])
+    never = (
+        metric == "time_to_target_s" and bool(done) and arm_vals["n"] == 0 and base_vals["n"] > 0
+    )
+    return judge(
+        c,
+        metric,
+        lower_is_better=bool(info["lower_is_better"]),
+        scale=info.get("scale", "difference"),
+        margin=_margin_of(a),
+        baseline_mean=base_vals.get("mean"),
+        p_holm=c.get("p_holm"),
+        alpha=float(a.get("alpha", 0.05)),
+        primary=metric == a.get("quality_metric"),
+        arm_failed=bool(stab.get("failed")),
+        baseline_failed=bool(stab.get("baseline_failed")),
+        never_reached=never,
+        testbed=str(a.get("testbed") or "gpt"),
+    )
+
+
+def badge_in_analysis(a: Mapping[str, Any], arm: str) -> str:
+    """:func:`decision_badge` of ``arm`` in the analysis dict of
+    :func:`normlab.analysis.summary.analyze`."""
+    v = a["verdicts"][arm]
+    return decision_badge(
+        arm,
+        a["recommendation"]["choice"],
+        v["decision"],
+        quality=v["quality"],
+        stability=v["stability"],
+        throughput=v["throughput"],
+        failed=bool(v.get("stability_detail", {}).get("failed")),
+    )
