@@ -309,6 +309,9 @@ def test_report_words_for_a_failed_arm(tmp_path):
     for metric in ("act_kurtosis_max", "act_max_over_rms"):
         assert judge_in_analysis(a, "dyt-pre", metric).word == "not comparable"
     assert judge_in_analysis(a, "dyt-pre", "time_to_target_s").word == "worse"
+    # a failed arm's loss and speed are still its own: compared, not hidden
+    assert judge_in_analysis(a, "dyt-pre", "best_val_bpb").word == "worse"
+    assert judge_in_analysis(a, "dyt-pre", "tokens_per_s").word != "not comparable"
     assert judge_in_analysis(a, "rmsnorm-pre", "saved_activation_bytes").word == "equivalent"
 
     content = build_content(folder, a, None, [])

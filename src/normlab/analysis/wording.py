@@ -5,7 +5,7 @@ For one metric of an arm against the baseline (a paired comparison, as
 word, in this order of rules:
 
 1. ``not comparable``: the arm (or the baseline) failed to learn (:mod:`.learning`) and the
-   metric is secondary (anything but the quality metric and time to target): outlier counts,
+   metric describes the trained model (:data:`LEARNED_MODEL_METRICS`): outlier counts,
    kurtosis or quantization deltas of a model that learned nothing describe no norm.
 2. ``worse`` for time to target when the arm never reached the target in a seed where the
    baseline did, and reached it in none: never reaching it is worse, not inconclusive.
@@ -47,6 +47,7 @@ from normlab.analysis.format import fmt_p
 
 __all__ = [
     "BETTER_WORSE",
+    "LEARNED_MODEL_METRICS",
     "SMALLEST",
     "Judgement",
     "Smallest",
@@ -60,8 +61,19 @@ __all__ = [
 
 BETTER_WORSE = ("better", "worse")
 
-SECONDARY_EXEMPT = ("time_to_target_s",)
-"""Secondary metrics still judged for a failed arm (rule 2 decides them)."""
+LEARNED_MODEL_METRICS = (
+    "ptq_int8wo_delta",
+    "ptq_w8a8_delta",
+    "bf16_eval_delta",
+    "act_kurtosis_max",
+    "act_max_over_rms",
+    "channel_rms_kurtosis_max",
+    "outlier_channels",
+)
+"""Secondary metrics that describe what a trained model learned (quantization and bf16
+degradation, activation outliers): not comparable when either arm failed to learn. Losses,
+speed, memory, spikes and time to target stay comparable: a failed arm's loss is worse, its
+speed is still its speed."""
 
 
 @dataclass(frozen=True)
@@ -206,7 +218,7 @@ def judge(
     """
     spec = smallest or smallest_for(metric, testbed)
     delta = spec.resolve(margin)
-    if (arm_failed or baseline_failed) and not primary and metric not in SECONDARY_EXEMPT:
+    if (arm_failed or baseline_failed) and not primary and metric in LEARNED_MODEL_METRICS:
         who = "the arm" if arm_failed else "the baseline"
         return Judgement("not comparable", f"{who} failed to learn", False, False)
     if never_reached:

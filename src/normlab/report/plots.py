@@ -399,13 +399,13 @@ def plot_final_metrics(
 ) -> Figure:
     """The final quality metric (GPT: validation bpb; DiT: validation loss), throughput and peak
     memory per arm: seeds as dots, mean ◆ with its 95 % t-interval (unpaired: it includes the
-    seed-to-seed variation shared by all arms). Up to three arms the panels sit side by side;
-    with more, one above the other, each the full width, so every arm name has room. Names are
-    wrapped; if their labels still collide, they are turned upright."""
+    seed-to-seed variation shared by all arms). Up to three arms with short names the panels sit
+    side by side; otherwise one above the other, each the full width, so every arm name has
+    room. Names are wrapped; if their labels still collide, they are turned upright, unwrapped."""
     testbed = _testbed(analysis)
     arms = list(analysis["arm_order"])
     mem_label = "peak memory (MiB" + (f", {memory_kind})" if memory_kind else ")")
-    wide = len(arms) > 3
+    wide = len(arms) > 3 or max((len(a) for a in arms), default=0) > 18
     lines = max(_wrap_name(a).count("\n") + 1 for a in arms) if arms else 1
     with plot_style():
         if wide:
@@ -439,9 +439,7 @@ def plot_final_metrics(
         fig.canvas.draw()
         for ax in axes:
             if _labels_overlap(fig, ax.get_xticklabels()):
-                for label in ax.get_xticklabels():
-                    label.set_rotation(90)
-                    label.set_ha("center")
+                ax.set_xticks(range(len(arms)), arms, rotation=90, ha="center")
     return fig
 
 
