@@ -337,6 +337,7 @@ def _per_arm_panel(
     scale: float,
     ylabel: str,
     digits: int,
+    wrap: int = 14,
 ) -> None:
     for i, arm in enumerate(arms):
         values = np.asarray(analysis["arms"][arm][metric]["values"], dtype=np.float64) / scale
@@ -387,7 +388,7 @@ def _per_arm_panel(
             fontsize=8.5,
             color="#222",
         )
-    ax.set_xticks(range(len(arms)), [_wrap_name(a) for a in arms], rotation=0)
+    ax.set_xticks(range(len(arms)), [_wrap_name(a, wrap) for a in arms], rotation=0)
     ax.set_xlim(-0.6, len(arms) - 0.4)
     ax.set_ylabel(ylabel)
     ax.grid(axis="x", visible=False)
@@ -406,7 +407,11 @@ def plot_final_metrics(
     arms = list(analysis["arm_order"])
     mem_label = "peak memory (MiB" + (f", {memory_kind})" if memory_kind else ")")
     wide = len(arms) > 3 or max((len(a) for a in arms), default=0) > 18
-    lines = max(_wrap_name(a).count("\n") + 1 for a in arms) if arms else 1
+    # characters that fit under one arm: the panel's width in inches over about 0.075 in a
+    # character at the tick labels' 9 pt
+    panel_in = 9.0 if wide else 2.6
+    wrap = max(8, int(panel_in / max(1, len(arms)) / 0.075))
+    lines = max(_wrap_name(a, wrap).count("\n") + 1 for a in arms) if arms else 1
     with plot_style():
         if wide:
             fig, axes = _figure(10.0, 3 * (2.3 + 0.16 * lines), nrows=3)
@@ -421,6 +426,7 @@ def plot_final_metrics(
             1.0,
             f"{testbed.quality_label} ({testbed.unit})",
             4,
+            wrap,
         )
         _per_arm_panel(
             axes[1],
@@ -431,8 +437,11 @@ def plot_final_metrics(
             1e3,
             "throughput (thousand tokens/s)",
             2,
+            wrap,
         )
-        _per_arm_panel(axes[2], analysis, arms, colors, "peak_memory_bytes", 2**20, mem_label, 1)
+        _per_arm_panel(
+            axes[2], analysis, arms, colors, "peak_memory_bytes", 2**20, mem_label, 1, wrap
+        )
         axes[0].set_title(testbed.quality_label.capitalize(), loc="left")
         axes[1].set_title("Training throughput", loc="left")
         axes[2].set_title("Peak memory", loc="left")
