@@ -21,6 +21,7 @@ from normlab.analysis.sequential import (
     default_looks,
     look_decisions,
     next_round_size,
+    plan_for,
     spent_alpha,
 )
 
@@ -182,3 +183,13 @@ def test_decide_all_and_argument_errors():
         decide([1.0, float("nan")], plans["a"])
     assert default_looks() == (3, 5, 7, 9, 10)
     assert decide([0.3], plans["a"]).verdict == "open"
+
+
+def test_plans_take_the_smallest_difference_that_matters():
+    q = plan_for("final_val_bpb", lower_is_better=True, margin=0.02, looks=LOOKS)
+    assert q.margin == pytest.approx(0.02) and q.looks == LOOKS
+    speed = plan_for("tokens_per_s", lower_is_better=False, scale="ratio")
+    assert speed.margin == pytest.approx(math.log(1.02)) and not speed.lower_is_better
+    kurt = plan_for("act_kurtosis_max", lower_is_better=True, baseline_mean=-40.0)
+    assert kurt.margin == pytest.approx(4.0)
+    assert plan_for("act_kurtosis_max", lower_is_better=True).margin is None
