@@ -7,7 +7,13 @@ counts are reported so the reader can weigh them. With equal shares, the paired 
 spikes per run (loss + gradient spikes, seed by seed) decides when the exact two-sided sign test
 rejects "more and fewer spikes are equally likely" at level α (spike counts are small integers:
 one extra spike in each of three seeds has probability 1/4 by chance, which a zero-width
-t-interval would call certain); otherwise the verdict is ``similar``.
+t-interval would call certain). A spike interval that excludes zero while the sign test cannot
+confirm it (three seeds cannot reach p < 0.05) gives ``inconclusive``, never "no detectable
+difference"; otherwise the verdict is ``similar``.
+
+Failing to learn is instability too: before any of the above, an arm whose runs mostly diverged,
+did not learn or stalled while the baseline's did not (:func:`normlab.analysis.learning.arm_failed`)
+is ``worse`` with ``failed`` set, and the reverse makes it ``better``.
 """
 
 from __future__ import annotations
@@ -17,8 +23,10 @@ from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired
 from normlab.analysis.format import fmt_p
+from normlab.analysis.learning import RunLearning, arm_failed, run_learning
 from normlab.analysis.runs import RunResult
 from normlab.analysis.stats import sign_test
+from normlab.analysis.wording import interval_words
 from normlab.run_format import DONE_STATUSES
 
 __all__ = ["ArmStability", "StabilityVerdict", "arm_stability", "stability_verdict"]
@@ -38,6 +46,8 @@ class ArmStability:
     n_loss_spikes: int
     n_grad_spikes: int
     n_clipped: int
+    n_not_learning: int = 0
+    n_stalled: int = 0
 
     @property
     def diverged_share(self) -> float | None:
@@ -62,6 +72,11 @@ class StabilityVerdict:
     spikes_ci_low: float | None
     spikes_ci_high: float | None
     n_pairs: int
+    failed: bool = False
+    """The arm failed to learn (most runs diverged, did not learn or stalled; the baseline's
+    did not)."""
+    baseline_failed: bool = False
+    """The same of the baseline against the arm."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -74,8 +89,9 @@ def _count(run: RunResult, key: str) -> int:
 
 
 def arm_stability(runs: list[RunResult]) -> ArmStability:
-    """Count outcomes and spikes over ``runs`` (all of one arm)."""
+    """Count outcomes, failures to learn and spikes over ``runs`` (all of one arm)."""
     done = [r for r in runs if r.done]
+    learning = [run_learning(r).outcome for r in done]
     diverged = {
         r.seed: (int(r.summary["diverged_at"]) if r.value("diverged_at") is not None else None)
         for r in runs
@@ -92,11 +108,28 @@ def arm_stability(runs: list[RunResult]) -> ArmStability:
         n_loss_spikes=sum(_count(r, "n_loss_spikes") for r in done),
         n_grad_spikes=sum(_count(r, "n_grad_spikes") for r in done),
         n_clipped=sum(_count(r, "n_clipped") for r in done),
+        n_not_learning=learning.count("not learning"),
+        n_stalled=learning.count("stalled"),
     )
 
 
 def _spikes(run: RunResult) -> float:
     return float(_count(run, "n_loss_spikes") + _count(run, "n_grad_spikes"))
+
+
+def _failure_words(outcomes: list[RunLearning]) -> str:
+    """``2 of 3 runs stalled, 1 did not learn`` for the failed runs among ``outcomes``."""
+    n = len(outcomes)
+    parts = [
+        f"{sum(o.outcome == key for o in outcomes)} {word}"
+        for key, word in (
+            ("stalled", "stalled"),
+            ("not learning", "did not learn"),
+            ("diverged", "diverged"),
+        )
+        if any(o.outcome == key for o in outcomes)
+    ]
+    return f"of {n} runs, {', '.join(parts)}" if parts else f"all {n} runs learned"
 
 
 def _spikes_reason(lead: str, spikes: PairedComparison, diffs: list[float]) -> str:
@@ -117,6 +150,9 @@ def stability_verdict(
 ) -> StabilityVerdict:
     """Judge ``arm_runs`` against ``base_runs`` by the rules in the module docstring."""
     arm, base = arm_stability(arm_runs), arm_stability(base_runs)
+    arm_learn = [run_learning(r) for r in arm_runs if r.done]
+    base_learn = [run_learning(r) for r in base_runs if r.done]
+    failed, base_failed = arm_failed(arm_learn, base_learn), arm_failed(base_learn, arm_learn)
     a_share, b_share = arm.diverged_share, base.diverged_share
     arm_by_seed = {r.seed: r for r in arm_runs if r.status in DONE_STATUSES}
     base_by_seed = {r.seed: r for r in base_runs if r.status in DONE_STATUSES}
@@ -129,11 +165,21 @@ def stability_verdict(
         spikes_ci_low=spikes.ci_low,
         spikes_ci_high=spikes.ci_high,
         n_pairs=spikes.n_pairs,
+        failed=failed,
+        baseline_failed=base_failed,
     )
     if a_share is None or b_share is None:
         return StabilityVerdict(
             "inconclusive", "one of the arms has no finished or diverged run", **stats
         )
+    if failed != base_failed:
+        learn = (
+            f"failed to learn ({_failure_words(arm_learn)}; baseline: {_failure_words(base_learn)})"
+            if failed
+            else f"the baseline failed to learn ({_failure_words(base_learn)}; this arm: "
+            f"{_failure_words(arm_learn)})"
+        )
+        return StabilityVerdict("worse" if failed else "better", learn, **stats)
     div = (
         f"{arm.n_diverged} of {arm.n_done} runs diverged (baseline: "
         f"{base.n_diverged} of {base.n_done})"
@@ -146,4 +192,17 @@ def stability_verdict(
     if spikes.verdict in ("better", "worse"):
         reason = _spikes_reason(lead, spikes, [a - b for a, b in zip(x, y, strict=True)])
         return StabilityVerdict(spikes.verdict, reason, **stats)
+    if interval_words(spikes.ci_low, spikes.ci_high) == "excludes zero":
+        sign = sign_test([a - b for a, b in zip(x, y, strict=True)])
+        fewer = (spikes.mean_diff or 0.0) < 0
+        k = sign.n_neg if fewer else sign.n_pos
+        pct = round(100 * spikes.confidence)
+        return StabilityVerdict(
+            "inconclusive",
+            f"{lead}; {'fewer' if fewer else 'more'} spikes in {k} of {sign.n} paired seeds "
+            f"(mean {spikes.mean_diff:+.2f} per run, {pct}% CI {spikes.ci_low:+.2f} to "
+            f"{spikes.ci_high:+.2f}, which excludes zero), but the exact sign test "
+            f"({fmt_p(spikes.p_value)}) cannot confirm it with {sign.n} seeds",
+            **stats,
+        )
     return StabilityVerdict("similar", f"{lead}; no detectable difference in spikes", **stats)

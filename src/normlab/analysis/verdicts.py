@@ -5,6 +5,8 @@ metric: bits per byte for the GPT, flow-matching loss for the DiT; see
 :mod:`normlab.analysis.comparison`), throughput and peak memory (paired log ratios), and
 stability (:mod:`normlab.analysis.stability`). The decision, first rule that applies:
 
+0. A failed to learn (stalled, did not learn or diverged in most runs; see
+   :mod:`normlab.analysis.learning`) → ``keep`` B, reason "failed to learn";
 1. A is less stable than B            → ``keep`` B;
 2. A's quality is worse               → ``keep`` B;
 3. A's quality is better              → ``switch`` to A;
@@ -13,21 +15,37 @@ stability (:mod:`normlab.analysis.stability`). The decision, first rule that app
    difference, or speed not comparable → ``either`` (nothing is gained by switching; the
    reason says which: a speed test that fails to reject is not evidence of equal speed);
 6. quality inconclusive               → ``undecided``, with the seeds that would likely settle it.
+
+Every word (quality, speed, memory) comes from :func:`normlab.analysis.wording.judge`: better or
+worse needs the interval to exclude zero *and* a difference at least the smallest that matters
+(the margin for quality, 2 % for speed, 1 % for memory); a significant quality difference below
+the margin whose interval reaches past it is ``unclear size`` and leaves the arm undecided.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from normlab.analysis.comparison import EXACT_TEST, PairedComparison
 from normlab.analysis.format import fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.stability import StabilityVerdict
+from normlab.analysis.wording import Smallest, judge
 
 __all__ = ["ArmVerdict", "arm_verdict", "quality_sentence", "speed_sentence"]
 
-_SPEED_WORDS = {"better": "faster", "worse": "slower", "equivalent": "same speed"}
-_MEMORY_WORDS = {"better": "less", "worse": "more", "equivalent": "same"}
+_SPEED_WORDS = {
+    "better": "faster",
+    "worse": "slower",
+    "equivalent": "same speed",
+    "unclear size": "unclear size",
+}
+_MEMORY_WORDS = {
+    "better": "less",
+    "worse": "more",
+    "equivalent": "same",
+    "unclear size": "unclear size",
+}
 
 
 @dataclass(frozen=True)
@@ -91,6 +109,12 @@ def quality_sentence(
         )
     if c.verdict == "equivalent":
         return f"Final {what} is identical in every pair: {diff}."
+    if c.verdict == "unclear size":
+        return (
+            f"Final {what} differs detectably but by less than the margin: {diff}, "
+            f"{fmt_p(c.p_value)}; the interval reaches past {margin}, so whether the difference "
+            "matters is still open."
+        )
     if c.verdict in ("better", "worse"):
         word = "lower (better)" if c.verdict == "better" else "higher (worse)"
         evidence = "the same in every pair" if c.test == EXACT_TEST else fmt_p(c.p_value)
@@ -110,8 +134,9 @@ def quality_sentence(
     )
 
 
-def speed_sentence(c: PairedComparison) -> str:
-    """One sentence on the throughput ratio with its interval."""
+def speed_sentence(c: PairedComparison, word: str | None = None) -> str:
+    """One sentence on the throughput ratio with its interval (``word``: the speed word of
+    :func:`_ratio_word`, computed when not given)."""
     if c.n_pairs < 2 or c.ratio is None:
         if c.ratio is not None:
             return (
@@ -119,30 +144,33 @@ def speed_sentence(c: PairedComparison) -> str:
             )
         return "Throughput cannot be compared (no paired seed)."
     pct = round(100 * c.confidence)
-    word = _SPEED_WORDS.get(c.verdict, "no detectable difference")
+    word = word or _ratio_word(c, _SPEED_WORDS, "tokens_per_s", False)
     return (
         f"Throughput {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
         f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
     )
 
 
-def _memory_sentence(c: PairedComparison) -> str:
+def _memory_sentence(c: PairedComparison, word: str) -> str:
     if c.ratio is None:
         return "Peak memory cannot be compared (no paired seed)."
     if c.n_pairs < 2:
         return f"Peak memory {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
     pct = round(100 * c.confidence)
-    word = _MEMORY_WORDS.get(c.verdict, "no detectable difference")
     return (
         f"Peak memory {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
         f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
     )
 
 
-def _ratio_word(c: PairedComparison, words: dict[str, str]) -> str:
+def _ratio_word(
+    c: PairedComparison, words: dict[str, str], metric: str, lower_is_better: bool
+) -> str:
+    """The speed or memory word of ``c`` by :func:`~normlab.analysis.wording.judge`."""
     if c.n_pairs < 2:
         return "inconclusive"
-    return words.get(c.verdict, "no detectable difference")
+    word = judge(c, metric, lower_is_better=lower_is_better, scale="ratio", primary=True).word
+    return words.get(word, word)
 
 
 def _equivalent_quality_decision(arm: str, speed: str) -> tuple[str, str]:
@@ -171,11 +199,22 @@ def arm_verdict(
     """Combine the comparisons of ``arm`` into verdicts and a decision (rules: module docstring).
 
     ``what`` and ``unit`` name the quality metric and its unit (see :func:`quality_sentence`)."""
-    speed = _ratio_word(throughput, _SPEED_WORDS)
+    speed = _ratio_word(throughput, _SPEED_WORDS, "tokens_per_s", False)
+    q_word = judge(
+        quality,
+        "quality",
+        lower_is_better=True,
+        smallest=Smallest("absolute", quality.margin or 0.0),
+        primary=True,
+    )
+    if quality.verdict in ("better", "worse") and q_word.word == "unclear size":
+        quality = replace(quality, verdict="unclear size")
     q_text = quality_sentence(quality, arm, baseline, what, unit)
-    s_text = speed_sentence(throughput)
+    s_text = speed_sentence(throughput, speed)
     stab_text = f"Stability: {stability.reason}."
-    if stability.verdict == "worse":
+    if stability.failed:
+        decision, reason = "keep", f"{arm} failed to learn"
+    elif stability.verdict == "worse":
         decision, reason = "keep", f"{arm} is less stable"
     elif quality.verdict == "worse":
         decision, reason = "keep", f"{arm} gives worse {what}"
@@ -187,6 +226,7 @@ def arm_verdict(
         decision, reason = _equivalent_quality_decision(arm, speed)
     else:
         decision, reason = "undecided", f"{arm} cannot be told apart from {baseline} yet"
+    mem_word = _ratio_word(memory, _MEMORY_WORDS, "peak_memory_bytes", True)
     return ArmVerdict(
         arm=arm,
         baseline_arm=baseline,
@@ -196,8 +236,8 @@ def arm_verdict(
         n_pairs=quality.n_pairs,
         throughput=speed,
         throughput_text=s_text,
-        memory=_ratio_word(memory, _MEMORY_WORDS),
-        memory_text=_memory_sentence(memory),
+        memory=mem_word,
+        memory_text=_memory_sentence(memory, mem_word),
         stability=stability.verdict,
         stability_text=stab_text,
         decision=decision,

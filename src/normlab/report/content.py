@@ -14,6 +14,7 @@ from typing import Any
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.runs import CompareFolder
+from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
 from normlab.run_format import TestbedFormat, plot_path, testbed_format
 
 __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
@@ -170,7 +171,7 @@ def _verdict_table(a: dict[str, Any]) -> Table:
                 v["memory"],
                 v["stability"],
                 needed,
-                v["decision"],
+                badge_in_analysis(a, arm),
             ]
         )
     return Table(
@@ -183,7 +184,7 @@ def _verdict_table(a: dict[str, Any]) -> Table:
             "memory",
             "stability",
             "seeds needed",
-            "decision",
+            "in the recommendation",
         ],
         rows=rows,
         align=["left", "right", "left", "right", "left", "left", "left", "right", "left"],
@@ -286,9 +287,7 @@ def _stats_table(a: dict[str, Any]) -> Table:
                 p = _test_cell(c)
                 if c["tost_p"] is not None:
                     p += f"; TOST {fmt_p(c['tost_p'])}"
-                verdict = c["verdict"]
-                if verdict == "inconclusive" and c["margin"] is None and c["n_pairs"] >= 2:
-                    verdict = "no detectable difference"
+                verdict = judge_in_analysis(a, arm, spec.name).word
             unit = _display_unit(testbed, spec.name, spec.unit)
             label = f"{spec.label} ({unit})" if first else ""
             rows.append([label, arm, mean, str(s["n"]), diff, p, verdict])
@@ -429,9 +428,15 @@ def _method(a: dict[str, Any]) -> list[str]:
         "sign and the test column reads 'exact' instead of a p-value.",
         "Every metric is tested, so one small p among many can be chance: the test column "
         "also gives each p-value adjusted by Holm–Bonferroni over all the metrics compared for "
-        "that arm (Holm = 0.03 means the result survives a family-wise error rate of 5%). The "
-        "verdicts use the unadjusted tests; the recommendation rests on quality, speed, memory "
-        "and stability only.",
+        "that arm (Holm = 0.03 means the result survives a family-wise error rate of 5%). A "
+        "result is called better or worse only when its Holm-adjusted p is below α and the "
+        "difference is at least the smallest that matters (the margin for losses; 2% for "
+        "speed, 1% for memory and bytes, 5% for time, 10% for activation statistics, one "
+        "outlier channel, half a spike per run); an interval that excludes zero without that "
+        "reads 'unconfirmed' or 'unclear size'. The quality metric, tested first, uses its "
+        "unadjusted test. An arm that failed to learn (most runs stalled, did not learn or "
+        "diverged) shows its secondary metrics as 'not comparable'. The recommendation rests "
+        "on quality, speed, memory and stability only.",
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
     ]
@@ -447,7 +452,7 @@ def build_content(
     a = analysis
     rec = a["recommendation"]
     details = [
-        (arm, a["verdicts"][arm]["decision"], a["verdicts"][arm]["justification"])
+        (arm, badge_in_analysis(a, arm), a["verdicts"][arm]["justification"])
         for arm in a["arm_order"]
         if arm in a["verdicts"]
     ]

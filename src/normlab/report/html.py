@@ -10,9 +10,9 @@ from normlab.report.content import Plot, ReportContent, Table
 
 __all__ = ["render_html"]
 
-_GOOD = {"better", "faster", "less", "switch", "finished"}
-_BAD = {"worse", "slower", "more", "diverged", "crashed"}
-_OPEN = {"inconclusive", "undecided", "unfinished"}
+_GOOD = {"better", "faster", "less", "switch", "finished", "recommended"}
+_BAD = {"worse", "slower", "more", "diverged", "crashed", "failed", "less stable", "worse quality"}
+_OPEN = {"inconclusive", "undecided", "unfinished", "unconfirmed", "unclear size"}
 _BOX_TITLE = {
     "switch": "Recommendation",
     "keep": "Recommendation",

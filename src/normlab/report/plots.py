@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import math
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -49,11 +50,57 @@ def figure_png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _figure(width: float, height: float, ncols: int = 1, ratios: Sequence[float] | None = None):
+def _figure(
+    width: float,
+    height: float,
+    ncols: int = 1,
+    ratios: Sequence[float] | None = None,
+    nrows: int = 1,
+):
     fig = Figure(figsize=(width, height), layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(1, ncols, width_ratios=ratios, squeeze=False)[0]
-    return fig, list(axes)
+    axes = fig.subplots(nrows, ncols, width_ratios=ratios, squeeze=False)
+    return fig, list(axes.ravel())
+
+
+def _title(fig: Figure, text: str) -> None:
+    """A figure-wide title, left-aligned above every panel (panel titles stay short, so two
+    side-by-side panels never run their titles into each other)."""
+    fig.suptitle(text, x=0.01, ha="left", fontsize=11, fontweight="bold")
+
+
+def _outside_legend(fig: Figure, handles: list, labels: list[str]) -> None:
+    """The legend below the panels, outside every axes, so it never covers a curve or marker;
+    up to three entries per row so long arm names do not run past the figure."""
+    if handles:
+        fig.legend(handles, labels, loc="outside lower center", ncols=min(3, len(handles)))
+
+
+def _wrap_name(name: str, width: int = 14) -> str:
+    """An arm name broken into lines of about ``width`` characters at ``-``, ``_`` or ``.``."""
+    if len(name) <= width:
+        return name
+    lines, line = [], ""
+    for part in re.split(r"(?<=[-_.])", name):
+        while len(part) > width:  # one long piece without separators: cut it
+            if line:
+                lines.append(line)
+                line = ""
+            lines.append(part[:width])
+            part = part[width:]
+        if line and len(line) + len(part) > width:
+            lines.append(line)
+            line = ""
+        line += part
+    if line:
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _labels_overlap(fig: Figure, labels: Sequence[Any]) -> bool:
+    renderer = fig.canvas.get_renderer()
+    boxes = [t.get_window_extent(renderer) for t in labels if t.get_text()]
+    return any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
 
 
 def smoothing_window(curves: CurvesByArm) -> int:
@@ -168,7 +215,7 @@ _DIVERGED_HANDLE = {"marker": "v", "markersize": 7, "markeredgecolor": "black"}
 
 
 def _marker_legend(ax: Axes, what: str | None, diverged: bool) -> None:
-    """Legend of the arms, plus the anomaly markers when some were drawn."""
+    """Legend of the arms, plus the anomaly markers when some were drawn, below the panels."""
     handles, labels = ax.get_legend_handles_labels()
     if what is not None:
         handles.append(Line2D([], [], color="#444", linestyle="none", **_SPIKE_HANDLE))
@@ -176,7 +223,9 @@ def _marker_legend(ax: Axes, what: str | None, diverged: bool) -> None:
     if diverged:
         handles.append(Line2D([], [], color="#888", linestyle="none", **_DIVERGED_HANDLE))
         labels.append("diverged run (last finite loss)")
-    ax.legend(handles, labels, loc="upper right")
+    fig = ax.get_figure()
+    assert isinstance(fig, Figure)
+    _outside_legend(fig, handles, labels)
 
 
 def _testbed(analysis: Mapping[str, Any]) -> TestbedFormat:
@@ -194,11 +243,11 @@ def plot_training_loss(
     window = smoothing_window(curves)
     bands = _series_bands(curves, "train_steps", "train_loss", window)
     with plot_style():
-        fig, (full, zoom) = _figure(10.0, 4.0, 2, [1.35, 1.0])
+        fig, (full, zoom) = _figure(10.0, 4.4 + 0.22 * math.ceil(len(bands) / 3), 2, [1.35, 1.0])
         for arm, band in bands.items():
             label = f"{arm} ({_n_runs(curves[arm])} seeds)"
-            for ax in (full, zoom):
-                _draw_band(ax, band, colors[arm], label)
+            _draw_band(full, band, colors[arm], label)
+            _draw_band(zoom, band, colors[arm], "_nolegend_")
         diverged = any(c.run.status == "diverged" for runs in curves.values() for c in runs)
         spikes = False
         for ax in (full, zoom):
@@ -207,10 +256,11 @@ def plot_training_loss(
         _integer_steps(full, zoom)
         full.set_ylabel(f"training loss ({unit})")
         smooth = f", moving average over {window} steps" if window > 1 else ""
-        full.set_title(f"Training loss: mean over seeds, band = min–max{smooth}", loc="left")
+        _title(fig, f"Training loss: mean over seeds, band = min–max{smooth}")
+        full.set_title("Whole run", loc="left", fontsize=10, fontweight="normal")
         last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
         _zoom(zoom, list(bands.values()), last / 2)
-        zoom.set_title("Second half, zoomed in", loc="left")
+        zoom.set_title("Second half, zoomed in", loc="left", fontsize=10, fontweight="normal")
         _marker_legend(full, "loss spike" if spikes else None, diverged)
     return fig
 
@@ -227,21 +277,22 @@ def plot_validation(
     flow-matching loss for the DiT) at each evaluation: mean over seeds and min–max band."""
     bands = _series_bands(curves, "eval_steps", testbed.curve)
     with plot_style():
-        fig, (full, zoom) = _figure(10.0, 3.8, 2, [1.35, 1.0])
+        fig, (full, zoom) = _figure(10.0, 4.2 + 0.22 * math.ceil(len(bands) / 3), 2, [1.35, 1.0])
         for arm, band in bands.items():
             label = f"{arm} ({_n_runs(curves[arm])} seeds)"
-            for ax in (full, zoom):
-                _draw_band(ax, band, colors[arm], label, marker="o")
-                ax.set_xlabel("step")
+            _draw_band(full, band, colors[arm], label, marker="o")
+            _draw_band(zoom, band, colors[arm], "_nolegend_", marker="o")
+        for ax in (full, zoom):
+            ax.set_xlabel("step")
         full.set_ylabel(f"validation loss ({testbed.unit})")
-        full.set_title(
-            f"Validation {testbed.curve_word}: mean over seeds, band = min–max", loc="left"
-        )
+        _title(fig, f"Validation {testbed.curve_word}: mean over seeds, band = min–max")
+        full.set_title("Whole run", loc="left", fontsize=10, fontweight="normal")
         last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
         _zoom(zoom, list(bands.values()), last / 2)
-        zoom.set_title("Second half, zoomed in", loc="left")
+        zoom.set_title("Second half, zoomed in", loc="left", fontsize=10, fontweight="normal")
         _integer_steps(full, zoom)
-        full.legend(loc="upper right")
+        handles, labels = full.get_legend_handles_labels()
+        _outside_legend(fig, handles, labels)
     return fig
 
 
@@ -252,7 +303,7 @@ def plot_grad_norm(
     window = smoothing_window(curves)
     bands = _series_bands(curves, "train_steps", "grad_norm", window)
     with plot_style():
-        fig, (ax,) = _figure(10.0, 3.6)
+        fig, (ax,) = _figure(10.0, 3.9 + 0.22 * math.ceil((len(bands) + 2) / 3))
         for arm, band in bands.items():
             _draw_band(ax, band, colors[arm], f"{arm} ({_n_runs(curves[arm])} seeds)")
         drawn = _markers(ax, curves, colors, GRAD_ANOMALIES, "grad_norm")
@@ -272,9 +323,7 @@ def plot_grad_norm(
         ax.set_xlabel("step")
         ax.set_ylabel("gradient L2 norm (log scale)")
         smooth = f", moving average over {window} steps" if window > 1 else ""
-        ax.set_title(
-            f"Gradient norm before clipping: mean over seeds, band = min–max{smooth}", loc="left"
-        )
+        _title(fig, f"Gradient norm before clipping: mean over seeds, band = min–max{smooth}")
         _marker_legend(ax, "gradient spike" if drawn else None, False)
     return fig
 
@@ -288,6 +337,7 @@ def _per_arm_panel(
     scale: float,
     ylabel: str,
     digits: int,
+    wrap: int = 14,
 ) -> None:
     for i, arm in enumerate(arms):
         values = np.asarray(analysis["arms"][arm][metric]["values"], dtype=np.float64) / scale
@@ -338,7 +388,7 @@ def _per_arm_panel(
             fontsize=8.5,
             color="#222",
         )
-    ax.set_xticks(range(len(arms)), arms, rotation=0)
+    ax.set_xticks(range(len(arms)), [_wrap_name(a, wrap) for a in arms], rotation=0)
     ax.set_xlim(-0.6, len(arms) - 0.4)
     ax.set_ylabel(ylabel)
     ax.grid(axis="x", visible=False)
@@ -350,12 +400,23 @@ def plot_final_metrics(
 ) -> Figure:
     """The final quality metric (GPT: validation bpb; DiT: validation loss), throughput and peak
     memory per arm: seeds as dots, mean ◆ with its 95 % t-interval (unpaired: it includes the
-    seed-to-seed variation shared by all arms)."""
+    seed-to-seed variation shared by all arms). Up to three arms with short names the panels sit
+    side by side; otherwise one above the other, each the full width, so every arm name has
+    room. Names are wrapped; if their labels still collide, they are turned upright, unwrapped."""
     testbed = _testbed(analysis)
     arms = list(analysis["arm_order"])
     mem_label = "peak memory (MiB" + (f", {memory_kind})" if memory_kind else ")")
+    wide = len(arms) > 3 or max((len(a) for a in arms), default=0) > 18
+    # characters that fit under one arm: the panel's width in inches over about 0.075 in a
+    # character at the tick labels' 9 pt
+    panel_in = 9.0 if wide else 2.6
+    wrap = max(8, int(panel_in / max(1, len(arms)) / 0.075))
+    lines = max(_wrap_name(a, wrap).count("\n") + 1 for a in arms) if arms else 1
     with plot_style():
-        fig, axes = _figure(10.0, 3.6, 3)
+        if wide:
+            fig, axes = _figure(10.0, 3 * (2.3 + 0.16 * lines), nrows=3)
+        else:
+            fig, axes = _figure(10.0, 3.6 + 0.16 * (lines - 1), 3)
         _per_arm_panel(
             axes[0],
             analysis,
@@ -365,6 +426,7 @@ def plot_final_metrics(
             1.0,
             f"{testbed.quality_label} ({testbed.unit})",
             4,
+            wrap,
         )
         _per_arm_panel(
             axes[1],
@@ -375,16 +437,18 @@ def plot_final_metrics(
             1e3,
             "throughput (thousand tokens/s)",
             2,
+            wrap,
         )
-        _per_arm_panel(axes[2], analysis, arms, colors, "peak_memory_bytes", 2**20, mem_label, 1)
+        _per_arm_panel(
+            axes[2], analysis, arms, colors, "peak_memory_bytes", 2**20, mem_label, 1, wrap
+        )
         axes[0].set_title(testbed.quality_label.capitalize(), loc="left")
         axes[1].set_title("Training throughput", loc="left")
         axes[2].set_title("Peak memory", loc="left")
-        if len(arms) > 3:
-            for ax in axes:
-                for label in ax.get_xticklabels():
-                    label.set_rotation(30)
-                    label.set_ha("right")
+        fig.canvas.draw()
+        for ax in axes:
+            if _labels_overlap(fig, ax.get_xticklabels()):
+                ax.set_xticks(range(len(arms)), arms, rotation=90, ha="center")
     return fig
 
 
@@ -513,9 +577,10 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
         for ax in (q_ax, t_ax, m_ax):
             ax.set_ylim(-0.6, len(rows) - 0.4)
             ax.grid(axis="y", visible=False)
-        q_ax.set_title(f"Δ {testbed.quality_label} vs {base}", loc="left")
-        t_ax.set_title("Throughput ratio", loc="left")
-        m_ax.set_title("Peak memory ratio", loc="left")
+        _title(fig, f"Each arm against the baseline {base}, seed by seed")
+        q_ax.set_title(f"Δ {testbed.quality_label}", loc="left", fontsize=10)
+        t_ax.set_title("Throughput ratio", loc="left", fontsize=10)
+        m_ax.set_title("Peak memory ratio", loc="left", fontsize=10)
         q_ax.set_xlabel(f"{testbed.unit} (lower is better)")
         t_ax.set_xlabel("× baseline (higher is better)")
         m_ax.set_xlabel("× baseline (lower is better)")

@@ -1,0 +1,389 @@
+"""One rule from numbers to words: every badge, column and sentence of a comparison uses it.
+
+For one metric of an arm against the baseline (a paired comparison, as
+:class:`~normlab.analysis.comparison.PairedComparison` or its dict), :func:`judge` returns the
+word, in this order of rules:
+
+1. ``not comparable``: the arm (or the baseline) failed to learn (:mod:`.learning`) and the
+   metric describes the trained model (:data:`LEARNED_MODEL_METRICS`): outlier counts,
+   kurtosis or quantization deltas of a model that learned nothing describe no norm.
+2. ``worse`` for time to target when the arm never reached the target in a seed where the
+   baseline did, and reached it in none: never reaching it is worse, not inconclusive.
+3. ``inconclusive``: fewer than two pairs.
+4. The effect against the smallest difference that matters (:data:`SMALLEST`, δ): relative for
+   bytes, time, speed and scale-free statistics, |ratio − 1| or |d̄| / |ȳ| against δ; absolute
+   for losses and counts, |d̄| against δ (for the quality metric δ is the experiment's margin).
+   The interval (the t-interval, or for ratio metrics the ratio interval) is read on the same
+   scale.
+5. ``equivalent`` when the comparison was called equivalent (TOST inside the margin, or the same
+   value in every pair), or when the whole interval lies inside ±δ (so within ±δ at level α/2
+   on each side), or for an exact difference (the same in every seed) smaller than δ.
+6. When the interval excludes zero (or the difference is exact): ``better`` / ``worse`` only if
+   the result is statistically significant — its p-value, Holm-adjusted over the arm's metrics
+   (the correction the report shows), is below α; exact differences need no test — *and*
+   practically significant, |effect| ≥ δ. A significant effect whose interval fits inside ±δ
+   is ``negligible`` (caught by rule 5 as ``equivalent``); one whose estimate is below δ while
+   the interval reaches past it is ``unclear size``. An interval that excludes zero without a
+   significant test (Holm, or the sign test for counts) is ``unconfirmed``: never "no
+   detectable difference".
+7. Otherwise (the interval includes zero): ``no detectable difference`` for metrics without an
+   equivalence margin, ``inconclusive`` for those with one — never better or worse.
+
+The quality metric is the one pre-specified primary endpoint: it is tested first at the full
+α, so Holm is not applied to it (a fixed-sequence gate: Maurer, Hothorn & Lehmacher 1995); the
+other metrics are shown with their raw and Holm-adjusted p, and only the adjusted p counts.
+
+:func:`decision_badge` names each arm's place in the recommendation instead of an action.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from normlab.analysis.format import fmt_p
+
+__all__ = [
+    "BETTER_WORSE",
+    "LEARNED_MODEL_METRICS",
+    "SMALLEST",
+    "Judgement",
+    "Smallest",
+    "badge_in_analysis",
+    "decision_badge",
+    "interval_words",
+    "judge",
+    "judge_in_analysis",
+    "smallest_for",
+]
+
+BETTER_WORSE = ("better", "worse")
+
+LEARNED_MODEL_METRICS = (
+    "ptq_int8wo_delta",
+    "ptq_w8a8_delta",
+    "bf16_eval_delta",
+    "act_kurtosis_max",
+    "act_max_over_rms",
+    "channel_rms_kurtosis_max",
+    "outlier_channels",
+)
+"""Secondary metrics that describe what a trained model learned (quantization and bf16
+degradation, activation outliers): not comparable when either arm failed to learn. Losses,
+speed, memory, spikes and time to target stay comparable: a failed arm's loss is worse, its
+speed is still its speed."""
+
+
+@dataclass(frozen=True)
+class Smallest:
+    """The smallest difference that matters: ``relative`` (a fraction of the baseline, or of 1
+    for a ratio) or ``absolute`` (in the metric's unit; ``None`` takes the experiment's margin
+    times ``margin_factor``)."""
+
+    kind: str
+    value: float | None
+    margin_factor: float = 1.0
+
+    def resolve(self, margin: float | None) -> float:
+        """δ as a number: ``value``, or ``margin · margin_factor`` when ``value`` is None."""
+        if self.value is not None:
+            return self.value
+        if margin is None or not math.isfinite(margin) or margin <= 0:
+            return 0.0
+        return margin * self.margin_factor
+
+
+_QUALITY = Smallest("absolute", None)
+_NATS = Smallest("absolute", None, margin_factor=math.log(2.0))
+
+SMALLEST: dict[str, Smallest] = {
+    "final_val_bpb": _QUALITY,
+    "best_val_bpb": _QUALITY,
+    "final_val_loss": _QUALITY,
+    "best_val_loss": _QUALITY,
+    "ptq_int8wo_delta": _QUALITY,
+    "ptq_w8a8_delta": _QUALITY,
+    "bf16_eval_delta": _QUALITY,
+    "tokens_per_s": Smallest("relative", 0.02),
+    "peak_memory_bytes": Smallest("relative", 0.01),
+    "saved_activation_bytes": Smallest("relative", 0.01),
+    "time_to_target_s": Smallest("relative", 0.05),
+    "final_sample_sw2": Smallest("relative", 0.05),
+    "act_kurtosis_max": Smallest("relative", 0.10),
+    "act_max_over_rms": Smallest("relative", 0.10),
+    "channel_rms_kurtosis_max": Smallest("relative", 0.10),
+    "outlier_channels": Smallest("absolute", 1.0),
+    "n_loss_spikes": Smallest("absolute", 0.5),
+    "n_grad_spikes": Smallest("absolute", 0.5),
+}
+"""δ per metric: 2 % of throughput, 1 % of memory or bytes, 5 % of time and sample distance,
+10 % of the activation-shape statistics, one outlier channel, half a spike per run, and the
+experiment's margin for the quality metrics and quantization deltas (ln 2 times it for the
+GPT's training loss in nats). The GPT's ``final_train_loss`` is in nats (factor ln 2); the
+DiT's is in its validation unit, see :func:`smallest_for`."""
+
+
+def smallest_for(metric: str, testbed: str = "gpt") -> Smallest:
+    """δ of ``metric`` (a relative 5 % for a metric not listed in :data:`SMALLEST`)."""
+    if metric == "final_train_loss":
+        return _NATS if testbed == "gpt" else _QUALITY
+    return SMALLEST.get(metric, Smallest("relative", 0.05))
+
+
+@dataclass(frozen=True)
+class Judgement:
+    """The word for one comparison and the phrase that justifies it."""
+
+    word: str
+    reason: str
+    significant: bool
+    practical: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict of every field."""
+        return asdict(self)
+
+
+def _get(c: Any, key: str) -> Any:
+    return c.get(key) if isinstance(c, Mapping) else getattr(c, key, None)
+
+
+def _effect(
+    c: Any, scale: str, kind: str, baseline_mean: float | None
+) -> tuple[float | None, float | None, float | None]:
+    """(effect, low, high) on the scale δ is stated on (rule 4): relative or absolute."""
+    if scale == "ratio":
+        r, lo, hi = _get(c, "ratio"), _get(c, "ratio_ci_low"), _get(c, "ratio_ci_high")
+        if r is None:
+            return None, None, None
+        if kind == "relative":
+            return r - 1.0, (lo - 1.0 if lo is not None else None), (hi - 1.0 if hi else None)
+        base = baseline_mean or 0.0
+        return (
+            (r - 1.0) * base,
+            (lo - 1.0) * base if lo is not None else None,
+            (hi - 1.0) * base if hi is not None else None,
+        )
+    m, lo, hi = _get(c, "mean_diff"), _get(c, "ci_low"), _get(c, "ci_high")
+    if m is None:
+        return None, None, None
+    if kind == "relative":
+        base = abs(baseline_mean) if baseline_mean else 0.0
+        if base == 0.0:
+            return m, lo, hi
+        return m / base, (lo / base if lo is not None else None), (hi / base if hi else None)
+    return m, lo, hi
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.3g} %"
+
+
+def _size(v: float, kind: str) -> str:
+    return _pct(abs(v)) if kind == "relative" else f"{abs(v):.4g}"
+
+
+def interval_words(low: float | None, high: float | None) -> str:
+    """``excludes zero`` / ``includes zero`` for an interval on the difference scale."""
+    if low is None or high is None:
+        return "no interval"
+    return "excludes zero" if low > 0 or high < 0 else "includes zero"
+
+
+def judge(
+    c: Any,
+    metric: str,
+    *,
+    lower_is_better: bool,
+    scale: str = "difference",
+    margin: float | None = None,
+    smallest: Smallest | None = None,
+    baseline_mean: float | None = None,
+    p_holm: float | None = None,
+    alpha: float = 0.05,
+    primary: bool = False,
+    arm_failed: bool = False,
+    baseline_failed: bool = False,
+    never_reached: bool = False,
+    testbed: str = "gpt",
+) -> Judgement:
+    """The word for comparison ``c`` of ``metric`` (rules in the module docstring).
+
+    ``margin`` is the experiment's equivalence margin in the quality unit; ``smallest`` overrides
+    δ; ``baseline_mean`` is the baseline's mean (for relative δ on difference metrics);
+    ``p_holm`` the Holm-adjusted p-value of ``c`` (None: the raw one is used);
+    ``never_reached`` marks a time to target the arm reached in no seed while the baseline did.
+    """
+    spec = smallest or smallest_for(metric, testbed)
+    delta = spec.resolve(margin)
+    if (arm_failed or baseline_failed) and not primary and metric in LEARNED_MODEL_METRICS:
+        who = "the arm" if arm_failed else "the baseline"
+        return Judgement("not comparable", f"{who} failed to learn", False, False)
+    if never_reached:
+        return Judgement("worse", "never reached the target, where the baseline did", True, True)
+    n = _get(c, "n_pairs") or 0
+    verdict = _get(c, "verdict")
+    test = str(_get(c, "test") or "")
+    sign_tested = test.startswith("exact sign test")
+    if n < 2 and not (sign_tested and verdict in BETTER_WORSE):
+        return Judgement(
+            "inconclusive", _get(c, "note") or "fewer than two paired seeds", False, False
+        )
+    effect, low, high = _effect(c, scale, spec.kind, baseline_mean)
+    exact = test.startswith("exact:")
+    p = _get(c, "p_value")
+    p_used = p if (primary or p_holm is None) else p_holm
+    significant = exact or (p_used is not None and p_used < alpha)
+    if sign_tested and verdict not in BETTER_WORSE:
+        significant = False
+    practical = effect is not None and abs(effect) >= delta
+    holm_note = "" if primary or p_holm is None else f" (Holm-adjusted {fmt_p(p_holm)})"
+    if verdict == "equivalent" and not exact:
+        return Judgement("equivalent", "within the equivalence margin", significant, False)
+    if effect is not None and exact and not practical:
+        return Judgement(
+            "equivalent",
+            f"the same in every seed, a difference of {_size(effect, spec.kind)}, below the "
+            f"{_size(delta, spec.kind)} that matters",
+            True,
+            False,
+        )
+    inside = low is not None and high is not None and delta > 0 and -delta < low and high < delta
+    if inside:
+        return Judgement(
+            "equivalent",
+            f"the whole interval lies within ±{_size(delta, spec.kind)}, the smallest "
+            "difference that matters",
+            significant,
+            False,
+        )
+    excludes = exact or interval_words(low, high) == "excludes zero"
+    if sign_tested and verdict in BETTER_WORSE and n < 2:
+        excludes = True  # a censored comparison decided on order alone
+    if excludes:
+        if not significant:
+            why = "the exact sign test" if sign_tested else "the test"
+            return Judgement(
+                "unconfirmed",
+                f"the interval excludes zero, but {why} is not significant at α = {alpha:g}"
+                f"{holm_note}",
+                False,
+                practical,
+            )
+        if not practical and effect is not None:
+            return Judgement(
+                "unclear size",
+                f"a detectable difference of {_size(effect, spec.kind)}, below the "
+                f"{_size(delta, spec.kind)} that matters, whose interval reaches past it",
+                True,
+                False,
+            )
+        sign = effect if effect is not None else (1.0 if verdict == "worse" else -1.0)
+        if sign_tested and verdict in BETTER_WORSE:
+            word = verdict
+        else:
+            word = "better" if (sign < 0) == lower_is_better else "worse"
+        return Judgement(
+            word, f"significant{holm_note} and at least the smallest that matters", True, True
+        )
+    if significant and sign_tested and verdict in BETTER_WORSE:
+        return Judgement(
+            "unconfirmed",
+            "the sign test is significant but the interval includes zero",
+            True,
+            practical,
+        )
+    if _get(c, "margin") is not None:
+        return Judgement(
+            "inconclusive",
+            "the interval neither excludes zero nor fits the margin",
+            False,
+            practical,
+        )
+    return Judgement("no detectable difference", "the interval includes zero", False, practical)
+
+
+def decision_badge(
+    arm: str,
+    recommended: str,
+    decision: str,
+    *,
+    quality: str = "",
+    stability: str = "",
+    throughput: str = "",
+    failed: bool = False,
+) -> str:
+    """The badge of ``arm`` in the recommendation: ``recommended`` for the chosen arm, else why
+    it lost — ``failed``, ``less stable``, ``worse quality``, ``slower``, ``undecided`` or
+    ``no gain`` (equivalent, nothing gained by switching), or ``runner-up`` (it beats the
+    baseline, but another arm was chosen). ``decision`` is the arm's decision
+    against the baseline (switch / keep / either / undecided)."""
+    if arm == recommended:
+        return "recommended"
+    if failed:
+        return "failed"
+    if decision == "undecided":
+        return "undecided"
+    if stability == "worse":
+        return "less stable"
+    if quality == "worse":
+        return "worse quality"
+    if throughput == "slower":
+        return "slower"
+    if decision == "switch":
+        return "runner-up"
+    return "no gain"
+
+
+def _margin_of(a: Mapping[str, Any]) -> float | None:
+    for key in ("margin_bpb", "margin_val_loss"):
+        if isinstance(a.get(key), (int, float)):
+            return float(a[key])
+    return None
+
+
+def judge_in_analysis(a: Mapping[str, Any], arm: str, metric: str) -> Judgement:
+    """:func:`judge` for ``metric`` of ``arm`` in the analysis dict of
+    :func:`normlab.analysis.summary.analyze` (its Holm p, failure flags, baseline mean, and
+    whether the arm never reached the target)."""
+    c = a["comparisons"][arm][metric]
+    info = a["metrics"][metric]
+    base = a["baseline_arm"]
+    stab = a["verdicts"].get(arm, {}).get("stability_detail", {})
+    arm_vals, base_vals = a["arms"][arm][metric], a["arms"][base][metric]
+    done = a.get("arm_info", {}).get(arm, {}).get("seeds_done", [])
+    never = (
+        metric == "time_to_target_s" and bool(done) and arm_vals["n"] == 0 and base_vals["n"] > 0
+    )
+    return judge(
+        c,
+        metric,
+        lower_is_better=bool(info["lower_is_better"]),
+        scale=info.get("scale", "difference"),
+        margin=_margin_of(a),
+        baseline_mean=base_vals.get("mean"),
+        p_holm=c.get("p_holm"),
+        alpha=float(a.get("alpha", 0.05)),
+        primary=metric == a.get("quality_metric"),
+        arm_failed=bool(stab.get("failed")),
+        baseline_failed=bool(stab.get("baseline_failed")),
+        never_reached=never,
+        testbed=str(a.get("testbed") or "gpt"),
+    )
+
+
+def badge_in_analysis(a: Mapping[str, Any], arm: str) -> str:
+    """:func:`decision_badge` of ``arm`` in the analysis dict of
+    :func:`normlab.analysis.summary.analyze`."""
+    v = a["verdicts"][arm]
+    return decision_badge(
+        arm,
+        a["recommendation"]["choice"],
+        v["decision"],
+        quality=v["quality"],
+        stability=v["stability"],
+        throughput=v["throughput"],
+        failed=bool(v.get("stability_detail", {}).get("failed")),
+    )
