@@ -24,7 +24,8 @@ from collections.abc import Callable
 import torch
 
 NormFn = Callable[[torch.Tensor], torch.Tensor]
-CALL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError)
+# what a target raises for input it does not take (a dtype, a shape, an assert on x.dim())
+CALL_ERRORS = (RuntimeError, TypeError, ValueError, IndexError, AssertionError)
 
 
 class NonFinite(Exception):

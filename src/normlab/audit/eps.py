@@ -6,8 +6,10 @@ the root r = s / sqrt(s² + ε), so ε = s²(1/r² − 1) is the same at every s
 0.05 < r < 0.95 are used. Each estimate's relative uncertainty follows from r's (two units of
 rounding of the output dtype): 2·δr / (1 − r²) inside, δr / (1 − r) outside; a hypothesis
 *fits* when every estimate lies within 3 such uncertainties (and at least 0.1 %) of their
-median. One fitting hypothesis is the finding; both fitting means the probes cannot tell them
-apart; neither means ε acts in some other way (a clamp, ε²…), and ε is not reported.
+median (a finding's error is the largest |log| ratio of an estimate to the median, its
+tolerance what that point was allowed). One fitting hypothesis is the finding; both fitting
+means the probes cannot tell them apart; neither means ε acts in some other way (a clamp,
+ε²…), and ε is not reported.
 """
 
 from __future__ import annotations
@@ -56,16 +58,19 @@ def _fits(points: list[tuple[float, float]], inside: bool, ref_scale: float) -> 
     return fits
 
 
-def _agree(estimates: list[float], uncertainties: list[float]) -> tuple[bool, float]:
-    """Whether all estimates lie within 3 uncertainties of the median; the worst excess ratio."""
+def _agree(estimates: list[float], uncertainties: list[float]) -> tuple[bool, float, float, float]:
+    """Whether all estimates lie within 3 uncertainties (at least :data:`MIN_SPREAD`) of the
+    median: (agree, worst excess ratio, worst |log(estimate / median)|, what it was allowed)."""
     med = float(torch.tensor(estimates).median())
     if med <= 0:
-        return False, math.inf
-    worst = 0.0
+        return False, math.inf, math.inf, MIN_SPREAD
+    worst, spread, allowed_at = 0.0, 0.0, MIN_SPREAD
     for e, u in zip(estimates, uncertainties, strict=True):
-        allowed = max(3 * u, MIN_SPREAD)
-        worst = max(worst, abs(math.log(max(e, 1e-300) / med)) / math.log1p(allowed))
-    return worst <= 1.0, worst
+        allowed = math.log1p(max(3 * u, MIN_SPREAD))
+        off = abs(math.log(max(e, 1e-300) / med))
+        if off / allowed >= worst:
+            worst, spread, allowed_at = off / allowed, off, allowed
+    return worst <= 1.0, worst, spread, allowed_at
 
 
 def estimate_eps(
@@ -116,8 +121,8 @@ def estimate_eps(
     du = 2 * rounding(out_dtype) + 2 * rounding(dtype) + row_drift  # r, a rounded s, drift
     inside = _fits(points, True, ref_scale)
     outside = _fits(points, False, ref_scale)
-    in_ok, in_worst = _agree(inside, [2 * du / (1 - r * r) for _, r in points])
-    out_ok, out_worst = _agree(outside, [du / (1 - r) for _, r in points])
+    in_ok, in_worst, in_spread, in_tol = _agree(inside, [2 * du / (1 - r * r) for _, r in points])
+    out_ok, out_worst, out_spread, out_tol = _agree(outside, [du / (1 - r) for _, r in points])
     eps_in = float(torch.tensor(inside).median())
     eps_out = float(torch.tensor(outside).median())
     tol = max(3 * du, MIN_SPREAD)
@@ -138,9 +143,10 @@ def estimate_eps(
             eps_in,
             INSIDE,
             Finding(
-                probe, OK, f"ε = {eps_in:.3g}, in the root: x·rsqrt(m + ε) "
-                f"({len(points)} probe points agree)",
-                error=in_worst * tol, tolerance=tol,
+                probe, OK,
+                f"ε = {eps_in:.3g}, in the root: x·rsqrt(m + ε) ({len(points)} probe points "
+                "agree)",
+                error=in_spread, tolerance=in_tol,
             ),
         )  # fmt: skip
     if out_ok:
@@ -149,11 +155,10 @@ def estimate_eps(
             OUTSIDE,
             Finding(
                 probe, DEFECT,
-                f"ε = {eps_out:.3g} is added to the standard deviation, outside the root: "
-                f"x / (sqrt(m) + ε) ({len(points)} probe points agree; in the root they "
-                f"would not: spread {in_worst:.1f}× the allowed)",
+                f"ε = {eps_out:.3g} is added to the standard deviation: x / (sqrt(m) + ε) "
+                f"({len(points)} probe points agree; in the root they would not)",
                 diagnosis="ε outside the root",
-                error=out_worst * tol, tolerance=tol,
+                error=out_spread, tolerance=out_tol,
             ),
         )  # fmt: skip
     return EpsResult(

@@ -309,23 +309,25 @@ class _Audit:
             ) from err
         self.zero_finite = bool(torch.isfinite(b).all())
         if not self.zero_finite:
-            self.findings.append(
-                Finding(
-                    "output", DEFECT,
-                    "a zero row gives NaN or infinity: nothing keeps 0 / 0 away (ε missing, or "
-                    "ε too small for the dtype); the bias was taken as 0",
-                    diagnosis="non-finite output on a zero row",
-                )
-            )  # fmt: skip
             b = torch.zeros_like(b)
         self.result.has_bias = bool(b.double().abs().max() > 1e-6)
         try:
             self._probe(b)
         except NonFinite as nf:
-            self.findings.append(
-                Finding(nf.probe, DEFECT, f"non-finite output: {nf.what}", "non-finite output")
-            )
+            zero = "" if self.zero_finite else "; a zero row gives NaN or infinity too"
+            message = f"non-finite output: {nf.what}{zero}"
+            self.findings.append(Finding(nf.probe, DEFECT, message, "non-finite output"))
             self._withhold_after(f"the {nf.probe} probe got non-finite output")
+            return self.finish()
+        if not self.zero_finite:  # finite elsewhere: 0 / 0 on the zero row
+            self.findings.append(
+                Finding(
+                    "output", DEFECT,
+                    "a zero row gives NaN or infinity while other rows are finite: nothing keeps "
+                    "0 / 0 away (ε missing, or too small for the dtype); the bias was taken as 0",
+                    diagnosis="non-finite output on a zero row",
+                )
+            )  # fmt: skip
         return self.finish()
 
     def _withhold_after(self, reason: str) -> None:
@@ -499,7 +501,7 @@ class _Audit:
         if self.weight is None:
             self.withhold("no weight exposed", "casting")
         elif r.eps is None or not placement.startswith("inside"):
-            self.withhold(f"ε placement: {placement}", "casting")
+            self.withhold("ε was not found inside the root", "casting")
         else:
             eps_attr = _module_eps(f)
             r.casting, finding = casting_check(fn, self.weight, dim, r.eps, eps_attr)
