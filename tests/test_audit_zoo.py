@@ -179,8 +179,8 @@ def _bf16(t: torch.Tensor) -> torch.Tensor:
     return t.bfloat16().float()
 
 
-def _sum_bf16_accumulator(t: torch.Tensor, chunk: int = 64) -> torch.Tensor:
-    """Σ over the last dim with a bfloat16 running sum: chunks of 64 summed in float32, each
+def _sum_bf16_accumulator(t: torch.Tensor, chunk: int = 16) -> torch.Tensor:
+    """Σ over the last dim with a bfloat16 running sum: chunks of 16 summed in float32, each
     added to the running sum in bfloat16 (a hand-written kernel's 16-bit accumulator)."""
     parts = t.reshape(*t.shape[:-1], -1, chunk).sum(-1).bfloat16()
     acc = torch.zeros_like(parts[..., :1])

@@ -46,6 +46,7 @@ from normlab.audit.basics import (
     CALL_ERRORS,
     NonFinite,
     NormFn,
+    accumulation_error,
     alternating,
     call,
     effective_dtype,
@@ -240,6 +241,13 @@ def _why_not_normalizing(
             "it acts element-wise: changing one input leaves the other outputs unchanged",
             "as DyT, tanh or the identity do",
         )
+    moved = (y_big.double() - b.double()).abs().amax(-1)
+    if bool((moved == 0).any()) and bool(((y.double() - b.double()).abs().amax(-1) > 0).all()):
+        return (
+            f"the output collapses to the bias (zero) on rows of mean square {LARGE_MEAN_SQUARE:g}"
+            ", though not at the probe's own scale: the statistic overflows",
+            "as x² taken in float16 does past |x| ≈ 256",
+        )
     _, shape_err, k = _invariance(f, big, y_big, b)
     drift = float(k.log().abs().max()) if bool((k > 0).all()) else math.inf
     if shape_err > tol or drift > math.log1p(ROW_SCALE_BAND):
@@ -369,6 +377,7 @@ class _Audit:
         if why_not is not None:
             reason, like = why_not
             diag = "ε applied without a root" if "1/|x|" in reason else None
+            diag = "float16 overflow of x²" if "overflows" in reason else diag
             severity = DEFECT if diag else NOTE
             message = f"not a normalizer: {reason} ({like})"
             self.findings.append(Finding("normalises", severity, message, diagnosis=diag))
@@ -376,6 +385,11 @@ class _Audit:
             self.notes.append(f"not a normalizer: {reason} ({like})")
             return None
         r.normalizes = True
+        if rounding(self.out_dtype) >= rounding(torch.float16) > rounding(y.dtype):
+            self.notes.append(
+                f"the outputs are {str(y.dtype)[6:]} but carry only {str(self.out_dtype)[6:]} "
+                "precision (rounded to 16 bits on the way)"
+            )
         tol = output_tolerance(self.out_dtype, dim)
         _, shape_err, k = _invariance(f, big, y_big, b)
         drift = float((k - 1).abs().max())
@@ -467,6 +481,7 @@ class _Audit:
         ys = finite_call(fn, xs, "statistic")
         gl = torch.where(live, g_meas, torch.ones_like(g_meas))  # as the candidates are scaled
         hat = (ys.double() - b.double()) / gl
+        self.findings.append(self._order_probe(fn, xs, hat, b, gl, live))
         stat_tol = output_tolerance(self.out_dtype, dim)
         fit = fit_statistic(hat, xs.double(), v64, gain_scale, r.eps, placement, stat_tol, live)
         if fit.candidate is not None and not fit.fits_exactly:
@@ -480,6 +495,13 @@ class _Audit:
             )
             reason = "no candidate statistic fits"
             self.withhold(reason, "precision (float16)", "precision (bfloat16)", "casting")
+            # ε was read as an addend of a root mean square: without a fitted statistic that
+            # reading is not established
+            self.findings.remove(eps_res.finding)
+            self.findings.append(
+                withheld("ε", f"{reason} (ε's effect on x = s·v looked like {r.eps_placement})")
+            )
+            r.eps, r.eps_placement = None, f"withheld: {reason}"
             r.stats_precision = {k: f"withheld: {reason}" for k in ("float16", "bfloat16")}
             return None
         r.statistic = self._statistic_name(fit.candidate.name, gain.finding)
@@ -507,6 +529,41 @@ class _Audit:
             r.casting, finding = casting_check(fn, self.weight, dim, r.eps, eps_attr)
             self.findings.append(finding)
         return None
+
+    def _order_probe(
+        self,
+        fn: NormFn,
+        xs: torch.Tensor,
+        hat: torch.Tensor,
+        b: torch.Tensor,
+        g: torch.Tensor,
+        live: torch.Tensor,
+    ) -> Finding:
+        """Permute each row's values: a statistic computed exactly (a sum in float32 or better)
+        hardly depends on their order; one accumulated in 16 bits does. Allowed: the float32
+        reorder error 4·eps32·sqrt(D) plus the output's rounding averaged over the row,
+        6u/sqrt(D)."""
+        d = self.dim
+        perm = torch.randperm(d, generator=torch.Generator().manual_seed(8))
+        inverse = torch.argsort(perm)
+        yp = finite_call(fn, xs[:, perm], "statistic order").double()
+        hat_p = ((yp - b.double()) / g)[:, inverse]  # gain and bias belong to output channels
+        keep = live & live[inverse]
+        k = row_scales(hat_p[:, keep], hat[:, keep])
+        err = float((k - 1).pow(2).mean().sqrt())
+        tol = accumulation_error(torch.float32, d) + 6 * rounding(self.out_dtype) / math.sqrt(d)
+        if err <= tol:
+            return Finding(
+                "statistic order", OK,
+                "permuting a row's values leaves its scale alone: no low-precision accumulation",
+                error=err, tolerance=tol,
+            )  # fmt: skip
+        return Finding(
+            "statistic order", DEFECT,
+            f"permuting a row's values moves its scale by {err:.2%} (RMS over rows): the "
+            "statistic depends on the order of the sum, as a 16-bit accumulator over the row does",
+            diagnosis="16-bit accumulation of the statistic", error=err, tolerance=tol,
+        )  # fmt: skip
 
     def _explain_fit(
         self,
