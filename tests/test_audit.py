@@ -269,3 +269,10 @@ def test_the_readme_audit_example_is_what_the_cli_prints(
     printed = "\n".join(line.rstrip() for line in result.output.splitlines())
     assert printed == expected.rstrip("\n")
     assert printed.splitlines()[1].startswith("defect")
+
+
+def test_takes_condition_is_public() -> None:
+    from normlab.audit import takes_condition
+
+    assert takes_condition(normlab.AdaRMSNorm(8, cond_dim=4))
+    assert not takes_condition(nn.LayerNorm(8))

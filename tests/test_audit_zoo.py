@@ -315,7 +315,13 @@ class L2NoWeight(nn.Module):
 
 WRONG += [
     ("x² in float16 (float16 input)", StatsInInputDtype, "float16 overflow of x²", (64,), "fp32"),
-    ("x² in bfloat16 (bfloat16 input)", StatsInInputDtype, "statistic", (64,), "fp32"),
+    (
+        "x² in bfloat16 (bfloat16 input)",
+        StatsInInputDtype,
+        "low-precision statistics",
+        (8, 4096),
+        "fp32",
+    ),
     ("16-bit accumulation over a long row", Accumulate16, "16-bit accumulation", (4096,), "fp32"),
     ("unbiased variance, no weight", UnbiasedNoWeight, "unbiased variance", (64,), "fp32"),
     ("L2 norm, no weight", L2NoWeight, "L2 norm instead of RMS", (64,), "fp32"),
@@ -420,3 +426,28 @@ def test_every_finding_states_a_severity_and_tolerances_follow_the_dtype() -> No
     assert math.isclose(
         a32.tolerance, 2 * torch.finfo(torch.float32).eps + 4 * 1.1920929e-07 * 8, rel_tol=1e-3
     )
+
+
+def test_cli_json_puts_severity_and_defects_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import sys
+    import types
+
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+
+    module = types.ModuleType("zoo_targets")
+    module.Unbiased = next(c for n, c, *_ in WRONG if n == "unbiased variance")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "zoo_targets", module)
+    result = CliRunner().invoke(app, ["audit", "norm", "zoo_targets:Unbiased", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert list(data)[:2] == ["severity", "findings"] and data["severity"] == "defect"
+    severities = [f["severity"] for f in data["findings"]]
+    assert severities == sorted(severities, key=["defect", "note", "ok"].index)
+    assert data["findings"][0]["diagnosis"] == "unbiased variance"
+    assert all(f["tolerance"] is not None for f in data["findings"] if f["error"] is not None)
+    text = CliRunner().invoke(app, ["audit", "norm", "zoo_targets:Unbiased"]).output
+    assert text.splitlines()[0].startswith("verdict: defect")
+    assert text.splitlines()[1].startswith("defect  gain: [unbiased variance]")
