@@ -37,6 +37,7 @@ from normlab.audit.basics import (
     row_scales,
     row_shape_error,
     ulp,
+    working_dtype,
 )
 from normlab.audit.findings import DEFECT, NOTE, OK, Finding
 from normlab.audit.statistic import BEYOND_ROUNDING, Candidate, explain_row_scales
@@ -52,10 +53,10 @@ def gain_and_bias(
     """(g, b) as ``f`` applies them to input of ``dtype`` (a float32 module may cast its weight to
     a 16-bit input's dtype: the 16-bit probes divide by the gain it really uses). Float64."""
     b = call(f, torch.zeros(1, d, dtype=dtype)).double()[0]
+    if not bool(torch.isfinite(b).all()):  # 0 / 0 on the zero row: no bias measurable
+        b = torch.zeros_like(b)
     v = alternating(1, d, dtype)
     g = ((call(f, scale * v).double() - b) / v.double())[0]
-    if not bool(torch.isfinite(b).all()):
-        b = torch.zeros_like(b)
     return g, b
 
 
@@ -79,6 +80,9 @@ def fp16_check(f: NormFn, d: int, cand: Candidate, live: torch.Tensor) -> tuple[
             diagnosis="float16 overflow of x²",
         )  # fmt: skip
     live = live & (g.abs() > 1e-8)
+    if not bool(live.any()):
+        text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
+        return text, Finding(probe, NOTE, text, withheld=True)
     hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
     ref = cand.hat(x.double(), None, "")[:, live]
     err = row_shape_error(hat, ref) if bool((hat.abs().sum(-1) > 0).all()) else 1.0
@@ -110,13 +114,18 @@ def bf16_rows(d: int) -> torch.Tensor:
 def row_noise(
     hat: torch.Tensor, y: torch.Tensor, g: torch.Tensor, dtype: torch.dtype, d: int
 ) -> torch.Tensor:
-    """Standard deviation of the per-row scale k of ``hat`` = (y − b) / g from rounding x̂ and
-    then y to the input ``dtype`` (as the LLaMA casting does; any other order rounds less), from
+    """Standard deviation of the per-row scale k of ``hat`` = (y − b) / g from rounding x̂ to the
+    input ``dtype`` (when the values of ``hat`` lie on its grid, as after the LLaMA casting) and
+    y to the grid its values lie on (:func:`~normlab.audit.basics.working_dtype`), from
     the rounding of the measured g, and from a float32 statistic:
     Σ hat²·(ulp(x̂)² + ulp(y)²/g² + hat²·ulp(g)²/g²)/12 / (Σ hat²)², plus
     (4·eps32·sqrt(D))² and (u/128)²: the order of a 16-bit implementation's roundings may bias a
     row's mean scale by a small fraction of an ulp, which averaging over D does not remove."""
-    var = (ulp(hat.to(dtype)).pow(2) + (ulp(y.to(dtype)) / g).pow(2)) / 12
+    off = (hat - hat.to(dtype).double()).abs() / hat.abs().clamp_min(1e-300)
+    on_grid = float(off.max()) if off.numel() else math.inf
+    out = working_dtype(y)  # the grid the outputs lie on
+    x_hat_dtype = dtype if on_grid < 8 * rounding(torch.float32) else out  # rounded first?
+    var = (ulp(hat.to(x_hat_dtype)).pow(2) + (ulp(y.to(out)) / g).pow(2)) / 12
     var = var + hat.pow(2) * (ulp(g.to(dtype)) / g).pow(2) / 12  # g was measured rounded too
     p2 = hat.pow(2)
     out = (p2 * var).sum(-1) / p2.sum(-1).pow(2)
@@ -147,6 +156,9 @@ def bf16_check(
                              diagnosis="low-precision statistics")  # fmt: skip
     xd = x.double()
     live = live & (g.abs() > 1e-8)
+    if not bool(live.any()):
+        text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
+        return text, Finding(probe, NOTE, text, withheld=True)
     hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
     v = alternating(1, d, torch.float64)[0, live]
     pred = cand.hat(xd, eps, placement)[:, live]
