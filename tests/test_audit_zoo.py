@@ -313,6 +313,27 @@ class L2NoWeight(nn.Module):
         return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-6)
 
 
+class InPlace(nn.Module):
+    """Normalises its input in place (the caller's activations are overwritten)."""
+
+    def __init__(self, d: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mul_(torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(x.dtype))
+
+
+WRONG += [
+    ("gain applied twice",
+     _member("GainTwice", lambda m, x: _w(m) * _w(m) * x * torch.rsqrt(_ms(x) + m.eps)),
+     "gain applied twice", (64,), "fp32"),
+    ("weight not applied",
+     _member("NoWeight", lambda m, x: x * torch.rsqrt(_ms(x) + m.eps)),
+     "weight not applied", (64,), "fp32"),
+    ("input modified in place", InPlace, "input modified in place", (64,), "fp32"),
+]  # fmt: skip
+
 WRONG += [
     ("x² in float16 (float16 input)", StatsInInputDtype, "float16 overflow of x²", (64,), "fp32"),
     (

@@ -38,10 +38,13 @@ class NonFinite(Exception):
 
 
 def call(f: NormFn, x: torch.Tensor) -> torch.Tensor:
-    """``f(x)`` without gradients and dtype warnings; the first item of a tuple; same shape."""
+    """``f(x)`` without gradients and dtype warnings; the first item of a tuple; same shape.
+
+    ``f`` gets a copy of ``x`` (a target that writes into its input must not change the
+    probes), and the result is detached from it."""
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # dtype-mismatch notices are expected while probing
-        y = f(x)
+        y = f(x.clone())
     if isinstance(y, tuple):
         y = y[0]
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:

@@ -57,6 +57,11 @@ def _forms(
         ("(1 + w) / sqrt(D) (L2 norm, not mean square)", DEFECT,
          "L2 norm instead of RMS (missing 1/D)", (1 + w) / math.sqrt(d)),
     ]  # fmt: skip
+    forms += [
+        ("w · w: the gain applied twice", DEFECT, "gain applied twice", w * w),
+        ("(1 + w)²: the gain applied twice", DEFECT, "gain applied twice", (1 + w) * (1 + w)),
+        ("1: the weight is not applied", DEFECT, "weight not applied", torch.ones_like(w)),
+    ]
     for base, values in ((W, w), (ONE_PLUS_W, 1 + w)):
         for centre in (centred, not centred):
             label = f"{base} {PRE_GAIN}" + (" (centred)" if centre else "")

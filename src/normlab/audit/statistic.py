@@ -162,7 +162,7 @@ def fit_statistic(
         msg = (
             f"x̂ has the row shapes of {best.name}, but the row scales are off by "
             f"{scale_err:.2%} (RMS over rows), beyond the tolerance: the statistic is not "
-            "computed to the precision of the input (see precision)"
+            "computed exactly (in low precision, or with an extra term)"
         )
     else:
         found, sev = None, NOTE
@@ -174,7 +174,7 @@ def fit_statistic(
         )
     diagnosis = found.diagnosis if found is not None else None
     if found is not None and sev == DEFECT and diagnosis is None:
-        diagnosis = "low-precision statistics"
+        diagnosis = "inexact statistic"
     return StatisticFit(
         candidate=found, closest=best, error=err, shape_error=shape_err,
         row_scale_error=scale_err, tolerance=tolerance, row_scales=k,
