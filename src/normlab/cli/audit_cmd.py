@@ -62,7 +62,8 @@ def audit_norm_cmd(
     """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision.
 
     Prints a verdict (``defect``, ``note`` or ``ok``) and every defect and note first, each with
-    its error and tolerance, then the table; ``--json`` gives the same, findings defects first.
+    its error and tolerance, then the table, then the checks that passed (with theirs);
+    ``--json`` gives the same, findings defects first.
     """
     try:
         check_dim(dim)
@@ -80,6 +81,9 @@ def audit_norm_cmd(
     for line in _verdict_lines(result):
         typer.echo(line)
     console.print(_norm_table(result, target, dim))
+    for finding in result.findings:  # what passed, with the tolerance each was held to
+        if finding.severity == "ok":
+            typer.echo(finding.line())
     for note in result.notes:
         console.print(f"note: {note}", markup=False, highlight=False)
 
