@@ -112,13 +112,18 @@ def bf16_rows(d: int) -> torch.Tensor:
 
 
 def row_noise(
-    hat: torch.Tensor, y: torch.Tensor, g: torch.Tensor, dtype: torch.dtype, d: int
+    hat: torch.Tensor,
+    y: torch.Tensor,
+    g: torch.Tensor,
+    dtype: torch.dtype,
+    d: int,
+    b: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Standard deviation of the per-row scale k of ``hat`` = (y − b) / g from rounding x̂ to the
     input ``dtype`` (when the values of ``hat`` lie on its grid, as after the LLaMA casting) and
     y to the grid its values lie on (:func:`~normlab.audit.basics.working_dtype`), from
-    the rounding of the measured g, and from a float32 statistic:
-    Σ hat²·(ulp(x̂)² + ulp(y)²/g² + hat²·ulp(g)²/g²)/12 / (Σ hat²)², plus
+    the rounding of the measured g (read off the output g·v + b), and from a float32 statistic:
+    Σ hat²·(ulp(x̂)² + ulp(y)²/g² + hat²·ulp(|g| + |b|)²/g²)/12 / (Σ hat²)², plus
     (4·eps32·sqrt(D))² and (u/128)²: the order of a 16-bit implementation's roundings may bias a
     row's mean scale by a small fraction of an ulp, which averaging over D does not remove."""
     off = (hat - hat.to(dtype).double()).abs() / hat.abs().clamp_min(1e-300)
@@ -126,7 +131,9 @@ def row_noise(
     out = working_dtype(y)  # the grid the outputs lie on
     x_hat_dtype = dtype if on_grid < 8 * rounding(torch.float32) else out  # rounded first?
     var = (ulp(hat.to(x_hat_dtype)).pow(2) + (ulp(y.to(out)) / g).pow(2)) / 12
-    var = var + hat.pow(2) * (ulp(g.to(dtype)) / g).pow(2) / 12  # g was measured rounded too
+    # g was read off a rounded output g·v + b too
+    g_out = g.abs() + (b.abs() if b is not None else 0.0)
+    var = var + hat.pow(2) * (ulp(g_out.to(out)) / g).pow(2) / 12
     p2 = hat.pow(2)
     out = (p2 * var).sum(-1) / p2.sum(-1).pow(2)
     floor = accumulation_error(torch.float32, d) ** 2 + (rounding(dtype) / 128) ** 2
@@ -168,7 +175,7 @@ def bf16_check(
     pred = pred * (v / cand.hat(math.sqrt(BF16_MEAN_SQUARE) * alternating(1, d, torch.float64),
                                 eps, placement)[0, live])  # fmt: skip
     k = row_scales(hat, pred)
-    noise = row_noise(hat, y[:, live], g[live], x.dtype, d)
+    noise = row_noise(hat, y[:, live], g[live], x.dtype, d, b[live])
     stat = cand.statistic(xd)[:, 0]
     ex = explain_row_scales(k, stat, noise, BF16_MEAN_SQUARE, pred, x.dtype)
     tol = ex.threshold
