@@ -7,7 +7,10 @@ is a :class:`~normlab.audit.findings.Finding` with a severity (``ok``, ``note``,
 The probes, in order, each resting on the ones before:
 
 1. **output**: f(0) (the bias b) and f(x) on random rows. Non-finite output is a finding of its
-   own and stops every probe that needs finite output.
+   own and stops every probe that needs finite output; so is a random output (two calls
+   differ), and a target that writes into its input is a defect (the probes pass copies). The
+   precision the outputs really carry (:func:`~normlab.audit.basics.effective_dtype`) sets the
+   tolerances.
 2. **axis** (:mod:`.axis`): which outputs move when one input does: per row, element-wise, or a
    statistic over the wrong axis (the rows of the batch, a middle dim of [B, T, D], the tensor).
 3. **normalises?** A normaliser divides each row by a statistic of the row: at a large input
@@ -22,7 +25,9 @@ The probes, in order, each resting on the ones before:
 5. **ε** (:mod:`.eps`): its size and whether it sits inside the root, outside it, or is missing.
 6. **centring**: f(x + a·1) = f(x) on values exact in the probe dtype ⇔ the mean is subtracted.
 7. **statistic** (:mod:`.statistic`): x̂ = (f(X) − b) / g against each candidate on rows built
-   to tell them apart; when none fits, the closest with its error, and no name.
+   to tell them apart; when none fits, the closest with its error, and no name (ε, precision
+   and casting are then withheld). Permuting each row's values must leave its scale alone: a
+   statistic that depends on the order of its sum is accumulated in 16 bits.
 8. **precision** (:mod:`.precision`, needs the statistic): float16 rows with |x| ≈ 300 (x²
    overflows float16) and bfloat16 rows whose row scales tell float32 statistics from rounded
    or 16-bit-accumulated ones.
