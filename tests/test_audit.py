@@ -243,3 +243,36 @@ def test_audit_norm_leaves_torchs_global_generator_alone() -> None:
     torch.manual_seed(123)
     audit_norm(torch.nn.RMSNorm(16), 16)
     assert torch.equal(torch.rand(4), expected)
+
+
+def test_the_readme_audit_example_is_what_the_cli_prints(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The README's ``normlab audit norm mypkg.norms:MyRMSNorm`` example, run on its class."""
+    import re
+    import sys
+    import types
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## normlab audit") :]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
+    shown = re.search(r"```text\n\$ normlab audit norm (\S+)\n(.*?)```", section, re.DOTALL)
+    assert code is not None and shown is not None
+    target, expected = shown.group(1), shown.group(2)
+    module = types.ModuleType("mypkg.norms")
+    exec(compile(code.group(1), "README.md", "exec"), module.__dict__)
+    monkeypatch.setitem(sys.modules, "mypkg", types.ModuleType("mypkg"))
+    monkeypatch.setitem(sys.modules, "mypkg.norms", module)
+    result = CliRunner().invoke(app, ["audit", "norm", target], env={"COLUMNS": "100"})
+    assert result.exit_code == 0, result.output
+    printed = "\n".join(line.rstrip() for line in result.output.splitlines())
+    assert printed == expected.rstrip("\n")
+    assert printed.splitlines()[1].startswith("defect")
+
+
+def test_takes_condition_is_public() -> None:
+    from normlab.audit import takes_condition
+
+    assert takes_condition(normlab.AdaRMSNorm(8, cond_dim=4))
+    assert not takes_condition(nn.LayerNorm(8))

@@ -124,8 +124,14 @@ def _first_tensor(obj: Any) -> torch.Tensor | None:
     return None
 
 
-def _takes_cond(module: nn.Module) -> bool:
-    """A conditional norm: its forward has a ``cond`` parameter (AdaRMSNorm, adaLN-Zero, …)."""
+def takes_condition(module: nn.Module) -> bool:
+    """Whether ``module`` is a conditional norm: its ``forward`` has a parameter named ``cond``.
+
+    AdaRMSNorm and adaLN-Zero are called ``norm(x, cond) -> (y, gate)``; ``audit_model`` traces
+    such a norm through x and y and reports its conditioning, and ``normlab.replace_norms``
+    refuses to swap one for an unconditional layer. A forward whose signature cannot be read
+    counts as unconditional.
+    """
     try:
         return "cond" in inspect.signature(module.forward).parameters
     except (TypeError, ValueError):
@@ -222,7 +228,7 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
     norm_names = {n for n in norm_names if not any(n.startswith(o + ".") for o in norm_names)}
     blocks = _find_blocks(model, norm_names)
     watched = norm_names | set(blocks) | {s for subs in blocks.values() for s in subs}
-    conditional = {n for n in norm_names if _takes_cond(named[n])}
+    conditional = {n for n in norm_names if takes_condition(named[n])}
 
     calls: list[_Call] = []
     pending: dict[str, int] = {}

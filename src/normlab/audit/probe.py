@@ -1,29 +1,38 @@
 """Black-box probing of one norm: what does this implementation really compute?
 
 The norm is treated as a function y = f(x) on [N, D] tensors, assumed to have the form
-y = g ⊙ x̂ + b with a per-channel gain g and bias b. The probes:
+y = g ⊙ x̂ + b with a per-channel gain g and bias b. Every probe compares what it measures with
+a tolerance derived from the probe's dtype and D (:mod:`normlab.audit.basics`), and its result
+is a :class:`~normlab.audit.findings.Finding` with a severity (``ok``, ``note``, ``defect``).
+The probes, in order, each resting on the ones before:
 
-1. **bias**: b = f(0) (every norm with ε maps 0 to x̂ = 0).
-2. **normalises?** A normaliser divides each row by a statistic of the whole row, so:
-   (a) changing one element changes the other outputs (not element-wise, unlike DyT or an
-   activation); (b) at a large input scale (mean square 1e4, where any plausible ε moves x̂ by
-   less than ε / 2e4) f(c·x) = f(x) for c > 0; (c) at the probe's own scale, where ε may
-   matter, scaling x changes each row of f(x) − b only by a factor (ε shrinks a row's
-   magnitude, never its shape). All three must hold.
-3. **gain**: v = [+1, −1, +1, …] has mean 0 and mean(v²) = var(v) = 1, so x̂(S·v) = v for both
-   LayerNorm and RMSNorm (S = 100 makes ε negligible), and g = (f(S·v) − b) / v.
-4. **centering**: f(x + a·1) = f(x) ⇔ the mean is subtracted.
-5. **statistic**: the shape of x̂ = (f(X) − b) / g on random X of mean square 1e4, compared with
-   candidate statistics (variance, mean square, mean absolute value); the constant factor that
-   tells the biased variance from the unbiased one, or mean(x²) from ‖x‖², is read from the gain
-   when the module exposes its weight.
-6. **ε placement**: on x = s·v for s ≤ 1, r(s) = |x̂(s·v)| / |x̂(S·v)|. Inside the root
-   r = s / sqrt(s² + ε), so ε = s²(1/r² − 1) is the same at every s; outside the root
-   r = s / (s + ε), so ε = s(1/r − 1) is. The hypothesis whose ε estimates agree wins.
-7. **statistics precision**: float16 input with |x| ≈ 300 (x² overflows float16 past 256) and
-   bfloat16 rows of 4096 values (the row's implied rsqrt(m + ε) drifts ≈ 0.1% when m is rounded
-   to bfloat16, ≈ 0.002% when it stays in float32).
-8. **casting** (RMS family in bfloat16): bit-for-bit against the LLaMA and Gemma formulas.
+1. **output**: f(0) (the bias b) and f(x) on random rows. Non-finite output is a finding of its
+   own and stops every probe that needs finite output; so is a random output (two calls
+   differ), and a target that writes into its input is a defect (the probes pass copies). The
+   precision the outputs really carry (:func:`~normlab.audit.basics.effective_dtype`) sets the
+   tolerances.
+2. **axis** (:mod:`.axis`): which outputs move when one input does: per row, element-wise, or a
+   statistic over the wrong axis (the rows of the batch, a middle dim of [B, T, D], the tensor).
+3. **normalises?** A normaliser divides each row by a statistic of the row: at a large input
+   scale (where ε is negligible) f(c·x) = f(x) for c > 0, and at the probe's own scale scaling x
+   changes each row of f(x) − b only by a factor. A row-scale drift within
+   :data:`~normlab.audit.statistic.ROW_SCALE_BAND` is a normaliser with imprecise statistics; an
+   output that falls as 1/|x| divides by the statistic without a root.
+4. **gain** (:mod:`.gain`): g = (f(S·v) − b) / v for v = [+1, −1, …], and which function of the
+   weight it is (w, 1 + w, or a defect: unbiased variance, L2 norm, the gain applied before
+   normalising, rounded to 16 bits, 1 + w added in 16 bits). The weight is set to a random
+   value for the audit and restored, so that these differ.
+5. **ε** (:mod:`.eps`): its size and whether it sits inside the root, outside it, or is missing.
+6. **centring**: f(x + a·1) = f(x) on values exact in the probe dtype ⇔ the mean is subtracted.
+7. **statistic** (:mod:`.statistic`): x̂ = (f(X) − b) / g against each candidate on rows built
+   to tell them apart; when none fits, the closest with its error, and no name (ε, precision
+   and casting are then withheld). Permuting each row's values must leave its scale alone: a
+   statistic that depends on the order of its sum is accumulated in 16 bits.
+8. **precision** (:mod:`.precision`, needs the statistic): float16 rows with |x| ≈ 300 (x²
+   overflows float16) and bfloat16 rows whose row scales tell float32 statistics from rounded
+   or 16-bit-accumulated ones.
+9. **casting** (mean square family, needs ε and the weight): bit for bit against the LLaMA and
+   Gemma formulas in bfloat16, and against 16-bit gain arithmetic.
 """
 
 from __future__ import annotations
@@ -31,20 +40,53 @@ from __future__ import annotations
 import math
 import reprlib
 import warnings
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
 
-NormFn = Callable[[torch.Tensor], torch.Tensor]
+from normlab.audit import axis
+from normlab.audit.basics import (
+    CALL_ERRORS,
+    NonFinite,
+    NormFn,
+    accumulation_error,
+    alternating,
+    call,
+    effective_dtype,
+    finite_call,
+    output_tolerance,
+    rel,
+    rounding,
+    row_scales,
+    row_shape_error,
+    shrink,
+    working_dtype,
+)
+from normlab.audit.eps import estimate_eps
+from normlab.audit.findings import DEFECT, NOTE, OK, Finding, ordered, withheld, worst
+from normlab.audit.gain import L2, UNBIASED, identify_gain
+from normlab.audit.precision import bf16_check, casting_check, fp16_check, row_noise
+from normlab.audit.statistic import (
+    ROW_SCALE_BAND,
+    StatisticFit,
+    explain_row_scales,
+    fit_statistic,
+    statistic_rows,
+)
 
 SCALE_STEP = 3.7  # the factor c of the scale-invariance probes
 LARGE_MEAN_SQUARE = 1e4  # input scale at which ε is negligible: ε = 1 moves x̂ by 5e-5
 GAIN_SCALE = math.sqrt(LARGE_MEAN_SQUARE)  # x = GAIN_SCALE · v has that mean square
-TOLERANCE = 1e-3  # relative error allowed by the invariance probes (at least; see _tolerance)
 MIN_DIM = 4  # at D = 2 every centred row is a multiple of [1, −1]: the shape probe cannot fail
 GAIN_NAMES = ("weight", "gamma", "gain")  # what a norm module's own gain parameter is called
+EPS_NAMES = ("eps", "variance_epsilon", "epsilon")  # and its ε
+# the statistic probe's scale (1 in float16, whose x² would overflow); the gain row S·v then has
+# S = 1024: its statistic, root and rsqrt are exact in every dtype, however rounded
+STAT_MEAN_SQUARE = 2.0**20
+RANDOM_GAIN = 0.3  # the weight is set to w + 0.3·N(0, 1) for the audit
 
 
 def check_probe_dim(dim: object) -> int:
@@ -71,6 +113,14 @@ def module_weight(module: object, dim: int) -> torch.Tensor | None:
     return None
 
 
+def _module_eps(module: object) -> float | None:
+    for name in EPS_NAMES:
+        value = getattr(module, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            return float(value)
+    return None
+
+
 def _normalized_size(module: object) -> int | None:
     """D of a module with a one-dimensional ``normalized_shape`` (an int or (D,)), else None."""
     shape = getattr(module, "normalized_shape", None)
@@ -84,7 +134,11 @@ def _normalized_size(module: object) -> int | None:
 
 @dataclass
 class NormAudit:
-    """What a norm implementation computes, as found by :func:`audit_norm`."""
+    """What a norm implementation computes, as found by :func:`audit_norm`.
+
+    ``severity`` is the worst of the ``findings`` (``defect`` > ``note`` > ``ok``); the findings
+    are ordered defects first, each with its probe, error and tolerance. A field that rests on a
+    probe that was withheld says ``withheld: <reason>`` (strings) or is None."""
 
     target: str
     dim: int
@@ -99,35 +153,21 @@ class NormAudit:
     casting: str | None = None
     max_rel_error: float | None = None
     notes: list[str] = field(default_factory=list)
+    severity: str = OK
+    findings: list[Finding] = field(default_factory=list)
+    probe_dtype: str = "float32"
+    working_dtype: str | None = None  # the precision the outputs were found to carry
+    tolerance: float | None = None  # the output tolerance of the probe dtype at this D
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict, ``severity`` and ``findings`` (defects first) leading."""
+        data = asdict(self)
+        head = {"severity": data.pop("severity"), "findings": data.pop("findings")}
+        return {**head, **data}
 
-
-def _alternating(n: int, d: int, dtype: torch.dtype) -> torch.Tensor:
-    v = torch.ones(d, dtype=dtype)
-    v[1::2] = -1.0
-    return v.expand(n, d).clone()
-
-
-def _call(f: NormFn, x: torch.Tensor) -> torch.Tensor:
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # dtype-mismatch notices are expected while probing
-        y = f(x)
-    if isinstance(y, tuple):
-        y = y[0]
-    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
-        shape = getattr(y, "shape", type(y).__name__)
-        raise ValueError(
-            f"target: returned {shape} for input {tuple(x.shape)}; expected the same shape"
-        )
-    return y
-
-
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """Relative error ‖a − b‖ / ‖b‖ in float64."""
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-300))
+    @property
+    def defects(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == DEFECT]
 
 
 def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
@@ -136,150 +176,51 @@ def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
     that does not cast its input)."""
     gen = torch.Generator().manual_seed(4)  # torch's global generator is left alone
     try:
-        y = _call(f, torch.randn(2, d, generator=gen, dtype=torch.float64))
+        y = call(f, torch.randn(2, d, generator=gen, dtype=torch.float64))
         if y.dtype == torch.float64:
             return torch.float64
-    except (RuntimeError, TypeError, ValueError):
+    except CALL_ERRORS:
         pass
     for dtype in (torch.float32, torch.bfloat16, torch.float16):
         try:
-            _call(f, torch.randn(2, d, generator=gen).to(dtype))
+            call(f, torch.randn(2, d, generator=gen).to(dtype))
             return dtype
-        except (RuntimeError, TypeError, ValueError):
+        except CALL_ERRORS:
             continue
     return torch.float32  # let the first probe raise the target's own error
 
 
-def _tolerance(*tensors: torch.Tensor) -> float:
-    """Relative error the invariance probes allow: :data:`TOLERANCE`, or four units of
-    rounding of the least precise dtype among the probe's inputs and outputs."""
-    return max(TOLERANCE, *(4 * torch.finfo(t.dtype).eps for t in tensors))
+@contextmanager
+def _random_gain(weight: torch.Tensor | None) -> Iterator[None]:
+    """Set the weight to w + 0.3·N(0, 1) (fixed seed) for the audit, and restore it after.
 
-
-_CANDIDATES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "variance": lambda x: (
-        (x - x.mean(-1, keepdim=True))
-        * torch.rsqrt((x - x.mean(-1, keepdim=True)).pow(2).mean(-1, keepdim=True))
-    ),
-    "mean square": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True)),
-    "mean absolute deviation": lambda x: (
-        (x - x.mean(-1, keepdim=True)) / (x - x.mean(-1, keepdim=True)).abs().mean(-1, keepdim=True)
-    ),
-    "mean absolute value": lambda x: x / x.abs().mean(-1, keepdim=True),
-}
-
-
-def _eps_fits(ratios: list[tuple[float, float]], inside: bool, rounds: int = 3) -> list[float]:
-    """ε from each (s, r(s)) under one placement hypothesis.
-
-    r is measured against x̂ at scale ``GAIN_SCALE``, which ε shrinks a little too (by
-    S / sqrt(S² + ε) inside the root, S / (S + ε) outside): a few rounds of correcting r with
-    the current estimate remove that bias (it matters from ε ≈ 1e-2 up).
-    """
-    big = GAIN_SCALE
-    ref_shrink = 1.0
-    fits: list[float] = []
-    for _ in range(rounds):
-        fits = []
-        for s, r_measured in ratios:
-            r = r_measured * ref_shrink
-            fits.append(s * s * (1.0 / (r * r) - 1.0) if inside else s * (1.0 / r - 1.0))
-        eps = max(float(torch.tensor(fits).median()), 0.0)
-        ref_shrink = big / math.sqrt(big * big + eps) if inside else big / (big + eps)
-    return fits
-
-
-def _estimate_eps(
-    f: NormFn, b: torch.Tensor, d: int, dtype: torch.dtype
-) -> tuple[float | None, str]:
-    """Estimate ε and where it sits from the shrinkage of x̂(s·v) at small s."""
-    v = _alternating(4, d, dtype)
-    ref = (_call(f, GAIN_SCALE * v) - b).double()  # g ⊙ x̂(v), ε nearly without effect
-    scales = [10.0**-k for k in range(0, 9 if dtype == torch.float64 else 5)]
-    ratios = []
-    for s in scales:
-        out = (_call(f, s * v) - b).double()
-        r = float((out * ref).sum() / (ref * ref).sum())
-        if 0.02 < r < 0.98:
-            ratios.append((s, r))
-    if not ratios:
-        return None, "no ε effect seen down to |x| = 1e-8" if dtype == torch.float64 else (
-            "no ε effect seen down to |x| = 1e-4"
-        )
-    inside, outside = _eps_fits(ratios, inside=True), _eps_fits(ratios, inside=False)
-
-    def spread(values: list[float]) -> float:
-        logs = [math.log(max(val, 1e-300)) for val in values]
-        return max(logs) - min(logs)
-
-    if len(inside) == 1:
-        return inside[0], "inside the root (one usable probe point; placement not confirmed)"
-    if spread(inside) <= spread(outside):
-        return float(torch.tensor(inside).median()), "inside the root: x·rsqrt(m + ε)"
-    return float(torch.tensor(outside).median()), "outside the root: x / (sqrt(m) + ε) (a defect)"
-
-
-def _fp16_overflow_check(f: NormFn, d: int, family: str) -> str:
-    gen = torch.Generator().manual_seed(1)
-    x = (torch.randn(8, d, generator=gen) * 300).clamp(-60000, 60000)
+    A uniform gain hides the gain's defects (applied before normalising, rounded to 16 bits,
+    1 + w added in 16 bits): with w = 1 they all compute the right thing."""
+    if weight is None:
+        yield
+        return
+    saved = weight.detach().clone()
+    gen = torch.Generator().manual_seed(6)
     try:
-        y = _call(f, x.half())
-    except (RuntimeError, TypeError, ValueError) as err:
-        return f"float16 input not accepted ({type(err).__name__})"
-    if not torch.isfinite(y).all():
-        return "float16: non-finite output at |x| ≈ 300 — statistics squared in float16"
-    shape = _CANDIDATES[family](x.half().double())
-    cos = float(torch.nn.functional.cosine_similarity(y.double(), shape, dim=-1).min())
-    if cos < 0.99:
-        return "float16: wrong output at |x| ≈ 300 — statistics overflow in float16"
-    return "float16: correct at |x| ≈ 300 — statistics not kept in float16"
-
-
-def _eps_shrink(
-    xd: torch.Tensor, family: str, eps: float | None, placement: str
-) -> torch.Tensor | float:
-    """The factor by which ε shrinks each row of x̂ (1 when ε is unknown or not modelled)."""
-    if eps is None or family not in ("variance", "mean square"):
-        return 1.0
-    xs = xd - xd.mean(-1, keepdim=True) if family == "variance" else xd
-    m = xs.pow(2).mean(-1)
-    if placement.startswith("outside"):
-        return m.sqrt() / (m.sqrt() + eps)
-    return torch.sqrt(m / (m + eps))
-
-
-def _bf16_precision_check(
-    f: NormFn,
-    b: torch.Tensor,
-    g: torch.Tensor,
-    family: str,
-    eps: float | None = None,
-    placement: str = "",
-) -> str:
-    d = g.shape[-1]
-    gen = torch.Generator().manual_seed(2)
-    x = torch.randn(256, d, generator=gen).bfloat16()
+        with torch.no_grad():
+            noise = torch.randn(saved.shape, generator=gen, dtype=torch.float64)
+            weight.copy_((saved.double() + RANDOM_GAIN * noise).to(saved))
+    except RuntimeError:  # not writable in place: audit the gain as it is
+        yield
+        return
     try:
-        y = _call(f, x).double()
-    except (RuntimeError, TypeError, ValueError) as err:
-        return f"bfloat16 input not accepted ({type(err).__name__})"
-    xd = x.double()
-    xs = xd - xd.mean(-1, keepdim=True) if family in ("variance", "mean absolute deviation") else xd
-    # least-squares estimate of the row's scale factor k in (y − b)/g = k·xs
-    implied = ((y - b.double()) / g.double() * xs).sum(-1) / (xs * xs).sum(-1)
-    exact = (_CANDIDATES[family](xd) * xs).sum(-1) / (xs * xs).sum(-1)
-    exact = exact * _eps_shrink(xd, family, eps, placement)
-    err = float(((implied - exact) / exact).abs().median())
-    if err > 7e-4:
-        return f"bfloat16: statistics rounded to bfloat16 (row scale off by {err:.3%}, median)"
-    return f"bfloat16: statistics in float32 or better (row scale within {err:.3%}, median)"
+        yield
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
 
 
-def _row_shape_error(a: torch.Tensor, ref: torch.Tensor) -> float:
-    """How far the rows of ``a`` are from a per-row multiple of those of ``ref`` (relative)."""
-    a, ref = a.double(), ref.double()
-    k = (a * ref).sum(-1, keepdim=True) / (ref * ref).sum(-1, keepdim=True).clamp_min(1e-300)
-    return float((a - k * ref).norm() / a.norm().clamp_min(1e-300))
+def _invariance(
+    f: NormFn, big: torch.Tensor, y_big: torch.Tensor, b: torch.Tensor
+) -> tuple[float, float, torch.Tensor]:
+    """(relative error, row-shape error, row scales) of f(c·big) − b against f(big) − b."""
+    a, r = finite_call(f, SCALE_STEP * big, "normalises") - b, y_big - b
+    return rel(a, r), row_shape_error(a, r), row_scales(a, r)
 
 
 def _why_not_normalizing(
@@ -289,31 +230,407 @@ def _why_not_normalizing(
     big: torch.Tensor,
     y_big: torch.Tensor,
     b: torch.Tensor,
+    out_dtype: torch.dtype | None = None,
 ) -> tuple[str, str] | None:
     """``None`` if ``f`` behaves as a row normaliser, else (the reason, what acts like that).
 
     ``y = f(x)`` at the probe scale and ``y_big = f(big)`` with ``big`` a multiple of ``x`` of
-    mean square :data:`LARGE_MEAN_SQUARE`; ``b = f(0)``. See step 2 of the module docstring.
+    large mean square; ``b = f(0)``. See step 3 of the module docstring. The tolerance is
+    :func:`~normlab.audit.basics.output_tolerance` of the output dtype and D; a row-scale drift
+    within :data:`~normlab.audit.statistic.ROW_SCALE_BAND` still counts as normalising.
     """
+    tol = output_tolerance(out_dtype or working_dtype(y), x.shape[-1])
     bumped = x.clone()
     bumped[:, 0] += 30.0 * x.double().pow(2).mean(-1).sqrt().to(x.dtype)
-    if _rel(_call(f, bumped)[:, 1:] - b[1:], y[:, 1:] - b[1:]) < 1e-9:
+    if rel(call(f, bumped)[:, 1:] - b[1:], y[:, 1:] - b[1:]) < 1e-9:
         return (
             "it acts element-wise: changing one input leaves the other outputs unchanged",
             "as DyT, tanh or the identity do",
         )
-    tol = _tolerance(x, y)
-    if _rel(_call(f, SCALE_STEP * big) - b, y_big - b) >= tol:
+    moved = (y_big.double() - b.double()).abs().amax(-1)
+    if bool((moved == 0).any()) and bool(((y.double() - b.double()).abs().amax(-1) > 0).all()):
+        return (
+            f"the output collapses to the bias (zero) on rows of mean square {LARGE_MEAN_SQUARE:g}"
+            ", though not at the probe's own scale: the statistic overflows",
+            "as x² taken in float16 does past |x| ≈ 256",
+        )
+    _, shape_err, k = _invariance(f, big, y_big, b)
+    drift = float(k.log().abs().max()) if bool((k > 0).all()) else math.inf
+    if shape_err > tol or drift > math.log1p(ROW_SCALE_BAND):
+        slope = float(k.log().median()) / math.log(SCALE_STEP) if bool((k > 0).all()) else 0.0
+        if abs(slope + 1) < 0.1:
+            return (
+                "the output changes with the input's scale, even where ε is negligible: it "
+                "falls as 1/|x|",
+                "dividing by the statistic without a root, x / (m + ε)",
+            )
+        if abs(slope - 1) < 0.1:
+            return (
+                "the output changes with the input's scale, even where ε is negligible: it "
+                "grows in proportion",
+                "as a linear map does",
+            )
         return (
             "the output changes with the input's scale, even where ε is negligible",
-            "as a linear map does, or ε applied without a root: x / (m + ε)",
+            "as no normaliser does",
         )
-    if _row_shape_error(_call(f, SCALE_STEP * x) - b, y - b) >= tol:
+    if row_shape_error(call(f, SCALE_STEP * x) - b, y - b) >= tol:
         return (
             "scaling the input changes the shape of the output, not only its size",
             "as the normalisation of a non-linear function of x, e.g. of tanh(x), does",
         )
     return None
+
+
+class _Audit:
+    """The state of one audit: what each probe found, for the next ones and the result."""
+
+    def __init__(self, f: NormFn, dim: int, target: str, weight: torch.Tensor | None) -> None:
+        self.f, self.dim, self.target, self.weight = f, dim, target, weight
+        self.findings: list[Finding] = []
+        self.row_drift = 0.0
+        self.notes: list[str] = []
+        self.dtype = _probe_dtype(f, dim)
+        self.out_dtype = self.dtype
+        self.result = NormAudit(
+            target=target, dim=dim, normalizes=False, centering=False,
+            statistic="withheld: not probed", eps=None, eps_placement="withheld: not probed",
+            gain_form="withheld: not probed", has_bias=False, probe_dtype=str(self.dtype)[6:],
+            tolerance=output_tolerance(self.dtype, dim),
+        )  # fmt: skip
+
+    def finish(self) -> NormAudit:
+        r = self.result
+        r.findings = ordered(self.findings)
+        r.severity = worst(self.findings)
+        r.notes = self.notes
+        return r
+
+    def withhold(self, reason: str, *probes: str) -> None:
+        for probe in probes:
+            self.findings.append(withheld(probe, reason))
+
+    # ------------------------------------------------------------------------------------------
+    def run(self) -> NormAudit:
+        f, dim, dtype = self.f, self.dim, self.dtype
+        try:
+            b = call(f, torch.zeros(1, dim, dtype=dtype))[0]
+        except CALL_ERRORS as err:
+            raise ValueError(
+                f"f: {self.target!r} failed on the first probe, a {dtype} tensor of shape "
+                f"[1, {dim}] ({type(err).__name__}: {err}); expected a norm over vectors of size "
+                f"dim={dim} mapping [N, dim] to [N, dim] (does its size match dim?)"
+            ) from err
+        self.zero_finite = bool(torch.isfinite(b).all())
+        if not self.zero_finite:
+            b = torch.zeros_like(b)
+        self.result.has_bias = bool(b.double().abs().max() > 1e-6)
+        try:
+            self._probe(b)
+        except NonFinite as nf:
+            zero = "" if self.zero_finite else "; a zero row gives NaN or infinity too"
+            message = f"non-finite output: {nf.what}{zero}"
+            self.findings.append(Finding(nf.probe, DEFECT, message, "non-finite output"))
+            self._withhold_after(f"the {nf.probe} probe got non-finite output")
+            return self.finish()
+        if not self.zero_finite:  # finite elsewhere: 0 / 0 on the zero row
+            self.findings.append(
+                Finding(
+                    "output", DEFECT,
+                    "a zero row gives NaN or infinity while other rows are finite: nothing keeps "
+                    "0 / 0 away (ε missing, or too small for the dtype); the bias was taken as 0",
+                    diagnosis="non-finite output on a zero row",
+                )
+            )  # fmt: skip
+        return self.finish()
+
+    def _withhold_after(self, reason: str) -> None:
+        r = self.result
+        done = {f.probe for f in self.findings}
+        later = ["normalises", "gain", "ε", "centring", "statistic", "precision", "casting"]
+        self.withhold(reason, *[p for p in later if p not in done])
+        for name in ("statistic", "eps_placement", "gain_form"):
+            if getattr(r, name).startswith("withheld: not probed"):
+                setattr(r, name, f"withheld: {reason}")
+
+    def _probe(self, b: torch.Tensor) -> None:
+        f, dim, dtype, r = self.f, self.dim, self.dtype, self.result
+        gen = torch.Generator().manual_seed(0)
+        x = torch.randn(16, dim, generator=gen, dtype=dtype) * 2 + 0.5
+        y = finite_call(f, x, "output")
+        x_seen = x.clone()
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            f(x_seen)
+        if not torch.equal(x_seen, x):
+            self.findings.append(
+                Finding(
+                    "output", DEFECT,
+                    "the norm writes into its input (in place): the caller's x is changed; the "
+                    "probes gave it copies",
+                    diagnosis="input modified in place",
+                )
+            )  # fmt: skip
+        again = finite_call(f, x, "output")
+        if not torch.equal(again, y):
+            diff = rel(again, y)
+            self.findings.append(
+                Finding(
+                    "output", NOTE,
+                    f"two calls on the same input differ (relative {diff:.2e}): the output is "
+                    "random (dropout or another training-mode layer?); nothing else was probed",
+                )
+            )  # fmt: skip
+            return self._withhold_after("the output is not a function of the input")
+
+        # 2. axis
+        rows = axis.probe_rows(f, x, y)
+        if rows.kind in ("rows", "tensor"):
+            return self._wrong_axis(rows)
+        if rows.per_row:
+            seq = axis.probe_sequence(f, x, y)
+            if seq is not None and seq.kind in ("sequence", "batch"):
+                return self._wrong_axis(seq)
+            if seq is None:
+                rows.finding.message += " (3-D input [B, T, D] not accepted: dims 0 and 1 of it "
+                rows.finding.message += "were not probed)"
+            self.findings.append(rows.finding if seq is None else seq.finding)
+
+        # 3. normalises?
+        big_ms = LARGE_MEAN_SQUARE if dtype != torch.float16 else 1.0
+        big = x * math.sqrt(big_ms / float(x.double().pow(2).mean()))
+        y_big = finite_call(f, big, "normalises")
+        self.out_dtype = effective_dtype(f, x, y, b)
+        r.tolerance = output_tolerance(self.out_dtype, dim)
+        r.working_dtype = str(self.out_dtype)[6:]
+        why_not = _why_not_normalizing(f, x, y, big, y_big, b, self.out_dtype)
+        if why_not is not None:
+            reason, like = why_not
+            diag = "ε applied without a root" if "1/|x|" in reason else None
+            diag = "float16 overflow of x²" if "overflows" in reason else diag
+            severity = DEFECT if diag else NOTE
+            message = f"not a normalizer: {reason} ({like})"
+            self.findings.append(Finding("normalises", severity, message, diagnosis=diag))
+            r.statistic, r.eps_placement, r.gain_form = f"none: {reason}", "n/a", "unknown"
+            self.notes.append(f"not a normalizer: {reason} ({like})")
+            return None
+        r.normalizes = True
+        if rounding(self.out_dtype) >= rounding(torch.float16) > rounding(y.dtype):
+            self.notes.append(
+                f"the outputs are {str(y.dtype)[6:]} but carry only {str(self.out_dtype)[6:]} "
+                "precision (rounded to 16 bits on the way)"
+            )
+        tol = output_tolerance(self.out_dtype, dim)
+        _, shape_err, k = _invariance(f, big, y_big, b)
+        drift = float((k - 1).abs().max())
+        # rows' scales that drift beyond the output tolerance (16-bit statistics) widen the
+        # tolerance of the probes that read one row's scale: the gain and ε
+        self.row_drift = drift if drift > tol else 0.0
+        self.findings.append(
+            Finding(
+                "normalises", OK,
+                f"f(c·x) = f(x) in row shape for c = {SCALE_STEP} at mean square {big_ms:g}; "
+                f"rows' scales within {drift:.2e} (the statistic probe measures them)",
+                error=shape_err, tolerance=tol,
+            )
+        )  # fmt: skip
+        return self._after_normalising(b, y)
+
+    def _wrong_axis(self, res: axis.AxisResult) -> None:
+        self.findings.append(res.finding)
+        r = self.result
+        r.statistic = "none: " + res.finding.message
+        r.eps_placement, r.gain_form = "n/a", "unknown"
+        self._withhold_after("the statistic does not run over each row's D values")
+
+    def _after_normalising(self, b: torch.Tensor, y_main: torch.Tensor) -> None:
+        f, dim, dtype, r = self.f, self.dim, self.dtype, self.result
+        v = alternating(1, dim, dtype)
+        v64 = v.double()
+        gain_scale = 16.0 if dtype == torch.float16 else math.sqrt(STAT_MEAN_SQUARE)
+        out = finite_call(f, gain_scale * v, "gain")
+        g = g_meas = ((out.double() - b.double()) / v64)[0]
+        xc = torch.randn(16, dim, generator=torch.Generator().manual_seed(7)) * 2 + 0.5
+        xc = (xc * 8).round().clamp(-63, 63).div(8).to(dtype)  # x + 4 is exact in every dtype
+
+        def centred_probe(fn: NormFn) -> tuple[bool, float, float]:
+            y0 = finite_call(fn, xc, "centring") - b
+            err = rel(finite_call(fn, xc + 4.0, "centring") - b, y0)
+            tol = 2 * output_tolerance(self.out_dtype, dim)
+            return err <= tol, err, tol
+
+        centred, _, _ = centred_probe(f)
+        gain = identify_gain(g, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift)
+        fn = f
+        if gain.effective is not None:  # the gain is applied first: audit x ↦ f(x / w)
+            w_eff = gain.effective.to(dtype)
+            fn = lambda t: f(t / w_eff.to(t.dtype))  # noqa: E731
+            g = g_meas = ((finite_call(fn, gain_scale * v, "gain").double() - b.double()) / v64)[0]
+            self.notes.append(
+                "the gain is applied before normalising: the statistic and ε were probed on "
+                "x ↦ f(x / w)"
+            )
+
+        # 5. ε
+        eps_res = estimate_eps(fn, b, dim, dtype, self.zero_finite, self.out_dtype, self.row_drift)
+        self.findings.append(eps_res.finding)
+        r.eps, r.eps_placement = eps_res.eps, eps_res.placement
+        if r.eps is not None and math.isclose(r.eps, rounding(dtype), rel_tol=0.05):
+            self.notes.append(
+                f"ε equals the machine epsilon of the probe dtype ({dtype}): the implementation "
+                "derives ε from a dtype (as torch's eps=None does) instead of a fixed value"
+            )
+        placement = r.eps_placement
+        if gain.effective is None:
+            g = g / float(shrink(gain_scale**2, r.eps, placement))
+            gain = identify_gain(
+                g, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift
+            )
+        self.findings.append(gain.finding)
+        r.gain_form = gain.form
+
+        # 6. centring
+        centred, c_err, c_tol = centred_probe(fn)
+        r.centering = centred
+        self.findings.append(
+            Finding(
+                "centring", OK,
+                "subtracts the mean: f(x + 4) = f(x)" if centred
+                else "does not subtract the mean: f(x + 4) ≠ f(x)",
+                error=c_err, tolerance=c_tol,
+            )
+        )  # fmt: skip
+
+        # 7. statistic
+        live = g_meas.abs() >= 1e-8
+        if not bool(live.all()):
+            self.notes.append("some channels have zero gain; they were left out of the fits")
+        stat_ms = 1.0 if dtype == torch.float16 else STAT_MEAN_SQUARE
+        xs = statistic_rows(dim, dtype, stat_ms)
+        ys = finite_call(fn, xs, "statistic")
+        gl = torch.where(live, g_meas, torch.ones_like(g_meas))  # as the candidates are scaled
+        hat = (ys.double() - b.double()) / gl
+        self.findings.append(self._order_probe(fn, xs, hat, b, gl, live))
+        stat_tol = output_tolerance(self.out_dtype, dim)
+        fit = fit_statistic(hat, xs.double(), v64, gain_scale, r.eps, placement, stat_tol, live)
+        if fit.candidate is not None and not fit.fits_exactly:
+            self._explain_fit(fit, xs, ys, hat, gl, live)
+        self.findings.append(fit.finding)
+        r.max_rel_error = fit.error
+        if fit.candidate is None:
+            r.statistic = (
+                f"none fits: closest {fit.closest.name} (error {fit.error:.2e} > tolerance "
+                f"{stat_tol:.2e})"
+            )
+            reason = "no candidate statistic fits"
+            self.withhold(reason, "precision (float16)", "precision (bfloat16)", "casting")
+            # ε was read as an addend of a root mean square: without a fitted statistic that
+            # reading is not established
+            self.findings.remove(eps_res.finding)
+            self.findings.append(
+                withheld("ε", f"{reason} (ε's effect on x = s·v looked like {r.eps_placement})")
+            )
+            r.eps, r.eps_placement = None, f"withheld: {reason}"
+            r.stats_precision = {k: f"withheld: {reason}" for k in ("float16", "bfloat16")}
+            return None
+        r.statistic = self._statistic_name(fit.candidate.name, gain.finding)
+        if fit.candidate.centred != centred:
+            self.notes.append(
+                f"the centring probe says {'centred' if centred else 'not centred'}, the fitted "
+                f"statistic ({fit.candidate.name}) the opposite"
+            )
+
+        # 8. precision
+        fp16_text, fp16 = fp16_check(fn, dim, fit.candidate, live)
+        inexact = not fit.fits_exactly
+        bf16_text, bf16 = bf16_check(fn, dim, fit.candidate, live, r.eps, placement, inexact)
+        self.findings += [fp16, bf16]
+        r.stats_precision = {"float16": fp16_text, "bfloat16": bf16_text}
+
+        # 9. casting
+        if fit.candidate.name != "mean square":
+            return None
+        if self.weight is None:
+            self.withhold("no weight exposed", "casting")
+        elif r.eps is None or not placement.startswith("inside"):
+            self.withhold("ε was not found inside the root", "casting")
+        else:
+            eps_attr = _module_eps(f)
+            r.casting, finding = casting_check(fn, self.weight, dim, r.eps, eps_attr)
+            self.findings.append(finding)
+        return None
+
+    def _order_probe(
+        self,
+        fn: NormFn,
+        xs: torch.Tensor,
+        hat: torch.Tensor,
+        b: torch.Tensor,
+        g: torch.Tensor,
+        live: torch.Tensor,
+    ) -> Finding:
+        """Permute each row's values: a statistic computed exactly (a sum in float32 or better)
+        hardly depends on their order; one accumulated in 16 bits does. Allowed: the float32
+        reorder error 4·eps32·sqrt(D) plus the output's rounding averaged over the row,
+        6u/sqrt(D)."""
+        d = self.dim
+        perm = torch.randperm(d, generator=torch.Generator().manual_seed(8))
+        inverse = torch.argsort(perm)
+        yp = finite_call(fn, xs[:, perm], "statistic order").double()
+        hat_p = ((yp - b.double()) / g)[:, inverse]  # gain and bias belong to output channels
+        keep = live & live[inverse]
+        k = row_scales(hat_p[:, keep], hat[:, keep])
+        err = float((k - 1).pow(2).mean().sqrt())
+        tol = accumulation_error(torch.float32, d) + 6 * rounding(self.out_dtype) / math.sqrt(d)
+        if err <= tol:
+            return Finding(
+                "statistic order", OK,
+                "permuting a row's values leaves its scale alone: no low-precision accumulation",
+                error=err, tolerance=tol,
+            )  # fmt: skip
+        return Finding(
+            "statistic order", DEFECT,
+            f"permuting a row's values moves its scale by {err:.2%} (RMS over rows): the "
+            "statistic depends on the order of the sum, as a 16-bit accumulator over the row does",
+            diagnosis="16-bit accumulation of the statistic", error=err, tolerance=tol,
+        )  # fmt: skip
+
+    def _explain_fit(
+        self,
+        fit: StatisticFit,
+        xs: torch.Tensor,
+        ys: torch.Tensor,
+        hat: torch.Tensor,
+        g: torch.Tensor,
+        live: torch.Tensor,
+    ) -> None:
+        """Name the rounding that the statistic fit's row-scale errors follow, if one does."""
+        assert fit.candidate is not None
+        noise = row_noise(hat[:, live], ys[:, live], g[live], self.out_dtype, self.dim)
+        stat = fit.candidate.statistic(xs.double())[:, 0]
+        ref = STAT_MEAN_SQUARE if self.dtype != torch.float16 else 256.0
+        ex = explain_row_scales(fit.row_scales, stat, noise, ref)
+        if ex.hypothesis is not None:
+            fit.finding.message += f"; the row scales follow {ex.hypothesis}"
+            fit.finding.diagnosis = (
+                "bfloat16-rounded statistic" if "bfloat16" in ex.hypothesis
+                else "16-bit statistic"
+            )  # fmt: skip
+
+    def _statistic_name(self, name: str, gain: Finding) -> str:
+        """The fitted statistic, with the constant factor the gain probe read off."""
+        if gain.diagnosis == "unbiased variance" and name == "variance":
+            return "variance (unbiased, D − 1)"
+        if gain.diagnosis and gain.diagnosis.startswith("L2") and name == "mean square":
+            return "sum of squares (L2 norm)"
+        if name != "variance" or gain.severity != OK:
+            return name
+        form = self.result.gain_form
+        if self.weight is not None and form not in (UNBIASED, L2) and not form.startswith("unk"):
+            return "variance (biased, D)"
+        if self.weight is None and gain.message.endswith("= 1"):
+            return "variance (biased, D)"
+        return name
 
 
 def audit_norm(
@@ -332,7 +649,11 @@ def audit_norm(
     parameter: it lets the audit tell ``w`` from ``1 + w`` and fixes the constant factor of the
     statistic. When ``f`` is a module and ``weight`` is None, the module's own gain parameter is
     used (:func:`module_weight`: ``weight``, ``gamma`` or ``gain`` with ``dim`` values), as
-    ``normlab audit norm`` does. The gain is changed during the casting probe and restored.
+    ``normlab audit norm`` does. The gain is set to w + 0.3·N(0, 1) during the audit and
+    restored.
+
+    The model the probes fit is y = g ⊙ x̂ + b with x̂ = (x − μ)·rsqrt(σ² + ε) (LayerNorm) or
+    x·rsqrt(mean(x²) + ε) (RMSNorm); every finding states its error and tolerance.
     """
     if not callable(f):
         raise TypeError(
@@ -354,125 +675,5 @@ def audit_norm(
         )
     if weight is None:
         weight = module_weight(f, dim)
-    dtype = _probe_dtype(f, dim)
-    gen = torch.Generator().manual_seed(0)
-    x = torch.randn(16, dim, generator=gen, dtype=dtype) * 2 + 0.5
-    notes: list[str] = []
-
-    try:
-        b = _call(f, torch.zeros(1, dim, dtype=dtype))[0]
-    except (RuntimeError, TypeError, ValueError, IndexError) as err:
-        raise ValueError(
-            f"f: {target!r} failed on the first probe, a {dtype} tensor of shape [1, {dim}] "
-            f"({type(err).__name__}: {err}); expected a norm over vectors of size dim={dim} "
-            "mapping [N, dim] to [N, dim] (does its size match dim?)"
-        ) from err
-    v = _alternating(1, dim, dtype)
-    g = ((_call(f, GAIN_SCALE * v) - b) / v)[0]
-    has_bias = bool(b.abs().max() > 1e-6)
-
-    y = _call(f, x)
-    big = x * math.sqrt(LARGE_MEAN_SQUARE / float(x.double().pow(2).mean()))
-    y_big = _call(f, big)
-    why_not = _why_not_normalizing(f, x, y, big, y_big, b)
-    if why_not is not None:
-        reason, like = why_not
-        return NormAudit(
-            target=target, dim=dim, normalizes=False, centering=False,
-            statistic=f"none: {reason}", eps=None,
-            eps_placement="n/a", gain_form="unknown", has_bias=has_bias,
-            notes=[f"not a normalizer: {reason} ({like})"],
-        )  # fmt: skip
-    centering = _rel(_call(f, x + 5.0) - b, y - b) < _tolerance(x, y)
-    if (g.abs() < 1e-8).any():
-        notes.append("some channels have zero gain; they were left out of the statistic fit")
-    live = g.abs() >= 1e-8
-    hat = (y_big.double() - b.double()) / torch.where(live, g, torch.ones_like(g)).double()
-    big64, v64 = big.double(), v.double()  # candidates in float64: 16-bit x² would overflow
-    errors = {
-        name: _rel(hat[:, live], (cand(big64) * (v64[0] / cand(v64)[0]))[:, live])
-        for name, cand in _CANDIDATES.items()
-    }
-    family = min(errors, key=errors.get)
-    max_rel = errors[family]
-    statistic = {"variance": "variance", "mean square": "mean square"}.get(family, family)
-    if family == "mean square" and centering:
-        family, statistic = "variance", "variance"
-
-    gain_form = "no gain parameter exposed"
-    if weight is not None:
-        w = weight.detach().to("cpu", torch.float64).reshape(-1)
-        gd = g.double()
-        if w.numel() == dim:
-            forms = {
-                "w": gd - w,
-                "1 + w": gd - (1 + w),
-                "w · sqrt((D − 1) / D) (unbiased variance)": gd - w * math.sqrt((dim - 1) / dim),
-                "w / sqrt(D) (L2 norm, not mean square)": gd - w / math.sqrt(dim),
-            }
-            best = min(forms, key=lambda k: float(forms[k].abs().max()))
-            gain_form = (
-                best
-                if float(forms[best].abs().max()) < 1e-3 * max(1.0, float(gd.abs().max()))
-                else "unknown"
-            )
-            if "unbiased" in best:
-                statistic = "variance (unbiased, D − 1)"
-            elif "L2" in best:
-                statistic = "sum of squares (L2 norm)"
-    if statistic == "variance":
-        statistic = "variance (biased, D)" if weight is not None else "variance"
-
-    eps, placement = _estimate_eps(f, b, dim, dtype)
-    if eps is not None and math.isclose(eps, torch.finfo(dtype).eps, rel_tol=0.05):
-        notes.append(
-            f"ε equals the machine epsilon of the probe dtype ({dtype}): the implementation "
-            "derives ε from a dtype (as torch's eps=None does) instead of a fixed value"
-        )
-    precision = {
-        "float16": _fp16_overflow_check(f, dim, family),
-        "bfloat16": _bf16_precision_check(f, b, g, family, eps, placement),
-    }
-    casting = _casting_check(f, weight, dim, eps, family) if family == "mean square" else None
-    return NormAudit(
-        target=target, dim=dim, normalizes=True, centering=centering, statistic=statistic,
-        eps=eps, eps_placement=placement, gain_form=gain_form, has_bias=has_bias,
-        stats_precision=precision, casting=casting, max_rel_error=max_rel, notes=notes,
-    )  # fmt: skip
-
-
-def _casting_check(
-    f: NormFn, weight: torch.Tensor | None, dim: int, eps: float | None, family: str
-) -> str | None:
-    """Which 16-bit rounding the RMS family follows, bit for bit, in bfloat16.
-
-    The gain is set to a random value for the check and restored afterwards.
-    """
-    if weight is None or eps is None:
-        return None
-    gen = torch.Generator().manual_seed(3)
-    x = torch.randn(16, dim, generator=gen).bfloat16()
-    saved = weight.detach().clone()
-    try:
-        with torch.no_grad():  # a non-trivial gain, or LLaMA and Gemma rounding coincide
-            weight.copy_(saved + 0.37 * torch.randn(saved.shape, generator=gen).to(saved))
-            y = _call(f, x)
-            w = weight.detach().to("cpu").clone()
-    except (RuntimeError, TypeError, ValueError):
-        return None
-    finally:
-        with torch.no_grad():
-            weight.copy_(saved)
-    if y.dtype == torch.float32:
-        return "fp32: bfloat16 input gives a float32 output (x̂ and the gain meet in float32)"
-    xf = x.float()
-    hat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    for offset in (0.0, 1.0):
-        gain32 = w.float() + offset
-        llama = (gain32 * hat.to(x.dtype).float()).to(x.dtype)
-        gemma = (hat * gain32).to(x.dtype)
-        if torch.equal(y.to(x.dtype), llama):
-            return "llama: x̂ rounded to the input dtype, then times the gain"
-        if torch.equal(y.to(x.dtype), gemma):
-            return "gemma: x̂ and the gain meet in float32, one rounding at the end"
-    return "neither LLaMA nor Gemma rounding, bit for bit"
+    with _random_gain(weight):
+        return _Audit(f, dim, target, weight).run()

@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from normlab.audit import audit_model, audit_norm
+from normlab.audit import NormAudit, audit_model, audit_norm
 from normlab.audit.targets import (
     DEFAULT_NORMS,
     TESTBEDS,
@@ -59,7 +59,12 @@ def audit_norm_cmd(
     dim: Annotated[int, typer.Option(help="Vector size D used by the probes (even).")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision."""
+    """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision.
+
+    Prints a verdict (``defect``, ``note`` or ``ok``) and every defect and note first, each with
+    its error and tolerance, then the table, then the checks that passed (with theirs);
+    ``--json`` gives the same, findings defects first.
+    """
     try:
         check_dim(dim)
     except ValueError as err:
@@ -72,12 +77,38 @@ def audit_norm_cmd(
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         return
+    console = Console()
+    for line in _verdict_lines(result):
+        typer.echo(line)
+    console.print(_norm_table(result, target, dim))
+    for finding in result.findings:  # what passed, with the tolerance each was held to
+        if finding.severity == "ok":
+            typer.echo(finding.line())
+    for note in result.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+def _verdict_lines(result: NormAudit) -> list[str]:
+    """The verdict, then every defect and note (defects first), one line each."""
+    counts = {s: sum(f.severity == s for f in result.findings) for s in ("defect", "note")}
+    parts = [f"{n} {s}{'s' if n != 1 else ''}" for s, n in counts.items() if n]
+    head = f"verdict: {result.severity}" + (f" ({', '.join(parts)})" if parts else "")
+    return [head] + [f.line() for f in result.findings if f.severity != "ok"]
+
+
+def _norm_table(result: NormAudit, target: str, dim: int) -> Table:
     table = Table(title=f"What {target} computes (D = {dim})", show_header=False)
     table.add_column("property", style="bold")
     table.add_column("finding")
+    if result.normalizes:
+        normalises = "yes"
+    elif result.statistic.startswith("withheld"):
+        normalises = "not determined"
+    else:
+        normalises = "no"
     eps = "not detected" if result.eps is None else f"{result.eps:.3g}"
     rows = [
-        ("normalises", "yes" if result.normalizes else "no"),
+        ("normalises", normalises),
         ("centring (subtracts the mean)", "yes" if result.centering else "no"),
         ("statistic", result.statistic),
         ("ε", eps),
@@ -89,13 +120,21 @@ def audit_norm_cmd(
     if result.casting:
         rows.append(("16-bit casting", result.casting))
     if result.max_rel_error is not None:
-        rows.append(("fit of the statistic", f"relative error {result.max_rel_error:.2e}"))
+        stat = next((f for f in result.findings if f.probe == "statistic"), None)
+        tol = f" (tolerance {stat.tolerance:.2e})" if stat and stat.tolerance else ""
+        rows.append(("fit of the statistic", f"relative error {result.max_rel_error:.2e}{tol}"))
+    if result.tolerance is not None:
+        works = result.working_dtype or result.probe_dtype
+        rows.append(
+            (
+                "probes",
+                f"{result.probe_dtype} input, outputs carry {works} precision: output "
+                f"tolerance {result.tolerance:.2e} (2u + 4·eps32·sqrt(D))",
+            )
+        )
     for k, v in rows:
         table.add_row(k, v)
-    console = Console()
-    console.print(table)
-    for note in result.notes:
-        console.print(f"note: {note}")
+    return table
 
 
 @audit_app.command("model")

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from normlab.audit.model import _takes_cond, is_norm_module
+from normlab.audit.model import is_norm_module, takes_condition
 from normlab.audit.probe import MIN_DIM, NormAudit, audit_norm
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 from normlab.layers.dyt import DynamicTanh
@@ -101,7 +101,7 @@ def _check_replaceable(module: nn.Module) -> None:
         raise Refused(
             "normalises over the batch or over channel groups, not each token's last dimension"
         )
-    if _takes_cond(module):
+    if takes_condition(module):
         raise Refused(
             "a conditional norm (its forward takes cond): build normlab.AdaRMSNorm or "
             "normlab.AdaLayerNormZero in its place by hand"

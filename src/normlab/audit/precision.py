@@ -1,0 +1,346 @@
+"""Statistics precision and 16-bit casting, probed once the statistic is known.
+
+**float16**: rows with |x| ≈ 300, where x² (9e4) overflows float16 (max 65504): an
+implementation that squares in float16 gives infinities or a wrong output. The output's rows are
+compared in shape with the fitted statistic's x̂, to the float16 output tolerance.
+
+**bfloat16**: rows of mean square about 2^20 in bfloat16, enough of them for N·D ≥ 65536 values. The
+row scale k = x̂_measured / x̂_exact (least squares per row) is 1 up to the output's rounding,
+whose standard deviation per row follows from the output values (two roundings, as the LLaMA
+casting does) and the float32 error of a D-long statistic. χ² against that noise tells exact
+statistics from rounded ones, and which rounding (the statistic, its rsqrt, the standard
+deviation; bfloat16 or float16) the errors follow (:func:`~normlab.audit.statistic
+.explain_row_scales`). Errors larger than one rounding explains point at 16-bit accumulation.
+
+**casting** (mean-square family, bfloat16 input): bit for bit against the LLaMA formula (x̂
+rounded to the input dtype, then times the gain), the Gemma formula (x̂ and the gain meet in
+float32, one rounding) and float32 output; and against the defective variants 1 + w added in
+bfloat16 and a gain rounded to bfloat16 first. A formula matches when every output is within one
+ulp of it and at most 0.5 % differ at all (reduction order moves a few roundings); a defect is
+claimed only when a defective variant matches and fits better than every correct one.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from normlab.audit.basics import (
+    CALL_ERRORS,
+    NormFn,
+    accumulation_error,
+    alternating,
+    call,
+    output_tolerance,
+    rounding,
+    row_scales,
+    row_shape_error,
+    ulp,
+    working_dtype,
+)
+from normlab.audit.findings import DEFECT, NOTE, OK, Finding
+from normlab.audit.statistic import BEYOND_ROUNDING, Candidate, explain_row_scales
+
+FP16_SCALE = 300.0
+BF16_MEAN_SQUARE = 2.0**20  # the gain row's statistic, its root and rsqrt are exact in 16 bits
+MISMATCH_ALLOWED = 0.005  # a formula "matches" when at most 0.5 % of outputs differ, by 1 ulp
+
+
+def gain_and_bias(
+    f: NormFn, d: int, dtype: torch.dtype, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(g, b) as ``f`` applies them to input of ``dtype`` (a float32 module may cast its weight to
+    a 16-bit input's dtype: the 16-bit probes divide by the gain it really uses). Float64."""
+    b = call(f, torch.zeros(1, d, dtype=dtype)).double()[0]
+    if not bool(torch.isfinite(b).all()):  # 0 / 0 on the zero row: no bias measurable
+        b = torch.zeros_like(b)
+    v = alternating(1, d, dtype)
+    g = ((call(f, scale * v).double() - b) / v.double())[0]
+    return g, b
+
+
+def fp16_check(f: NormFn, d: int, cand: Candidate, live: torch.Tensor) -> tuple[str, Finding]:
+    """(the ``stats_precision["float16"]`` text, its finding)."""
+    gen = torch.Generator().manual_seed(1)
+    x = (torch.randn(8, d, generator=gen) * FP16_SCALE).clamp(-60000, 60000).half()
+    probe = "precision (float16)"
+    try:
+        y = call(f, x)
+        g, b = gain_and_bias(f, d, torch.float16, 16.0)
+    except CALL_ERRORS as err:
+        text = f"float16 input not accepted ({type(err).__name__})"
+        return text, Finding(probe, NOTE, text)
+    if not bool(torch.isfinite(y).all()):
+        text = "float16: non-finite output at |x| ≈ 300 — statistics squared in float16"
+        return text, Finding(
+            probe, DEFECT,
+            "non-finite output at |x| ≈ 300: x² overflows float16 (max 65504), so the "
+            "statistic is computed in float16, not float32",
+            diagnosis="float16 overflow of x²",
+        )  # fmt: skip
+    live = live & (g.abs() > 1e-8)
+    if not bool(live.any()):
+        text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
+        return text, Finding(probe, NOTE, text, withheld=True)
+    hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
+    ref = cand.hat(x.double(), None, "")[:, live]
+    err = row_shape_error(hat, ref) if bool((hat.abs().sum(-1) > 0).all()) else 1.0
+    # x̂ may be rounded to the input's dtype, or to a 16-bit weight's
+    coarse = max((torch.float16, y.dtype), key=rounding)
+    tol = output_tolerance(coarse, d)
+    scale_err = float((row_scales(hat, ref) - 1).abs().max())
+    if err > tol or scale_err > 0.25:
+        text = "float16: wrong output at |x| ≈ 300 — statistics overflow in float16"
+        return text, Finding(
+            probe, DEFECT,
+            f"wrong output at |x| ≈ 300 (rows' shapes off by {err:.2e}, scales by "
+            f"{scale_err:.1%}): the statistic overflows float16",
+            diagnosis="float16 overflow of x²", error=err, tolerance=tol,
+        )  # fmt: skip
+    text = "float16: correct at |x| ≈ 300 — statistics not kept in float16"
+    return text, Finding(probe, OK, text[len("float16: ") :], error=err, tolerance=tol)
+
+
+def bf16_rows(d: int) -> torch.Tensor:
+    """N rows of mean square about 2^20 in bfloat16, N·D >= 65536 (N >= 16)."""
+    n = max(16, math.ceil(65536 / d))
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(n, d, generator=gen, dtype=torch.float64) + 0.3
+    scales = torch.exp(torch.empty(n, 1, dtype=torch.float64).uniform_(-1, 1, generator=gen))
+    return (x * scales * math.sqrt(BF16_MEAN_SQUARE)).bfloat16()
+
+
+def row_noise(
+    hat: torch.Tensor,
+    y: torch.Tensor,
+    g: torch.Tensor,
+    dtype: torch.dtype,
+    d: int,
+    b: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Standard deviation of the per-row scale k of ``hat`` = (y − b) / g from rounding x̂ to the
+    input ``dtype`` (when the values of ``hat`` lie on its grid, as after the LLaMA casting) and
+    y to the grid its values lie on (:func:`~normlab.audit.basics.working_dtype`), from
+    the rounding of the measured g (read off the output g·v + b), and from a float32 statistic:
+    Σ hat²·(ulp(x̂)² + ulp(y)²/g² + hat²·ulp(|g| + |b|)²/g²)/12 / (Σ hat²)², plus
+    (4·eps32·sqrt(D))² and (u/128)²: the order of a 16-bit implementation's roundings may bias a
+    row's mean scale by a small fraction of an ulp, which averaging over D does not remove."""
+    off = (hat - hat.to(dtype).double()).abs() / hat.abs().clamp_min(1e-300)
+    on_grid = float(off.max()) if off.numel() else math.inf
+    out = working_dtype(y)  # the grid the outputs lie on
+    x_hat_dtype = dtype if on_grid < 8 * rounding(torch.float32) else out  # rounded first?
+    var = (ulp(hat.to(x_hat_dtype)).pow(2) + (ulp(y.to(out)) / g).pow(2)) / 12
+    # g was read off a rounded output g·v + b too
+    g_out = g.abs() + (b.abs() if b is not None else 0.0)
+    var = var + hat.pow(2) * (ulp(g_out.to(out)) / g).pow(2) / 12
+    p2 = hat.pow(2)
+    out = (p2 * var).sum(-1) / p2.sum(-1).pow(2)
+    floor = accumulation_error(torch.float32, d) ** 2 + (rounding(dtype) / 128) ** 2
+    return (out + floor).sqrt()
+
+
+def bf16_check(
+    f: NormFn,
+    d: int,
+    cand: Candidate,
+    live: torch.Tensor,
+    eps: float | None,
+    placement: str,
+    inexact: bool = False,
+) -> tuple[str, Finding]:
+    """(the ``stats_precision["bfloat16"]`` text, its finding). ``inexact``: the statistic probe
+    already found the row scales off at the audit's own input dtype; errors no bfloat16 rounding
+    explains are then not laid at bfloat16's door."""
+    x = bf16_rows(d)
+    probe = "precision (bfloat16)"
+    try:
+        y = call(f, x)
+        g, b = gain_and_bias(f, d, torch.bfloat16, math.sqrt(BF16_MEAN_SQUARE))
+    except CALL_ERRORS as err:
+        text = f"bfloat16 input not accepted ({type(err).__name__})"
+        return text, Finding(probe, NOTE, text)
+    if not bool(torch.isfinite(y).all()):
+        text = "bfloat16: non-finite output at |x| ≈ 1e3 — statistics overflow in bfloat16"
+        return text, Finding(probe, DEFECT, text[len("bfloat16: ") :],
+                             diagnosis="low-precision statistics")  # fmt: skip
+    xd = x.double()
+    live = live & (g.abs() > 1e-8)
+    if not bool(live.any()):
+        text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
+        return text, Finding(probe, NOTE, text, withheld=True)
+    hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
+    v = alternating(1, d, torch.float64)[0, live]
+    pred = cand.hat(xd, eps, placement)[:, live]
+    pred = pred * (v / cand.hat(math.sqrt(BF16_MEAN_SQUARE) * alternating(1, d, torch.float64),
+                                eps, placement)[0, live])  # fmt: skip
+    k = row_scales(hat, pred)
+    noise = row_noise(hat, y[:, live], g[live], x.dtype, d, b[live])
+    stat = cand.statistic(xd)[:, 0]
+    ex = explain_row_scales(k, stat, noise, BF16_MEAN_SQUARE, pred, x.dtype)
+    tol = ex.threshold
+    if ex.undetermined:
+        text = (
+            f"bfloat16: undetermined at D = {d}: float32 statistics and a 16-bit rounding of "
+            f"them both fit the row scales (χ² {ex.chi2:.2f} ≤ {tol:.2f})"
+        )
+        return text, Finding(probe, NOTE, text[len("bfloat16: ") :], error=ex.chi2, tolerance=tol)
+    if ex.exact:
+        text = (
+            f"bfloat16: statistics in float32 or better (row scale within {ex.median_error:.3%}, "
+            "median; rounding them to bfloat16 is ruled out)"
+        )
+        return text, Finding(
+            probe, OK, text[len("bfloat16: ") :] + f"; χ² {ex.chi2:.2f} against output rounding",
+            error=ex.chi2, tolerance=tol,
+        )  # fmt: skip
+    if ex.hypothesis is not None:
+        text = (
+            f"bfloat16: statistics rounded to bfloat16 (row scale off by {ex.median_error:.3%}, "
+            f"median; the errors follow {ex.hypothesis})"
+        )
+        diag = "bfloat16-rounded statistic"
+        if "bfloat16" not in ex.hypothesis:
+            diag = "16-bit statistic"
+            text = text.replace("rounded to bfloat16", "rounded to float16", 1)
+        return text, Finding(
+            probe, DEFECT, text[len("bfloat16: ") :], diagnosis=diag, error=ex.chi2, tolerance=tol
+        )
+    if inexact:
+        text = (
+            f"bfloat16: row scale off by {ex.median_error:.3%} (median), no bfloat16 rounding "
+            "fits, and the statistic is inexact at the audit's own input dtype too (see statistic)"
+        )
+        return text, Finding(probe, NOTE, text[len("bfloat16: ") :], error=ex.chi2, tolerance=tol)
+    if ex.beyond_rounding and _order_dependent(f, x, hat, b, g, live, noise):
+        text = (
+            f"bfloat16: statistics accumulated in 16 bits: row scale off by {ex.rms_error:.3%} "
+            f"(RMS), more than rounding the statistic to bfloat16 explains (≤ "
+            f"{BEYOND_ROUNDING:.3%}), over rows of D = {d}"
+        )
+        return text, Finding(
+            probe, DEFECT, text[len("bfloat16: ") :],
+            diagnosis="16-bit accumulation of the statistic", error=ex.chi2, tolerance=tol,
+        )  # fmt: skip
+    text = (
+        f"bfloat16: statistics rounded to bfloat16 or otherwise imprecise (row scale off by "
+        f"{ex.median_error:.3%}, median; χ² {ex.chi2:.1f} > {tol:.2f}, no single rounding fits)"
+    )
+    return text, Finding(
+        probe, DEFECT, text[len("bfloat16: ") :], diagnosis="low-precision statistics",
+        error=ex.chi2, tolerance=tol,
+    )  # fmt: skip
+
+
+def _order_dependent(
+    f: NormFn,
+    x: torch.Tensor,
+    hat: torch.Tensor,
+    b: torch.Tensor,
+    g: torch.Tensor,
+    live: torch.Tensor,
+    noise: torch.Tensor,
+) -> bool:
+    """Whether permuting each row's values moves the rows' scales by more than 6 times the
+    output noise (RMS): a statistic summed in 16 bits depends on the order of the sum."""
+    d = x.shape[-1]
+    perm = torch.randperm(d, generator=torch.Generator().manual_seed(9))
+    inverse = torch.argsort(perm)
+    try:
+        yp = call(f, x[:, perm]).double()
+    except CALL_ERRORS:
+        return False
+    hat_p = ((yp - b) / torch.where(g.abs() > 1e-8, g, torch.ones_like(g)))[:, inverse][:, live]
+    moved = row_scales(hat_p, hat) - 1
+    return float(moved.pow(2).mean().sqrt()) > 6 * float(noise.pow(2).mean().sqrt())
+
+
+# ----------------------------------------------------------------------------------------------
+# casting
+# ----------------------------------------------------------------------------------------------
+def _eps_choices(eps: float, attribute: float | None) -> list[float]:
+    """The module's own ε when it has one, else the estimate and its 1- and 2-digit roundings."""
+    if attribute is not None:
+        return [attribute]
+    out = [eps]
+    if eps > 0:
+        exponent = math.floor(math.log10(eps))
+        for digits in (0, 1):
+            out.append(round(eps / 10.0**exponent, digits) * 10.0**exponent)
+    return out
+
+
+def _variants(
+    x: torch.Tensor, xf: torch.Tensor, w: torch.Tensor, e: float
+) -> list[tuple[str, str, torch.Tensor]]:
+    """(severity, label, output) of each rounding recipe for input x with ε = e."""
+    hat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + e)
+    out = []
+    for offset in (0.0, 1.0):
+        gain32 = w.float() + offset
+        out += [
+            (OK, "llama: x̂ rounded to the input dtype, then times the gain",
+             (gain32 * hat.to(x.dtype).float()).to(x.dtype)),
+            (OK, "gemma: x̂ and the gain meet in float32, one rounding at the end",
+             (hat * gain32).to(x.dtype)),
+        ]  # fmt: skip
+    gain16 = (w.bfloat16() + 1.0).float()  # 1 + w added in bfloat16
+    label16 = "1 + w added in bfloat16 (the offset belongs in float32)"
+    out += [
+        (DEFECT, label16, (hat * gain16).to(x.dtype)),
+        (DEFECT, label16, (gain16 * hat.to(x.dtype).float()).to(x.dtype)),
+    ]
+    if w.dtype in (torch.float32, torch.float64):
+        w16 = w.bfloat16().float()
+        label = "the gain cast to the input dtype (bfloat16) before use, as w.to(x.dtype) does"
+        out += [(NOTE, label, (hat * w16).to(x.dtype)),
+                (NOTE, label, (hat * (w16 + 1.0)).to(x.dtype)),
+                (NOTE, label, (w16 * hat.to(x.dtype).float()).to(x.dtype)),
+                (NOTE, label, ((w16 + 1.0) * hat.to(x.dtype).float()).to(x.dtype))]  # fmt: skip
+    return out
+
+
+def casting_check(
+    f: NormFn, weight: torch.Tensor, dim: int, eps: float, eps_attribute: float | None
+) -> tuple[str, Finding]:
+    """Which 16-bit rounding a mean-square norm follows, bit for bit, in bfloat16."""
+    gen = torch.Generator().manual_seed(3)
+    n = max(16, math.ceil(4096 / dim))
+    x = torch.randn(n, dim, generator=gen).bfloat16()
+    probe = "casting"
+    try:
+        y = call(f, x)
+    except CALL_ERRORS as err:
+        text = f"bfloat16 input not accepted ({type(err).__name__})"
+        return text, Finding(probe, NOTE, text)
+    w = weight.detach().to("cpu")
+    if y.dtype == torch.float32:
+        text = "fp32: bfloat16 input gives a float32 output (x̂ and the gain meet in float32)"
+        return text, Finding(probe, OK, text)
+    xf = x.float()
+    y16 = y.to(x.dtype)
+    scored = []  # (fraction of outputs that differ, severity, label)
+    for e in _eps_choices(eps, eps_attribute):
+        for sev, label, ref in _variants(x, xf, w, e):
+            diff = (y16.float() - ref.float()).abs()
+            one_ulp = bool((diff <= ulp(ref).float() * 1.0001).all())
+            scored.append((float((diff > 0).float().mean()) if one_ulp else 1.0, sev, label))
+    rank = {OK: 0, NOTE: 1, DEFECT: 2}
+    scored.sort(key=lambda s: (s[0] > MISMATCH_ALLOWED, rank[s[1]], s[0]))
+    frac, sev, label = scored[0]
+    if frac <= MISMATCH_ALLOWED:
+        how = "bit for bit" if frac == 0 else f"to 1 ulp; {frac:.2%} of outputs differ by 1 ulp"
+        if sev != DEFECT:
+            return label, Finding(probe, sev, f"{label} ({how})", error=frac,
+                                  tolerance=MISMATCH_ALLOWED)  # fmt: skip
+        return label, Finding(
+            probe, DEFECT, f"{label} ({how}; the LLaMA and Gemma formulas are not)",
+            diagnosis=label.split(" (")[0], error=frac, tolerance=MISMATCH_ALLOWED,
+        )  # fmt: skip
+    best = min((s[0], s[2]) for s in scored)
+    text = "neither LLaMA nor Gemma rounding, bit for bit"
+    return text, Finding(
+        probe, NOTE,
+        f"{text} (closest: {best[1] or 'none'}, {best[0]:.1%} of outputs differ)",
+        error=best[0], tolerance=MISMATCH_ALLOWED,
+    )  # fmt: skip
