@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from normlab.bench import allocator
 from normlab.bench.bytes_model import copy_bytes, min_bytes, traffic
-from normlab.bench.runner import COLUMNS, rows_for
+from normlab.bench.runner import COLUMNS, LIVE_TENSORS, MEMORY_FRACTION, rows_for
 from normlab.cli import app
 from normlab.kernels.cpu.cache_size import DEFAULT_LLC_BYTES, last_level_cache_bytes, parse_size
 
@@ -49,6 +49,21 @@ def test_problem_size_exceeds_the_cache_multiple() -> None:
             rows = rows_for(dim, dtype, llc, 4.0)
             assert rows * dim * size >= 4 * llc
             assert (rows - 1) * dim * size < 4 * llc
+
+
+def test_problem_size_is_capped_by_the_memory_available() -> None:
+    """A VM that reports its host socket's 480 MiB L3 on 24 GiB: a 4 × L3 problem of 16 live
+    tensors would need 30 GiB, so the rows are cut to fit a quarter of the memory."""
+    llc, memory = 480 * 2**20, 20 * 2**30
+    for dim in (768, 4096):
+        for dtype, size in ((torch.float32, 4), (torch.bfloat16, 2)):
+            rows = rows_for(dim, dtype, llc, 4.0, memory)
+            assert LIVE_TENSORS * rows * dim * size <= MEMORY_FRACTION * memory
+            assert LIVE_TENSORS * (rows + 1) * dim * size > MEMORY_FRACTION * memory
+            assert rows_for(dim, dtype, 32 * 2**20, 4.0, memory) == rows_for(
+                dim, dtype, 32 * 2**20, 4.0
+            )  # a small cache is not capped
+    assert rows_for(4096, torch.float32, llc, 4.0, memory=0) == 1
 
 
 def test_cache_size_parsing() -> None:

@@ -28,6 +28,11 @@ from normlab.kernels.cpu.cache_size import last_level_cache_bytes
 DIMS = (768, 2048, 4096, 8192)
 LLC_MULTIPLE = 4.0
 MAX_LLC_MULTIPLE = 1000.0  # past this one tensor of a problem is tens of GB
+MEMORY_FRACTION = 0.25
+"""The share of the memory available at the start that a default-sized problem may take."""
+LIVE_TENSORS = 16
+"""[rows, D] tensors a problem may hold at once (inputs, modulation, gradients, outputs and the
+float32 temporaries of the eager peers): the divisor of the memory cap of :func:`rows_for`."""
 DEVICE_TYPES = ("cpu", "cuda")
 
 
@@ -185,10 +190,31 @@ def cache_bytes(device: torch.device) -> int:
     return last_level_cache_bytes()
 
 
-def rows_for(dim: int, dtype: torch.dtype, llc: int, multiple: float) -> int:
-    """Rows so that one [rows, dim] tensor holds at least ``multiple`` × the cache, in bytes."""
+def available_memory_bytes() -> int | None:
+    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where the file does not say)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def rows_for(
+    dim: int, dtype: torch.dtype, llc: int, multiple: float, memory: int | None = None
+) -> int:
+    """Rows so that one [rows, dim] tensor holds at least ``multiple`` × the cache, in bytes,
+    unless :data:`LIVE_TENSORS` such tensors would take more than :data:`MEMORY_FRACTION` of
+    ``memory`` (the bytes available; None: no cap). A host whose last-level cache is large next
+    to its memory (a VM slice of a server socket reports the whole socket's L3) then gets
+    problems that fit, rather than being killed for memory."""
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return max(1, math.ceil(multiple * llc / (dim * itemsize)))
+    rows = max(1, math.ceil(multiple * llc / (dim * itemsize)))
+    if memory is not None:
+        rows = min(rows, max(1, int(MEMORY_FRACTION * memory) // (LIVE_TENSORS * dim * itemsize)))
+    return rows
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -205,9 +231,12 @@ def run(config: Config, progress: Callable[[Row], None] | None = None) -> Result
     result = Result(config=config, llc_bytes=cache_bytes(device))
     peers = list(config.peers) if config.peers is not None else default_peers(device)
     copy_samples: list[float] = []
+    memory = available_memory_bytes() if device.type == "cpu" else None
     for dtype in config.dtypes:
         for dim in config.dims:
-            rows = config.rows or rows_for(dim, dtype, result.llc_bytes, config.llc_multiple)
+            rows = config.rows or rows_for(
+                dim, dtype, result.llc_bytes, config.llc_multiple, memory
+            )
             copy = CopyReference(rows * dim, dtype, device)
             for op in config.ops:
                 problem = make_problem(op, dtype, device, rows, dim)
