@@ -245,23 +245,30 @@ def test_audit_norm_leaves_torchs_global_generator_alone() -> None:
     assert torch.equal(torch.rand(4), expected)
 
 
-def test_the_readme_audit_example_is_what_the_cli_prints(
+def test_the_audit_example_is_what_the_cli_prints(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The README's ``normlab audit norm mypkg.norms:MyRMSNorm`` example, run on its class."""
+    """docs/audit.md's ``normlab audit norm mypkg.norms:MyRMSNorm`` example, run on its class,
+    is the CLI's output line for line; the README shows its first lines, then "…"."""
     import re
     import sys
     import types
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## normlab audit") :]
-    code = re.search(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    shown = re.search(r"```text\n\$ normlab audit norm (\S+)\n(.*?)```", section, re.DOTALL)
-    assert code is not None and shown is not None
-    target, expected = shown.group(1), shown.group(2)
+    root = Path(__file__).resolve().parents[1]
+    pages = {}
+    for name in ("docs/audit.md", "README.md"):
+        text = (root / name).read_text(encoding="utf-8")
+        if name == "README.md":
+            text = text[text.index("## normlab audit") :]
+        code = re.search(r"```python\n(.*?)```", text, flags=re.DOTALL)
+        shown = re.search(r"```text\n\$ normlab audit norm (\S+)\n(.*?)```", text, re.DOTALL)
+        assert code is not None and shown is not None, name
+        pages[name] = (code.group(1), shown.group(1), shown.group(2))
+    code, target, expected = pages["docs/audit.md"]
+    assert pages["README.md"][:2] == (code, target)
     module = types.ModuleType("mypkg.norms")
-    exec(compile(code.group(1), "README.md", "exec"), module.__dict__)
+    exec(compile(code, "docs/audit.md", "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "mypkg", types.ModuleType("mypkg"))
     monkeypatch.setitem(sys.modules, "mypkg.norms", module)
     result = CliRunner().invoke(app, ["audit", "norm", target], env={"COLUMNS": "100"})
@@ -269,6 +276,9 @@ def test_the_readme_audit_example_is_what_the_cli_prints(
     printed = "\n".join(line.rstrip() for line in result.output.splitlines())
     assert printed == expected.rstrip("\n")
     assert printed.splitlines()[1].startswith("defect")
+    excerpt = pages["README.md"][2].rstrip("\n").splitlines()
+    assert excerpt[-1] == "…" and len(excerpt) >= 3
+    assert printed.splitlines()[: len(excerpt) - 1] == excerpt[:-1]
 
 
 def test_takes_condition_is_public() -> None:
