@@ -9,7 +9,8 @@ where ``shapes_version`` is the fingerprint of a probe of the shapes stream the 
 trains on (:func:`shapes_version`), so a change to :mod:`normlab.data.shapes`' generator gives
 a new key instead of a stale classifier. ``shape-classifier-<key>.pt`` holds the weights
 (``torch.save`` of the state dict); ``shape-classifier-<key>.json`` the metadata: the settings,
-the held-out accuracy, the training time, the torch version and the sha256 of the weights file.
+the held-out accuracy, the training's wall and CPU time, the torch version and the sha256 of
+the weights file.
 Each is written atomically, the weights first, so the metadata marks a complete entry. Before
 use the weights' sha256 must equal the metadata's and the state dict must load; otherwise (a
 damaged, truncated or foreign file) the classifier is trained again and both files replaced.
@@ -152,6 +153,7 @@ def load_shape_classifier(
         "heldout_accuracy": trained.heldout_accuracy,
         "n_heldout": s.n_heldout,
         "train_seconds": trained.train_seconds,
+        "train_cpu_seconds": trained.train_cpu_seconds,
         "torch": torch.__version__,
         "weights_sha256": hashlib.sha256(data).hexdigest(),
     }
