@@ -58,6 +58,7 @@ from normlab.models import (
     interpolate,
     sliced_wasserstein2,
 )
+from normlab.models.sample_metrics import sample_quality
 from normlab.run_format import REFERENCE_FILE, SAMPLES_FILE, testbed_format
 
 __all__ = [
@@ -422,6 +423,8 @@ class DiTTestbed:
             "final_val_loss": final["val_loss"] if final else None,
             "best_val_loss": min((e["val_loss"] for e in finite_evals), default=None),
             "final_sample_sw2": None,
+            "final_sample_class_acc": None,
+            "final_sample_fd": None,
             "sample_cfg_scale": None,
         }
 
@@ -435,7 +438,11 @@ class DiTTestbed:
         class-conditional model (w = 1: unguided). Returns ``final_sample_sw2``: the sliced
         Wasserstein-2 distance between the generated and the validation images, flattened
         pixels, over :data:`SW2_PROJECTIONS` projections drawn from the data seed, and
-        ``sample_cfg_scale``: the w used (1.0 without labels). Writes the first
+        ``sample_cfg_scale``: the w used (1.0 without labels), and the shape classifier's view
+        of the same images (:func:`normlab.models.sample_metrics.sample_quality`):
+        ``final_sample_class_acc``, the share classified as the label they were generated with,
+        and ``final_sample_fd``, the Fréchet distance of their classifier features to the
+        validation images'. Writes the first
         :data:`SAMPLE_GRID` images, [SAMPLE_GRID, H, W] float32 as generated (not clipped), to
         ``samples.npy`` in the run folder, and validation images with the same labels to
         ``reference.npy`` (so the report reads both from disk), each atomically.
@@ -459,7 +466,8 @@ class DiTTestbed:
         pick = balanced_selection(self.val_labels, grid, self.n_classes, wrap=True)
         _save_npy(self.run_dir / SAMPLES_FILE, images[:grid])
         _save_npy(self.run_dir / REFERENCE_FILE, self.val_images[pick])
-        return {"final_sample_sw2": sw2, "sample_cfg_scale": scale}
+        quality = sample_quality(images, label, self.val_images)
+        return {"final_sample_sw2": sw2, **quality, "sample_cfg_scale": scale}
 
     def _val_loss(self, model: nn.Module, device: torch.device) -> float:
         x1, label, x0, t = self.triples
