@@ -20,7 +20,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from normlab.kernels.formula import graph_gradients
+from normlab.kernels.reference import graph_gradients
 from normlab.kernels.triton import launch
 
 _N_TENSOR_INPUTS = 7  # x, addend, gate, weight, bias, scale, shift
@@ -269,7 +269,7 @@ def _backward(
 
 def _graph_backward(ctx: Any, dy: Tensor | None, dh: Tensor | None) -> tuple[Tensor | None, ...]:
     """The tensor inputs' gradients as a differentiable graph (see
-    :func:`~normlab.kernels.formula.graph_gradients`): the Triton backward's outputs carry
+    :func:`~normlab.kernels.reference.graph_gradients`): the Triton backward's outputs carry
     no graph, so a second derivative goes through the reference formula instead."""
     hn, _mean, _rstd, weight, scale, addend_values, gate = ctx.saved_tensors
     meta = ctx.meta
