@@ -198,9 +198,7 @@ class TritonProvider:
         return (None if kind == "none" else y), (None if spec.h_dtype is None else h)
 
 
-def _align_reduced_rows(
-    n_rows: int, mods: list[torch.Tensor | None]
-) -> list[torch.Tensor | None]:
+def _align_reduced_rows(n_rows: int, mods: list[torch.Tensor | None]) -> list[torch.Tensor | None]:
     """Give every modulation tensor whose gradient is summed over tokens the same group size
     (the custom operator's backward reduces over one group size per launch).
 
