@@ -251,7 +251,9 @@ def test_forward_ad(op: str, backend: str, x_grad: bool, w_grad: bool, dual: str
     assert all(t is not None for t in tan), f"{op} on {backend}: a tangent was dropped"
     _close(out, ref_out, f"forward AD primal {op} on {backend}")
     _close(tan, ref_tan, f"forward AD tangent {op} on {backend}")
-    if x_grad or w_grad:  # and reverse mode still works on the same call
+    # and reverse mode still works on the same inputs (the compiled backend's reverse mode
+    # compiles a variant per case: covered by tests/test_compiled_backend.py instead)
+    if (x_grad or w_grad) and backend != "compiled":
         active = [t for t in inputs if t.requires_grad]
         got = torch.autograd.grad(_loss(op, backend)(*inputs), active)
         want = torch.autograd.grad(_loss(op, "torch")(*inputs), active)
