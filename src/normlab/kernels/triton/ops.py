@@ -2,7 +2,10 @@
 
 Registered with :mod:`torch.library` with fake (meta) implementations and an autograd formula,
 so ``torch.compile`` (``fullgraph=True``) and ``torch.export`` trace through them as single
-opaque nodes instead of breaking the graph on a Triton launch.
+opaque nodes instead of breaking the graph on a Triton launch. The Triton backend calls them
+only while the caller is traced (``TritonProvider.traced`` in
+:mod:`normlab.kernels.triton.backend`); eager calls go through the front end's autograd
+function (:mod:`normlab.kernels.frontend`) to the launchers directly.
 
 ``fused_norm(x, addend, gate, weight, bias, scale, shift, ...) -> (y, h, mean, rstd)`` computes
 
