@@ -383,8 +383,9 @@ def run(
     groups = (gate_g, scale_g, shift_g)
     tensors = (x2, r2, gate2, weight, bias, scale2, shift2)
     if torch.compiler.is_compiling():  # only a provider with a traced operator gets here
-        ops = Operands(x2, eps, r2, gate2, gate_g, weight, offset, bias, scale2, scale_g)
-        ops.shift, ops.shift_group = shift2, shift_g
+        # the traced operator takes the weight as given, the offset apart, and its own autograd
+        ops = Operands(x2, eps, r2, gate2, gate_g, weight, offset, bias, scale2, scale_g, shift2)
+        ops.shift_group = shift_g
         y, h = provider.traced(spec, ops)  # type: ignore[attr-defined]
         out = h if spec.out_dtype is None else (y if spec.h_dtype is None else (y, h))
     elif _needs_autograd(tensors):
