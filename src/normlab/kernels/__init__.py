@@ -11,6 +11,13 @@ when it can be registered but not run here, as ``"cpp"`` when no C++ compiler bu
 kernels. ``"auto"`` then skips it silently; a call that asks for it by name (``backend=``,
 :func:`set_default_backend` or ``NORMLAB_BACKEND``) raises :class:`BackendUnavailableError`
 with the reason. :func:`backend_unavailable_reason` tells in advance (the benchmark uses it).
+
+Modules: :mod:`~normlab.kernels.reference` (the math, stated once: the ``"torch"`` backend and
+the row formulas of the fused norm), :mod:`~normlab.kernels.frontend` (the one host path of the
+fast backends: fallback to the reference, row layout, autograd), and the providers behind it:
+:mod:`~normlab.kernels.cpu` (``"cpp"``, C++ through ctypes), :mod:`~normlab.kernels.compiled`
+(``"compiled"``, Inductor) and :mod:`~normlab.kernels.triton` (``"triton"``). Under torch.func
+transforms and forward-mode AD every fast backend computes the reference formula.
 """
 
 from __future__ import annotations
@@ -166,9 +173,10 @@ def auto_backend(x: torch.Tensor) -> str:
     ===========  ==============================  ==========================================
 
     While ``torch.compile`` traces the caller, every backend hands the call to the reference
-    formula so that it fuses into the caller's graph. ``backend=`` per call and the
-    ``NORMLAB_BACKEND`` environment variable override this choice; unlike ``"auto"``, a backend
-    named there that cannot run raises :class:`BackendUnavailableError`.
+    formula so that it fuses into the caller's graph (``"triton"``: to its custom operator).
+    ``backend=`` per call and the ``NORMLAB_BACKEND`` environment variable override this
+    choice; unlike ``"auto"``, a backend named there that cannot run raises
+    :class:`BackendUnavailableError`.
     """
     kind = x.device.type
     if kind == "cpu":

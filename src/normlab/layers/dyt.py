@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from normlab._checks import check_finite_number, check_input, check_last_dim, stats_dtype
-from normlab.layers.layer_norm import normalized_size
+from normlab.layers.shapes import normalized_size
 
 
 class DynamicTanh(nn.Module):

@@ -13,7 +13,7 @@ from normlab._checks import (
     check_optional_eps,
     stats_dtype,
 )
-from normlab.layers.layer_norm import ShapeArg, norm_over_trailing, normalized_shape_tuple
+from normlab.layers.shapes import ShapeArg, norm_over_trailing, normalized_shape_tuple
 
 
 class RMSNorm(nn.Module):

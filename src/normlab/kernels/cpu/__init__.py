@@ -1,15 +1,17 @@
 """The ``"cpp"`` backend: fused C++ norm kernels for CPU tensors, forward and backward.
 
-One pass over memory per direction: the forward reads x (and r, or gate and o, and per-token
-modulation) once and writes y (and h) once; the backward reads h and dy once and writes dx once,
-producing the weight and modulation gradients in the same pass with deterministic sums (see
-``normlab_cpu.cpp`` in this folder for the formulas and :mod:`normlab.kernels.fused` for the
-autograd wiring). The library is compiled on first use and cached (:mod:`._build`); when it
-cannot be built, :func:`available` is False, :func:`unavailable_reason` says why, ``"auto"`` uses
-another backend, and a call that asks for ``backend="cpp"`` by name raises
-:class:`normlab.kernels.BackendUnavailableError` (the module functions below raise
-``RuntimeError``). Non-CPU tensors and empty ones go to the reference formula, as do calls
-traced by ``torch.compile``.
+:class:`CppProvider` is the provider of :mod:`normlab.kernels.frontend` (which validates, groups
+rows, wires autograd and falls back to the reference formula): its ``forward`` and ``backward``
+fill one ctypes structure each and make one call into the C++ library (``normlab_forward`` /
+``normlab_backward``; formulas in ``normlab_cpu.cpp`` in this folder). One pass over memory per
+direction: the forward reads x (and r, or gate and o, and per-token modulation) once and writes
+y (and h) once; the backward reads h and dy once and writes dx once, producing the weight and
+modulation gradients in the same pass with deterministic sums. The library is compiled on first
+use and cached (:mod:`._build`); when it cannot be built, :func:`available` is False,
+:func:`unavailable_reason` says why, ``"auto"`` uses another backend, and a call that asks for
+``backend="cpp"`` by name raises :class:`normlab.kernels.BackendUnavailableError` (the module
+functions below raise ``RuntimeError``). Non-CPU tensors go to the reference formula, as do the
+calls the front end hands to it (empty tensors, torch.compile, torch.func, forward-mode AD).
 
 The module-level functions are the backend interface (the signatures of
 :mod:`normlab.kernels.reference`).
@@ -24,7 +26,7 @@ import torch
 from normlab._checks import stats_dtype
 from normlab.kernels.cpu._build import build_error, compiler, load_library
 from normlab.kernels.cpu.cache_size import last_level_cache_bytes
-from normlab.kernels.fused import FusedBackend, FusedSpec, Gradients, Needs, Operands, Saved
+from normlab.kernels.frontend import FusedBackend, FusedSpec, Gradients, Needs, Operands, Saved
 
 __all__ = [
     "ada_layer_norm",
@@ -114,7 +116,14 @@ def _contig(t: torch.Tensor | None) -> torch.Tensor | None:
 
 
 class CppProvider:
-    """Runs :class:`~normlab.kernels.fused.FusedSpec` calls through the C++ library."""
+    """Runs :class:`~normlab.kernels.frontend.FusedSpec` calls through the C++ library (CPU
+    tensors only; contiguous rows; the gain arrives as weight + offset in float32/float64)."""
+
+    strided_rows = False
+    adds_offset = False
+
+    def declines(self, x: torch.Tensor) -> bool:
+        return x.device.type != "cpu"
 
     def _lib(self) -> ctypes.CDLL:
         lib = load_library()
@@ -253,26 +262,18 @@ class CppProvider:
         return grads
 
 
-class _CppBackend(FusedBackend):
-    """Falls back to the reference for non-CPU tensors (and empty ones, and under
-    ``torch.compile``). A missing library is not a fallback: the provider raises, and
-    :func:`normlab.kernels.resolve_backend` refuses an explicit ``"cpp"`` before that."""
-
-    def fallback(self, x: torch.Tensor) -> bool:
-        return super().fallback(x) or x.device.type != "cpu"
-
-
 _provider = CppProvider()
-_backend = _CppBackend(_provider)
-
-layer_norm = _backend.layer_norm
-rms_norm = _backend.rms_norm
-add_rms_norm = _backend.add_rms_norm
-add_layer_norm = _backend.add_layer_norm
-ada_rms_norm = _backend.ada_rms_norm
-ada_layer_norm = _backend.ada_layer_norm
-gated_residual = _backend.gated_residual
-gated_add_ada_rms_norm = _backend.gated_add_ada_rms_norm
+_backend = FusedBackend(_provider)
+(
+    layer_norm,
+    rms_norm,
+    add_rms_norm,
+    add_layer_norm,
+    ada_rms_norm,
+    ada_layer_norm,
+    gated_residual,
+    gated_add_ada_rms_norm,
+) = _backend.functions()
 
 
 def available() -> bool:

@@ -6,8 +6,9 @@ is first imported (Triton's interpreter: slow, for tests). Without ``triton`` no
 registered and importing normlab still works.
 
 Modules: ``config`` (launch heuristics), ``helpers``/``forward``/``backward``/``reduce``
-(device code), ``launch`` (host code), ``ops`` (``torch.library`` custom ops),
-``layer_norm``/``rms_norm``/``adaptive`` (the backend functions by family), ``backend``.
+(device code), ``launch`` (host code: allocate, pick the launch shape, launch), ``backend``
+(the provider behind :mod:`normlab.kernels.frontend`, and the backend functions), ``ops``
+(``torch.library`` custom ops, what ``torch.compile`` and ``torch.export`` trace).
 """
 
 from __future__ import annotations

@@ -2,7 +2,10 @@
 
 Registered with :mod:`torch.library` with fake (meta) implementations and an autograd formula,
 so ``torch.compile`` (``fullgraph=True``) and ``torch.export`` trace through them as single
-opaque nodes instead of breaking the graph on a Triton launch.
+opaque nodes instead of breaking the graph on a Triton launch. The Triton backend calls them
+only while the caller is traced (``TritonProvider.traced`` in
+:mod:`normlab.kernels.triton.backend`); eager calls go through the front end's autograd
+function (:mod:`normlab.kernels.frontend`) to the launchers directly.
 
 ``fused_norm(x, addend, gate, weight, bias, scale, shift, ...) -> (y, h, mean, rstd)`` computes
 
@@ -20,7 +23,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from normlab.kernels.formula import graph_gradients
+from normlab.kernels.reference import graph_gradients
 from normlab.kernels.triton import launch
 
 _N_TENSOR_INPUTS = 7  # x, addend, gate, weight, bias, scale, shift
@@ -269,7 +272,7 @@ def _backward(
 
 def _graph_backward(ctx: Any, dy: Tensor | None, dh: Tensor | None) -> tuple[Tensor | None, ...]:
     """The tensor inputs' gradients as a differentiable graph (see
-    :func:`~normlab.kernels.formula.graph_gradients`): the Triton backward's outputs carry
+    :func:`~normlab.kernels.reference.graph_gradients`): the Triton backward's outputs carry
     no graph, so a second derivative goes through the reference formula instead."""
     hn, _mean, _rstd, weight, scale, addend_values, gate = ctx.saved_tensors
     meta = ctx.meta

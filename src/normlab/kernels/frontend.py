@@ -1,4 +1,13 @@
-"""One fused norm, shared by the fast backends: layout, autograd, and the backend functions.
+"""The one host front end of the fast backends (cpp, compiled, triton): every fused norm call
+goes through here, and only the kernels differ (a *provider*).
+
+A call ``normlab.functional.rms_norm(x, w, backend="cpp")`` takes three hops:
+``functional.rms_norm`` validates the arguments → :class:`FusedBackend` here decides whether the
+reference formula must run instead (:meth:`FusedBackend.uses_reference`), views x as rows [N, D],
+groups the modulation rows, and wires autograd (:class:`_FusedNorm`) → the provider computes
+(``CppProvider.forward`` in :mod:`normlab.kernels.cpu`: one ctypes call into the C++ library;
+``InductorProvider`` in :mod:`normlab.kernels.compiled`; ``TritonProvider`` in
+:mod:`normlab.kernels.triton.backend`).
 
 Every op of :mod:`normlab.kernels.reference` is an instance of one fused computation on the rows
 of ``x`` viewed as [N, D] (N tokens):
@@ -9,11 +18,10 @@ of ``x`` viewed as [N, D] (N tokens):
     q = x̂ rounded to the input dtype ("llama" casting) or x̂
     y = ((q ⊙ gain + bias) ⊙ (1 + scale) + shift), each factor optional
 
-A *provider* computes it: ``forward(spec, ops, need_stats) -> (y, h, mean, rstd)`` and
-``backward(spec, ops, saved, dy, dh, needs) -> Gradients``. The backward of a provider is one
-fused pass over h and dy per row that yields dx together with the column sums dgain, dbias,
-dscale, dshift, dgate; it reuses the float32 (float64 for float64 input) μ and rstd saved by the
-forward instead of letting autograd re-derive them:
+A provider implements ``forward(spec, ops, need_stats) -> (y, h, mean, rstd)`` and
+``backward(spec, ops, saved, dy, dh, needs) -> Gradients``. The backward is one fused pass over h
+and dy per row that yields dx together with the column sums dgain, dbias, dscale, dshift, dgate;
+it reuses the float32 (float64 for float64 input) μ and rstd saved by the forward:
 
     d̂ = dy ⊙ (1 + scale) ⊙ gain                      (rounded like x̂ in "llama" casting)
     RMSNorm:   dh = rstd·(d̂ − x̂·mean(d̂ ⊙ x̂))
@@ -26,6 +34,14 @@ Modulation tensors (scale, shift, gate) arrive as views broadcasting over x. The
 (per token [B, T, D], per sequence [B, 1, D], one vector [D]) are a [K, D] tensor whose row k
 serves the G = N / K consecutive rows k·G … (k+1)·G − 1 of x; any other broadcast is
 materialised to [N, D] first and autograd sums its gradient back.
+
+The reference formula (:mod:`normlab.kernels.reference`) runs instead of the provider for empty
+tensors, while ``torch.compile`` traces the caller (it then fuses into the caller's graph; a
+provider with a traceable custom operator, ``traced``, is called instead), while a torch.func
+transform is active (vmap, grad, jvp, jacrev, jacfwd, …), while a forward-mode AD level is open
+(``torch.autograd.forward_ad.dual_level``: the kernels would drop the tangents), and for the
+inputs a provider declines (``declines``: a device or dtype it cannot take). A backward called
+with ``create_graph=True`` differentiates the reference formula (:func:`reference.graph_gradients`).
 """
 
 from __future__ import annotations
@@ -35,10 +51,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
+import torch.autograd.forward_ad as _forward_ad
 
 from normlab._checks import stats_dtype
 from normlab.kernels import reference
-from normlab.kernels.formula import graph_gradients
+from normlab.kernels.reference import graph_gradients
 
 
 @dataclass(frozen=True)
@@ -54,15 +71,21 @@ class FusedSpec:
 
 @dataclass
 class Operands:
-    """The tensors of one call, rows flattened: x, r/o are [N, D]; modulation is [K, D]."""
+    """The tensors of one call, rows flattened: x, r/o are [N, D]; modulation is [K, D].
+
+    ``gain`` is weight + offset in the statistics dtype, or, for a provider that
+    ``adds_offset``, the weight as given with the offset in ``offset`` (0 otherwise); ``bias``
+    likewise is in the statistics dtype, or as given.
+    """
 
     x: torch.Tensor
     eps: float
     res: torch.Tensor | None = None  # r of h = x + r, or o of h = x + gate ⊙ o
     gate: torch.Tensor | None = None
     gate_group: int = 1
-    gain: torch.Tensor | None = None  # [D] in the statistics dtype (weight + offset)
-    bias: torch.Tensor | None = None  # [D] in the statistics dtype
+    gain: torch.Tensor | None = None
+    offset: float = 0.0
+    bias: torch.Tensor | None = None
     scale: torch.Tensor | None = None
     scale_group: int = 1
     shift: torch.Tensor | None = None
@@ -103,7 +126,21 @@ class Gradients:
 
 
 class Provider(Protocol):
-    """Computes the fused norm forward and backward on flattened operands."""
+    """Computes the fused norm forward and backward on flattened operands.
+
+    ``strided_rows``: takes row views with any row stride (unit column stride), so split views
+    of a Linear's output are read in place; else every row tensor arrives contiguous.
+    ``adds_offset``: reads the weight as given and adds :attr:`Operands.offset` itself.
+    ``declines(x)``: True for inputs the reference formula must take (a device or dtype the
+    kernels cannot run); it may raise for inputs that are an error on this backend.
+    A provider may also define ``traced(spec, ops) -> (y, h)``, run while ``torch.compile``
+    traces the caller: an operator the compiler keeps as one node, with its own autograd.
+    """
+
+    strided_rows: bool
+    adds_offset: bool
+
+    def declines(self, x: torch.Tensor) -> bool: ...
 
     def forward(
         self, spec: FusedSpec, ops: Operands, need_stats: bool
@@ -125,11 +162,14 @@ class Provider(Protocol):
 # ----------------------------------------------------------------------------------------------
 # Layout
 # ----------------------------------------------------------------------------------------------
-def group_rows(m: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int] | None:
+def group_rows(
+    m: torch.Tensor, shape: torch.Size, strided: bool = False
+) -> tuple[torch.Tensor, int] | None:
     """View a modulation tensor broadcasting over ``shape`` as [K, D] rows serving G rows each.
 
     Possible when the leading dimensions of ``m`` equal those of ``shape`` up to some axis and
-    are 1 after it (per token, per sequence, one vector). Returns (m2d, G), or None.
+    are 1 after it (per token, per sequence, one vector). Returns (m2d, G), or None. m2d is
+    contiguous, or (``strided``) a row view with unit column stride.
     """
     lead = list(shape[:-1])
     mlead = [1] * (len(lead) - (m.dim() - 1)) + list(m.shape[:-1])
@@ -140,27 +180,64 @@ def group_rows(m: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int] |
         return None
     k = math.prod(lead[:split])
     g = math.prod(lead[split:])
-    return m.reshape(k, shape[-1]).contiguous(), g
+    return _flat(m, k, shape[-1], strided), g
 
 
-def _rows_of(m: torch.Tensor, shape: torch.Size) -> tuple[torch.Tensor, int]:
-    grouped = group_rows(m, shape)
+def _rows_of(m: torch.Tensor, shape: torch.Size, strided: bool) -> tuple[torch.Tensor, int]:
+    grouped = group_rows(m, shape, strided)
     if grouped is not None and grouped[1] > 0:
         return grouped
     n = math.prod(shape[:-1])
     return m.expand(shape).reshape(n, shape[-1]).contiguous(), 1
 
 
-def _flat(t: torch.Tensor, n: int, d: int) -> torch.Tensor:
+def _flat(t: torch.Tensor, n: int, d: int, strided: bool = False) -> torch.Tensor:
+    """t as [n, d] rows: contiguous, or (``strided``) any row stride with unit column stride."""
+    if strided:
+        rows = t.reshape(n, d)
+        return rows if rows.stride(-1) == 1 else rows.contiguous()
     return t.contiguous().view(n, d)
 
 
-def _gain(weight: torch.Tensor | None, offset: float, sd: torch.dtype) -> torch.Tensor | None:
-    """gain = weight (in the statistics dtype) + offset, the offset added in that dtype."""
-    if weight is None:
-        return None
-    gain = weight.detach().to(sd).contiguous()
-    return gain + offset if offset != 0.0 else gain
+def _operands(
+    provider: Provider,
+    x: torch.Tensor,
+    eps: float,
+    offset: float,
+    groups: tuple[int, int, int],
+    res: torch.Tensor | None,
+    gate: torch.Tensor | None,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    scale: torch.Tensor | None,
+    shift: torch.Tensor | None,
+) -> Operands:
+    """The provider's operands; the gain is weight + offset in the statistics dtype (the offset
+    added in that dtype), unless the provider adds the offset itself."""
+    if provider.adds_offset:
+        gain = None if weight is None else weight.detach().contiguous()
+        bias = None if bias is None else bias.detach().contiguous()
+    else:
+        sd = stats_dtype(x.dtype)
+        gain = None if weight is None else weight.detach().to(sd).contiguous()
+        if gain is not None and offset != 0.0:
+            gain = gain + offset
+        bias = None if bias is None else bias.detach().to(sd).contiguous()
+        offset = 0.0
+    return Operands(
+        x=x,
+        eps=eps,
+        res=res,
+        gate=gate,
+        gate_group=groups[0],
+        gain=gain,
+        offset=offset,
+        bias=bias,
+        scale=scale,
+        scale_group=groups[1],
+        shift=shift,
+        shift_group=groups[2],
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -172,7 +249,8 @@ class _FusedNorm(torch.autograd.Function):
     The provider's backward returns plain tensors. When the caller asks for a gradient graph
     (``create_graph=True``: gradient penalties, Hessian-vector products), the gradients are
     built instead by differentiating the reference formula with autograd, so that second
-    derivatives are exact (see :func:`_graph_gradients`).
+    derivatives are exact (see :func:`_graph_gradients`). torch.func transforms and forward-mode
+    AD never reach this function (:meth:`FusedBackend.uses_reference`).
     """
 
     @staticmethod
@@ -191,25 +269,12 @@ class _FusedNorm(torch.autograd.Function):
         scale: torch.Tensor | None,
         shift: torch.Tensor | None,
     ) -> Any:
-        sd = stats_dtype(x.dtype)
-        ops = Operands(
-            x=x,
-            eps=eps,
-            res=res,
-            gate=gate,
-            gate_group=groups[0],
-            gain=_gain(weight, offset, sd),
-            bias=None if bias is None else bias.detach().to(sd).contiguous(),
-            scale=scale,
-            scale_group=groups[1],
-            shift=shift,
-            shift_group=groups[2],
-        )
+        ops = _operands(provider, x, eps, offset, groups, res, gate, weight, bias, scale, shift)
         y, h, mean, rstd = provider.forward(spec, ops, need_stats=True)
         normed = x if h is None else h
         ctx.set_materialize_grads(False)
         ctx.provider, ctx.spec, ctx.eps, ctx.groups = provider, spec, eps, groups
-        ctx.offset = offset
+        ctx.offset, ctx.kernel_offset = offset, ops.offset
         ctx.dtypes = tuple(
             None if t is None else t.dtype for t in (x, res, gate, weight, bias, scale, shift)
         )
@@ -228,13 +293,13 @@ class _FusedNorm(torch.autograd.Function):
             dy = grads[0]
             dh = grads[1] if spec.h_dtype is not None else None
         n, d = normed.shape
-        dy = None if dy is None else _flat(dy, n, d)
-        dh = None if dh is None else _flat(dh, n, d)
+        strided = ctx.provider.strided_rows
+        dy = None if dy is None else _flat(dy, n, d, strided)
+        dh = None if dh is None else _flat(dh, n, d, strided)
         if torch.is_grad_enabled():  # create_graph=True: the gradients must be a graph
             return (None,) * 5 + _graph_gradients(ctx, normed, weight, res, gate, scale, dy, dh)
         need = ctx.needs_input_grad[5:]
-        dtypes = ctx.dtypes
-        needs = Needs(*(dt if flag else None for dt, flag in zip(dtypes, need, strict=True)))
+        needs = Needs(*(dt if flag else None for dt, flag in zip(ctx.dtypes, need, strict=True)))
         ops = Operands(
             x=normed,
             eps=ctx.eps,
@@ -242,26 +307,14 @@ class _FusedNorm(torch.autograd.Function):
             gate=gate,
             gate_group=ctx.groups[0],
             gain=gain,
+            offset=ctx.kernel_offset,
             scale=scale,
             scale_group=ctx.groups[1],
             shift_group=ctx.groups[2],
         )
         saved = Saved(h=normed, mean=mean, rstd=rstd)
         g = ctx.provider.backward(spec, ops, saved, dy, dh, needs)
-        return (
-            None,
-            None,
-            None,
-            None,
-            None,
-            g.x,
-            g.res,
-            g.gate,
-            g.weight,
-            g.bias,
-            g.scale,
-            g.shift,
-        )
+        return (None,) * 5 + (g.x, g.res, g.gate, g.weight, g.bias, g.scale, g.shift)
 
 
 def _graph_gradients(
@@ -274,7 +327,7 @@ def _graph_gradients(
     dy: torch.Tensor | None,
     dh: torch.Tensor | None,
 ) -> tuple[torch.Tensor | None, ...]:
-    """:func:`~normlab.kernels.formula.graph_gradients` for this function's saved state."""
+    """:func:`~normlab.kernels.reference.graph_gradients` for this function's saved state."""
     spec: FusedSpec = ctx.spec
     n = normed.shape[0]
     return graph_gradients(
@@ -315,33 +368,30 @@ def run(
     scale: torch.Tensor | None = None,
     shift: torch.Tensor | None = None,
 ) -> Any:
-    """Run the fused norm on ``x`` [..., D]; returns y, (y, h), or h (gated sum only)."""
+    """Run the fused norm on ``x`` [..., D] by ``provider``; returns y, (y, h), or h (gated sum
+    only). Through :class:`_FusedNorm` when a gradient is wanted, else the provider's forward
+    alone (no statistics kept); while ``torch.compile`` traces, the provider's ``traced``."""
     shape = x.shape
     d = shape[-1]
     n = math.prod(shape[:-1])
-    x2 = _flat(x, n, d)
-    r2 = None if res is None else _flat(res, n, d)
-    gate2, gate_g = (None, 1) if gate is None else _rows_of(gate, shape)
-    scale2, scale_g = (None, 1) if scale is None else _rows_of(scale, shape)
-    shift2, shift_g = (None, 1) if shift is None else _rows_of(shift, shape)
+    strided = provider.strided_rows
+    x2 = _flat(x, n, d, strided)
+    r2 = None if res is None else _flat(res, n, d, strided)
+    gate2, gate_g = (None, 1) if gate is None else _rows_of(gate, shape, strided)
+    scale2, scale_g = (None, 1) if scale is None else _rows_of(scale, shape, strided)
+    shift2, shift_g = (None, 1) if shift is None else _rows_of(shift, shape, strided)
+    groups = (gate_g, scale_g, shift_g)
     tensors = (x2, r2, gate2, weight, bias, scale2, shift2)
-    if _needs_autograd(tensors):
-        out = _FusedNorm.apply(provider, spec, eps, offset, (gate_g, scale_g, shift_g), *tensors)
+    if torch.compiler.is_compiling():  # only a provider with a traced operator gets here
+        # the traced operator takes the weight as given, the offset apart, and its own autograd
+        ops = Operands(x2, eps, r2, gate2, gate_g, weight, offset, bias, scale2, scale_g, shift2)
+        ops.shift_group = shift_g
+        y, h = provider.traced(spec, ops)  # type: ignore[attr-defined]
+        out = h if spec.out_dtype is None else (y if spec.h_dtype is None else (y, h))
+    elif _needs_autograd(tensors):
+        out = _FusedNorm.apply(provider, spec, eps, offset, groups, *tensors)
     else:
-        sd = stats_dtype(x.dtype)
-        ops = Operands(
-            x=x2,
-            eps=eps,
-            res=r2,
-            gate=gate2,
-            gate_group=gate_g,
-            gain=_gain(weight, offset, sd),
-            bias=None if bias is None else bias.to(sd).contiguous(),
-            scale=scale2,
-            scale_group=scale_g,
-            shift=shift2,
-            shift_group=shift_g,
-        )
+        ops = _operands(provider, x2, eps, offset, groups, r2, gate2, weight, bias, scale2, shift2)
         y, h, _, _ = provider.forward(spec, ops, need_stats=False)
         out = h if spec.out_dtype is None else (y if spec.h_dtype is None else (y, h))
     if isinstance(out, tuple):
@@ -355,16 +405,43 @@ def run(
 class FusedBackend:
     """The eight backend functions of :mod:`normlab.kernels.reference`, computed by a provider.
 
-    ``fallback(x)`` decides, per call, to use the reference instead (empty tensors, tracing
-    by ``torch.compile`` where the reference formula fuses into the caller's graph, or cases the
-    provider cannot take).
+    Each function runs the reference formula instead when :meth:`uses_reference` says so, else
+    builds the :class:`FusedSpec` of its op and calls :func:`run`. :meth:`functions` returns
+    them in the order of ``normlab.kernels.BACKEND_FUNCTIONS``, for a backend module to expose.
     """
 
     def __init__(self, provider: Provider) -> None:
         self.provider = provider
+        self.traceable = callable(getattr(provider, "traced", None))
 
-    def fallback(self, x: torch.Tensor) -> bool:
-        return x.numel() == 0 or torch.compiler.is_compiling()
+    def uses_reference(self, x: torch.Tensor) -> bool:
+        """Whether this call must run the reference formula (see the module docstring).
+
+        Checks, cheapest first: ``torch.compile`` tracing; an empty x; an active torch.func
+        transform (``torch._C._are_functorch_transforms_active``); an open forward-mode AD level
+        (``torch.autograd.forward_ad``, which every dual tensor needs); the provider's choice.
+        """
+        if torch.compiler.is_compiling():
+            return not self.traceable or self.provider.declines(x)
+        return (
+            x.numel() == 0
+            or torch._C._are_functorch_transforms_active()
+            or _forward_ad._current_level >= 0
+            or self.provider.declines(x)
+        )
+
+    def functions(self) -> tuple[Any, ...]:
+        """The eight backend functions, in the order of ``normlab.kernels.BACKEND_FUNCTIONS``."""
+        return (
+            self.layer_norm,
+            self.rms_norm,
+            self.add_rms_norm,
+            self.add_layer_norm,
+            self.ada_rms_norm,
+            self.ada_layer_norm,
+            self.gated_residual,
+            self.gated_add_ada_rms_norm,
+        )
 
     def layer_norm(
         self,
@@ -374,7 +451,8 @@ class FusedBackend:
         eps: float,
         out_dtype: torch.dtype,
     ) -> torch.Tensor:
-        if self.fallback(x):
+        """y = γ ⊙ (x − μ)·rsqrt(σ² + ε) + β."""
+        if self.uses_reference(x):
             return reference.layer_norm(x, weight, bias, eps, out_dtype)
         spec = FusedSpec(centre=True, out_dtype=out_dtype)
         return run(self.provider, spec, x, eps, weight=weight, bias=bias)
@@ -389,7 +467,8 @@ class FusedBackend:
         out_dtype: torch.dtype,
         io_dtype: torch.dtype,
     ) -> torch.Tensor:
-        if self.fallback(x):
+        """y = (o + w) ⊙ r(x·rsqrt(mean(x²) + ε)), r rounding to ``io_dtype`` in "llama"."""
+        if self.uses_reference(x):
             return reference.rms_norm(x, weight, eps, weight_offset, casting, out_dtype, io_dtype)
         spec = FusedSpec(
             centre=False,
@@ -409,15 +488,16 @@ class FusedBackend:
         residual_in_fp32: bool,
         out_dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None or self.fallback(x):
-            h = reference._residual_sum(x, residual, residual_in_fp32)
+        """h = x + residual; (rms_norm(h), h)."""
+        if residual is None or self.uses_reference(x):
+            h = reference.residual_sum(x, residual, residual_in_fp32)
             y = self.rms_norm(h, weight, eps, weight_offset, casting, out_dtype, x.dtype)
             return y, h
         spec = FusedSpec(
             centre=False,
             out_dtype=out_dtype,
             hat_round=x.dtype if casting == "llama" else None,
-            h_dtype=_sum_dtype(x.dtype, residual_in_fp32),
+            h_dtype=reference.sum_dtype(x.dtype, residual_in_fp32),
         )
         return run(self.provider, spec, x, eps, res=residual, weight=weight, offset=weight_offset)
 
@@ -431,11 +511,14 @@ class FusedBackend:
         residual_in_fp32: bool,
         out_dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if residual is None or self.fallback(x):
-            h = reference._residual_sum(x, residual, residual_in_fp32)
+        """h = x + residual; (layer_norm(h), h)."""
+        if residual is None or self.uses_reference(x):
+            h = reference.residual_sum(x, residual, residual_in_fp32)
             return self.layer_norm(h, weight, bias, eps, out_dtype), h
         spec = FusedSpec(
-            centre=True, out_dtype=out_dtype, h_dtype=_sum_dtype(x.dtype, residual_in_fp32)
+            centre=True,
+            out_dtype=out_dtype,
+            h_dtype=reference.sum_dtype(x.dtype, residual_in_fp32),
         )
         return run(self.provider, spec, x, eps, res=residual, weight=weight, bias=bias)
 
@@ -447,7 +530,8 @@ class FusedBackend:
         eps: float,
         out_dtype: torch.dtype,
     ) -> torch.Tensor:
-        if self.fallback(x):
+        """y = x·rsqrt(mean(x²) + ε) ⊙ (1 + scale) + shift."""
+        if self.uses_reference(x):
             return reference.ada_rms_norm(x, scale, shift, eps, out_dtype)
         spec = FusedSpec(centre=False, out_dtype=out_dtype)
         return run(self.provider, spec, x, eps, scale=scale, shift=shift)
@@ -460,7 +544,8 @@ class FusedBackend:
         eps: float,
         out_dtype: torch.dtype,
     ) -> torch.Tensor:
-        if self.fallback(x):
+        """y = (x − μ)·rsqrt(σ² + ε) ⊙ (1 + scale) + shift."""
+        if self.uses_reference(x):
             return reference.ada_layer_norm(x, scale, shift, eps, out_dtype)
         spec = FusedSpec(centre=True, out_dtype=out_dtype)
         return run(self.provider, spec, x, eps, scale=scale, shift=shift)
@@ -468,7 +553,8 @@ class FusedBackend:
     def gated_residual(
         self, h: torch.Tensor, out: torch.Tensor, gate: torch.Tensor
     ) -> torch.Tensor:
-        if self.fallback(h):
+        """h' = h + gate ⊙ out, summed in float32, in h's dtype."""
+        if self.uses_reference(h):
             return reference.gated_residual(h, out, gate)
         spec = FusedSpec(centre=False, out_dtype=None, h_dtype=h.dtype, gated=True)
         return run(self.provider, spec, h, 1.0, res=out, gate=gate)
@@ -483,12 +569,8 @@ class FusedBackend:
         eps: float,
         out_dtype: torch.dtype,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.fallback(h):
+        """h' = h + gate ⊙ out; (x̂(h') ⊙ (1 + scale) + shift, h')."""
+        if self.uses_reference(h):
             return reference.gated_add_ada_rms_norm(h, out, gate, scale, shift, eps, out_dtype)
         spec = FusedSpec(centre=False, out_dtype=out_dtype, h_dtype=h.dtype, gated=True)
         return run(self.provider, spec, h, eps, res=out, gate=gate, scale=scale, shift=shift)
-
-
-def _sum_dtype(dtype: torch.dtype, residual_in_fp32: bool) -> torch.dtype:
-    """dtype of h = x + r: float32 when ``residual_in_fp32`` (float64 stays float64)."""
-    return torch.float32 if residual_in_fp32 and dtype != torch.float64 else dtype
