@@ -15,8 +15,8 @@ from typer.testing import CliRunner
 import normlab
 from normlab.audit import audit_norm
 from normlab.audit.probe import _why_not_normalizing
-from normlab.audit.targets import load_norm
 from normlab.cli import app
+from normlab.cli.audit_targets import load_norm
 from normlab.layers import DynamicTanh
 
 D = 64
@@ -185,7 +185,7 @@ def test_unknown_norm_lists_dyt_among_the_registered_kinds() -> None:
 def test_dyt_resolves_in_a_fresh_interpreter() -> None:
     """``audit norm dyt`` must not depend on something else having imported normlab.models."""
     code = (
-        "from normlab.audit.targets import load_norm\n"
+        "from normlab.cli.audit_targets import load_norm\n"
         "fn, weight = load_norm('dyt', 8)\n"
         "print(type(fn).__name__)"
     )

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from normlab.analysis import PROFILES
 from normlab.cli import app
-from normlab.data import SHAPE_CLASSES, flow_seed, make_shapes, sample_inputs, unpatchify
+from normlab.data import SHAPE_CLASSES, make_shapes, unpatchify
 from normlab.data.shapes import balanced_selection
 from normlab.experiment import testbeds
 from normlab.experiment.config import DEFAULT_CFG_SCALE
@@ -33,6 +33,7 @@ from normlab.experiment.testbeds import (
 )
 from normlab.experiment.worker import summary_fields
 from normlab.models import euler_sample, random_projections, sliced_wasserstein2
+from normlab.models.flow_batches import flow_seed, sample_inputs
 from normlab.report import build_report
 from normlab.report.runs_csv import RUN_COLUMNS
 

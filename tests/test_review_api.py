@@ -20,8 +20,8 @@ from typer.testing import CliRunner
 import normlab
 import normlab.functional as NF
 from normlab import audit, kernels
-from normlab.audit.targets import load_model, load_norm
 from normlab.cli import app
+from normlab.cli.audit_targets import load_model, load_norm
 from normlab.kernels import (
     BACKEND_FUNCTIONS,
     BackendUnavailableError,

@@ -16,7 +16,7 @@ app = typer.Typer(
 def _print_version(value: bool) -> None:
     """Print ``normlab <version>`` and exit 0 when ``--version`` is given."""
     if value:
-        from normlab import __version__
+        from normlab._version import __version__
 
         typer.echo(f"normlab {__version__}")
         raise typer.Exit()

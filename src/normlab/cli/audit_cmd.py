@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from normlab.audit import NormAudit, audit_model, audit_norm
-from normlab.audit.targets import (
+from normlab.cli.app import app
+from normlab.cli.audit_targets import (
     DEFAULT_NORMS,
     TESTBEDS,
     check_dim,
@@ -26,7 +27,6 @@ from normlab.audit.targets import (
     load_model,
     load_norm,
 )
-from normlab.cli.app import app
 from normlab.patching import replace_norms
 
 

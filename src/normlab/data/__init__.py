@@ -6,8 +6,8 @@ pre-tokenized ids — with your tokenizer); tiny procedural images of shapes for
 :class:`TrainBatches` and :func:`validation_windows` cut it into paired batches;
 :func:`window_bytes` and :class:`BpbTally` give bits per byte for any tokenizer;
 :func:`corpus_bpe` trains (and caches) a byte-level BPE on a corpus's training side.
-:func:`load_shapes` makes the DiT's images (as patch tokens); :class:`FlowBatches` and
-:func:`validation_triples` draw the paired (image, label, noise, time) batches.
+:func:`load_shapes` makes the DiT's images (as patch tokens); the paired (image, label, noise,
+time) batches drawn from them are the flow model's (:mod:`normlab.models.flow_batches`).
 """
 
 from normlab.data.batches import TrainBatches, batch_seed, validation_offsets, validation_windows
@@ -30,7 +30,6 @@ from normlab.data.cache import (
     uses_byte_corpus,
 )
 from normlab.data.documents import Document, detect_format, iter_documents
-from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.data.pretokenized import TokenSource, open_token_source
 from normlab.data.shapes import (
     SHAPE_CLASSES,
@@ -81,7 +80,6 @@ __all__ = [
     "BpbTally",
     "ByteTokenizer",
     "Document",
-    "FlowBatches",
     "HFTokenizer",
     "ShapeData",
     "SourceFile",
@@ -95,7 +93,6 @@ __all__ = [
     "detect_format",
     "document_fraction",
     "fingerprint",
-    "flow_seed",
     "is_cache_entry",
     "iter_documents",
     "list_stdlib_files",
@@ -113,7 +110,6 @@ __all__ = [
     "read_corpus",
     "read_files",
     "request_key",
-    "sample_inputs",
     "source_format",
     "split_by_file",
     "split_single",
@@ -126,7 +122,6 @@ __all__ = [
     "uses_byte_corpus",
     "validation_mask",
     "validation_offsets",
-    "validation_triples",
     "validation_windows",
     "window_bytes",
 ]

@@ -41,7 +41,7 @@ def resolve_device(device: str) -> str:
 
 def environment(device: str, threads: int) -> dict[str, Any]:
     """Versions and hardware: normlab, torch, Python, platform, device (and GPU name), threads."""
-    from normlab import __version__
+    from normlab._version import __version__
 
     env: dict[str, Any] = {
         "normlab_version": __version__,

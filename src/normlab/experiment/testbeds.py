@@ -36,7 +36,6 @@ from torch import nn
 from normlab._io import write_bytes_atomic
 from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import load_tokens
-from normlab.data.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.data.shapes import balanced_selection, load_shapes, unpatchify
 from normlab.experiment.config import ExperimentConfig, ShapesSettings
 from normlab.experiment.evaluate import (
@@ -58,6 +57,7 @@ from normlab.models import (
     interpolate,
     sliced_wasserstein2,
 )
+from normlab.models.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.models.sample_metrics import sample_quality
 from normlab.run_format import REFERENCE_FILE, SAMPLES_FILE, testbed_format
 

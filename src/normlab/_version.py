@@ -1,0 +1,30 @@
+"""normlab's version, read once from the package metadata (pyproject.toml is where it is
+written)."""
+
+from __future__ import annotations
+
+
+def _read_version() -> str:
+    """normlab's version: the installed distribution's metadata (``importlib.metadata``), so
+    that pyproject.toml is the only place it is written. Without metadata (a source tree on
+    ``sys.path``, not installed), the version in that tree's pyproject.toml; failing both,
+    ``"0+unknown"``."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("normlab")
+    except metadata.PackageNotFoundError:
+        pass
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[2] / "pyproject.toml"
+    try:
+        project = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {})
+    except (OSError, tomllib.TOMLDecodeError):
+        return "0+unknown"
+    version = project.get("version")
+    return version if project.get("name") == "normlab" and isinstance(version, str) else "0+unknown"
+
+
+__version__ = _read_version()
