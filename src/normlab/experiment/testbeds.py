@@ -304,6 +304,10 @@ class GPTTestbed:
         loss = validation_loss(model, self.windows, self.batch_size, str(device))
         return bits_per_byte(loss)
 
+    def health_batch(self, model: nn.Module, device: torch.device) -> object:
+        """``model`` on the first ``batch_size`` validation windows (norm health's batch)."""
+        return model(self.windows[: self.batch_size, :-1].to(device))
+
     def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
         """Deltas in validation bpb (the bf16 copy's logits go to the cross-entropy in
         float32); activations on the first ``batch_size`` validation windows."""
@@ -466,6 +470,13 @@ class DiTTestbed:
         return flow_validation_loss(
             model, x1, x0, t, label if self.conditional else None, self.batch_size, device
         )
+
+    def health_batch(self, model: nn.Module, device: torch.device) -> object:
+        """``model`` on the first ``batch_size`` validation triples at x_t = (1 − t)·x0 + t·x1
+        (norm health's batch)."""
+        x1, label, x0, t = (v[: self.batch_size].to(device) for v in self.triples)
+        x_t = interpolate(x0, x1, t)
+        return model(x_t, t, label) if self.conditional else model(x_t, t)
 
     def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
         """Deltas in the validation flow-matching MSE (the bf16 copy gets x_t and t in bf16,
