@@ -4,6 +4,7 @@ pairing guard across precisions, bf16 and fp16 runs (skipped steps counted, not 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -203,3 +204,52 @@ def test_fp16_with_the_default_scale_skips_nothing_on_a_small_model() -> None:
     )
     assert outcome.stepped and not outcome.skipped and step.n_skipped == 0
     assert any(not torch.equal(b, p) for b, p in zip(before, model.parameters(), strict=True))
+
+
+# ---- post-training FP8 -------------------------------------------------------------------------
+
+
+def test_fp8_rounding_keeps_three_mantissa_bits_per_row_scale() -> None:
+    from normlab.experiment.posttrain import FP8_MAX, fp8_quantize
+
+    torch.manual_seed(0)
+    v = torch.randn(3, 64)
+    v[1] *= 1e4  # another row's scale must not cost this row its precision
+    v[2] = 0.0
+    q = fp8_quantize(v)
+    assert FP8_MAX == 448.0
+    assert torch.equal(q[2], torch.zeros(64))
+    for row in (0, 1):
+        amax = v[row].abs().max()
+        assert q[row].abs().max() == pytest.approx(amax.item(), rel=1e-6)  # max maps to 448
+        normal = v[row].abs() >= amax / FP8_MAX * 2.0**-6  # E4M3 normals: |v / s| ≥ 2⁻⁶
+        rel = ((q[row] - v[row]).abs() / v[row].abs())[normal]
+        assert rel.max() <= 2.0**-4 + 1e-6  # E4M3: 3 mantissa bits, half-ulp 2⁻⁴
+        assert not torch.equal(q[row], v[row])  # it does round
+
+
+def test_simulated_fp8_linear_is_close_to_float32_but_not_equal() -> None:
+    from normlab.experiment.posttrain import SimulatedFp8Linear, fp8_copy
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    x = torch.randn(5, 7, 64)
+    clone, method = fp8_copy(model)
+    assert method == "simulated"  # this machine has no FP8 matmul
+    assert isinstance(clone[0], SimulatedFp8Linear) and isinstance(model[0], torch.nn.Linear)
+    ref, out = model(x), clone(x)
+    rel = ((out - ref).norm() / ref.norm()).item()
+    assert 1e-4 < rel < 0.1
+    assert out.dtype == torch.float32 and out.shape == ref.shape
+
+
+def test_the_posttrain_summary_has_an_fp8_delta(corpus: Path, tmp_path: Path) -> None:
+    from normlab.experiment import posttrain as PT
+
+    _, summary, _ = _train(corpus, tmp_path, "rmsnorm-pre")
+    assert summary["ptq_fp8_method"] == "simulated"
+    assert math.isfinite(summary["ptq_fp8_delta"])
+    assert summary["posttrain_errors"] is None or "ptq_fp8_delta" not in summary["posttrain_errors"]
+    assert list(PT.POSTTRAIN_FIELDS).index("ptq_fp8_delta") < list(PT.POSTTRAIN_FIELDS).index(
+        "bf16_eval_delta"
+    )

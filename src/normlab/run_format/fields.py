@@ -229,6 +229,7 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         unit="count",
         group="post-training",
     ),
+    SummaryField("ptq_fp8_method"),
     SummaryField("posttrain_errors"),
     SummaryField("posttrain_s"),
 )
