@@ -235,3 +235,30 @@ def test_training_writes_health_at_every_evaluation_and_changes_nothing(
     other = [{k: v for k, v in r.items() if k not in strip} for r in baseline]
     assert same == other
     assert summary["final_val_bpb"] == summary_without["final_val_bpb"]
+
+
+# ---- the heatmap -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_arms", [1, 2, 3, 6])
+def test_the_heatmap_has_no_overlapping_text(n_arms: int) -> None:
+    from normlab.report.plots import plot_norm_health
+    from normlab.report.style import arm_colors
+    from test_figures import LONG_ARMS, _overlapping_texts
+
+    layers = [f"model.layers.{i}.post_attention_layernorm" for i in range(12)] + ["model.norm"]
+    steps = list(range(0, 601, 50))
+    arms = LONG_ARMS[:n_arms]
+    rng = torch.Generator().manual_seed(0)
+    matrices = {
+        arm: (
+            layers,
+            steps,
+            (1 + 0.1 * torch.randn(len(layers), len(steps), generator=rng)).tolist(),
+        )
+        for arm in arms
+    }
+    matrices[arms[0]][2][3] = [math.nan] * len(steps)  # a layer of unknown formula: grey
+    fig = plot_norm_health(matrices, arm_colors(arms))
+    assert _overlapping_texts(fig) == []
+    assert len([ax for ax in fig.axes if ax.get_visible()]) == n_arms + 1  # panels and the bar

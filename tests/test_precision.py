@@ -253,3 +253,94 @@ def test_the_posttrain_summary_has_an_fp8_delta(corpus: Path, tmp_path: Path) ->
     assert list(PT.POSTTRAIN_FIELDS).index("ptq_fp8_delta") < list(PT.POSTTRAIN_FIELDS).index(
         "bf16_eval_delta"
     )
+
+
+# ---- analysis and report -----------------------------------------------------------------------
+
+
+def _compare_in_process(cfg: Any, out: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    """What ``run_experiment`` writes, with every run trained in this process and the
+    post-training step left out (the grid's worker processes cost seconds each)."""
+    from normlab.experiment.environment import environment
+    from normlab.experiment.posttrain import POSTTRAIN_FIELDS
+    from normlab.experiment.runner import experiment_record
+    from normlab.experiment.testbeds import GPTTestbed
+
+    monkeypatch.setattr(GPTTestbed, "posttrain", lambda *a: dict.fromkeys(POSTTRAIN_FIELDS))
+    info = prepare_tokens(out / "data", cfg.data.path)
+    runs = plan_runs(cfg, "cpu", 1, info)
+    write_json_atomic(
+        out / "experiment.json", experiment_record(cfg, runs, info, environment("cpu", 1))
+    )
+    summaries = {}
+    for spec in runs:
+        run_dir = out / "runs" / spec["run_id"]
+        write_json_atomic(run_dir / "run.json", spec)
+        summaries[spec["run_id"]] = train_module.train_run(spec, run_dir)
+        write_json_atomic(run_dir / "summary.json", summaries[spec["run_id"]])
+    return summaries
+
+
+def test_norm_by_precision_is_compared_within_each_factor_and_reported(
+    corpus: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from normlab.report import build_report
+
+    cfg = validate_config(
+        tiny_config(corpus, seeds=2, precisions=["fp32", "bf16"], norms=["layernorm", "rmsnorm"])
+    )
+    out = tmp_path / "out"
+    summaries = _compare_in_process(cfg, out, monkeypatch)
+    assert {s["status"] for s in summaries.values()} == {"finished"}
+    assert {s["precision"] for s in summaries.values()} == {"fp32", "bf16"}
+    build_report(out)
+    analysis = json.loads((out / "summary.json").read_text())
+    families = {
+        (f["factor"], tuple(f["fixed"].items())): (f["baseline"], f["arms"])
+        for f in analysis["families"]
+    }
+    assert families == {
+        ("norm", (("precision", "fp32"),)): (
+            "layernorm-pre-fp32",
+            ["layernorm-pre-fp32", "rmsnorm-pre-fp32"],
+        ),
+        ("norm", (("precision", "bf16"),)): (
+            "layernorm-pre-bf16",
+            ["layernorm-pre-bf16", "rmsnorm-pre-bf16"],
+        ),
+        ("precision", (("norm", "layernorm"),)): (
+            "layernorm-pre-fp32",
+            ["layernorm-pre-fp32", "layernorm-pre-bf16"],
+        ),
+        ("precision", (("norm", "rmsnorm"),)): (
+            "rmsnorm-pre-fp32",
+            ["rmsnorm-pre-fp32", "rmsnorm-pre-bf16"],
+        ),
+    }
+    fam = next(f for f in analysis["families"] if f["fixed"] == {"norm": "rmsnorm"})
+    c = fam["comparisons"]["rmsnorm-pre-bf16"]["final_val_bpb"]
+    runs = {s["run_id"]: s for s in summaries.values()}
+    diffs = [
+        runs[f"rmsnorm-pre-bf16__s{k}"]["final_val_bpb"]
+        - runs[f"rmsnorm-pre-fp32__s{k}"]["final_val_bpb"]
+        for k in (0, 1)
+    ]
+    assert c["mean_diff"] == pytest.approx(sum(diffs) / 2)
+    assert analysis["arm_info"]["rmsnorm-pre-bf16"]["precision"] == "bf16"
+    report = (out / "report.md").read_text()
+    assert "## Comparisons by factor" in report
+    assert "**precision at norm = rmsnorm**" in report
+    assert "**norm at precision = bf16**" in report
+    assert "precision = fp32, bf16" in report  # the varied factors
+    assert "## Norm health" in report and (out / "plots" / "norm_health.png").is_file()
+    assert "No layer flagged" in report
+    html = (out / "report.html").read_text()
+    assert 'id="factors"' in html and 'id="health"' in html
+
+
+def test_a_single_factor_has_no_families_and_the_default_arms_record_fp32(
+    corpus: Path, tmp_path: Path
+) -> None:
+    spec, summary, _ = _train(corpus, tmp_path, "rmsnorm-pre")
+    assert spec["run_id"] == "rmsnorm-pre__s0" and spec["precision"] == "fp32"
+    assert summary["precision"] == "fp32" and summary["n_skipped_steps"] == 0

@@ -77,6 +77,18 @@ class Plot:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A section of its own (after the curves): a title, paragraphs, captioned tables and
+    plots, in that order; ``anchor`` is its HTML id."""
+
+    anchor: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[str, Table]] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ReportContent:
     """Everything the report shows, in reading order."""
 
@@ -97,6 +109,9 @@ class ReportContent:
     excluded: list[str]
     environment: Table
     method: list[str]
+    sections: list[Section] = field(default_factory=list)
+    """Sections shown after the curves (comparisons by factor, norm health), when there is
+    something to show."""
 
 
 def _fmt_metric(testbed: TestbedFormat, field: str, v: float | None, unit: bool = True) -> str:
@@ -447,8 +462,10 @@ def build_content(
     analysis: dict[str, Any],
     verdict_plot: Plot | None,
     plots: list[Plot],
+    sections: list[Section] | None = None,
 ) -> ReportContent:
-    """Assemble the report's sections from the loaded folder, the analysis and the plots."""
+    """Assemble the report's sections from the loaded folder, the analysis and the plots;
+    ``sections`` come after the curves."""
     a = analysis
     rec = a["recommendation"]
     details = [
@@ -501,4 +518,5 @@ def build_content(
         ],
         environment=_environment_table(a),
         method=_method(a),
+        sections=list(sections or []),
     )
