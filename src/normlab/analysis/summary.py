@@ -15,7 +15,14 @@ from normlab.analysis.verdicts import arm_verdict
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
 
-_ENV_RUN_FIELDS = ("device", "torch_version", "threads", "peak_memory_kind", "data_fingerprint")
+_ENV_RUN_FIELDS = (
+    "device",
+    "torch_version",
+    "threads",
+    "peak_memory_kind",
+    "data_fingerprint",
+    "ptq_fp8_method",  # "simulated" where the device has no FP8 matmul
+)
 
 
 def _values(runs: list[RunResult], spec: MetricSpec) -> dict[int, float]:
