@@ -173,7 +173,11 @@ def warm_up_gpt(model: GPT, device: torch.device, batch_size: int) -> None:
 class Testbed(Protocol):
     """A testbed: what a run records of the config and how its model is built (class level),
     and one run's model and data as the training loop uses them (an instance, made from the
-    run config and the run folder: ``cls(spec, run_dir)``)."""
+    run config and the run folder: ``cls(spec, run_dir)``).
+
+    Optional: ``health_batch(model, device)`` runs ``model`` on a fixed validation batch; where
+    a testbed has it, the training loop records norm health on that batch at every evaluation
+    (:func:`normlab.experiment.train.health_record`)."""
 
     name: ClassVar[str]
     """The experiment config's ``testbed`` value."""
