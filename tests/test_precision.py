@@ -344,3 +344,26 @@ def test_a_single_factor_has_no_families_and_the_default_arms_record_fp32(
     spec, summary, _ = _train(corpus, tmp_path, "rmsnorm-pre")
     assert spec["run_id"] == "rmsnorm-pre__s0" and spec["precision"] == "fp32"
     assert summary["precision"] == "fp32" and summary["n_skipped_steps"] == 0
+
+
+def test_fp8_falls_back_to_the_simulation_where_torchao_fp8_cannot_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Told the device has FP8 matmuls, the CPU still cannot run torchao's FP8 (it refuses below
+    compute capability 8.9): the delta comes from the simulation, labelled so."""
+    from normlab.experiment import posttrain as PT
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    x = torch.randn(16, 32)
+
+    def metric(m: torch.nn.Module) -> float:
+        return m(x).square().mean().item()
+
+    monkeypatch.setattr(PT, "_device_runs_fp8", lambda m: True)
+    with pytest.raises(Exception):  # noqa: B017 - whatever torchao raises on this device
+        PT.fp8_copy(model, simulate=False)
+    delta, method = PT.fp8_delta(model, metric, metric(model))
+    assert method == "simulated" and delta != 0.0 and math.isfinite(delta)
+    sim, _ = PT.fp8_copy(model, simulate=True)
+    assert delta == pytest.approx(metric(sim) - metric(model))

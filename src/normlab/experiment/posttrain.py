@@ -375,15 +375,17 @@ def fp8_copy(model: nn.Module, simulate: bool | None = None) -> tuple[nn.Module,
 
 def fp8_delta(model: nn.Module, metric: Metric, reference: float) -> tuple[float, str]:
     """(``metric`` of :func:`fp8_copy` minus ``reference``, the method). Where torchao's FP8
-    raises on the device, the simulation is used instead."""
-    clone, method = fp8_copy(model)
-    if method == FP8_TORCHAO:
+    raises on the device (quantizing or running), the simulation is used instead; a non-finite
+    metric raises ``FloatingPointError`` either way."""
+    if _device_runs_fp8(model):
         try:
+            clone, method = fp8_copy(model, simulate=False)
             return _checked(metric(clone), "ptq_fp8_delta") - reference, method
         except FloatingPointError:
             raise
         except Exception:
-            clone, method = fp8_copy(model, simulate=True)
+            pass
+    clone, method = fp8_copy(model, simulate=True)
     return _checked(metric(clone), "ptq_fp8_delta") - reference, method
 
 
