@@ -367,3 +367,14 @@ def test_fp8_falls_back_to_the_simulation_where_torchao_fp8_cannot_run(
     assert method == "simulated" and delta != 0.0 and math.isfinite(delta)
     sim, _ = PT.fp8_copy(model, simulate=True)
     assert delta == pytest.approx(metric(sim) - metric(model))
+
+
+def test_the_report_says_when_fp8_was_simulated() -> None:
+    from normlab.report.content import _fp8_note
+
+    assert _fp8_note({"environment": {}}) == []
+    assert _fp8_note({"environment": {"runs_ptq_fp8_method": ["torchao"]}}) == []
+    (line,) = _fp8_note({"environment": {"runs_ptq_fp8_method": ["simulated"]}})
+    assert line.startswith("FP8 PTQ degradation was SIMULATED in every run")
+    (line,) = _fp8_note({"environment": {"runs_ptq_fp8_method": ["simulated", "torchao"]}})
+    assert "some runs" in line

@@ -454,6 +454,22 @@ def _method(a: dict[str, Any]) -> list[str]:
         "on quality, speed, memory and stability only.",
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
+        *_fp8_note(a),
+    ]
+
+
+def _fp8_note(a: dict[str, Any]) -> list[str]:
+    """A line saying the FP8 PTQ numbers were simulated, when some run's were."""
+    methods = (a.get("environment") or {}).get("runs_ptq_fp8_method") or []
+    if "simulated" not in methods:
+        return []
+    return [
+        "FP8 PTQ degradation was SIMULATED in "
+        + ("every run" if methods == ["simulated"] else "some runs (see runs.csv)")
+        + ": this device has no FP8 matrix multiply, so every nn.Linear's weight (one scale per "
+        "output channel) and input (one scale per token) were rounded through "
+        "torch.float8_e4m3fn and multiplied in float32; the rounding is FP8's, the arithmetic "
+        "is not."
     ]
 
 
