@@ -554,4 +554,5 @@ def test_gpt_outputs_keep_their_bpb_labels(tmp_path: Path) -> None:
     assert (folder / "plots" / "val_bpb.png").exists()
     assert not (folder / "plots" / "val_loss.png").exists()
     header = (folder / "runs.csv").read_text().splitlines()[0].split(",")
-    assert header[11:14] == ["final_val_loss", "final_val_bpb", "best_val_bpb"]
+    # after the 12 head fields (identity with the precision, status, progress, counts)
+    assert header[12:15] == ["final_val_loss", "final_val_bpb", "best_val_bpb"]

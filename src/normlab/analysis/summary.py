@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
+from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
 from normlab.analysis.metrics import MetricSpec, profile_of
 from normlab.analysis.recommendation import recommend
 from normlab.analysis.runs import CompareFolder, RunResult
@@ -14,7 +15,14 @@ from normlab.analysis.verdicts import arm_verdict
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
 
-_ENV_RUN_FIELDS = ("device", "torch_version", "threads", "peak_memory_kind", "data_fingerprint")
+_ENV_RUN_FIELDS = (
+    "device",
+    "torch_version",
+    "threads",
+    "peak_memory_kind",
+    "data_fingerprint",
+    "ptq_fp8_method",  # "simulated" where the device has no FP8 matmul
+)
 
 
 def _values(runs: list[RunResult], spec: MetricSpec) -> dict[int, float]:
@@ -144,6 +152,13 @@ def _arm_info(folder: CompareFolder, arm: str) -> dict[str, Any]:
         "placement": (first.summary.get("placement") or first.config.get("placement"))
         if first
         else None,
+        "precision": (
+            first.summary.get("precision")
+            or first.config.get("precision")
+            or FACTOR_DEFAULTS["precision"]
+        )
+        if first
+        else None,
         "n_params": first.value("n_params") if first else None,
         "n_norm_params": first.value("n_norm_params") if first else None,
         "seeds_done": done_seeds,
@@ -185,6 +200,8 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
 
     Per arm and metric: mean and sample sd over seeds. Per non-baseline arm and metric: the
     paired comparison against the baseline (matched by seed). Per arm: verdicts and decision.
+    When several factors vary (norm × precision, …), also ``families``: each factor's levels
+    compared with the others held fixed (:func:`normlab.analysis.families.comparison_families`).
     Tests use level ``alpha``; ``power`` sets how sure the seeds-needed estimate aims to be.
     The metrics, the quality metric and the margin's key follow the folder's testbed
     (:data:`normlab.analysis.metrics.PROFILES`).
@@ -242,6 +259,13 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         arm_verdicts[arm] = v
         verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
 
+    families = comparison_families(
+        folder,
+        metrics,
+        lambda spec, runs, base_runs: compare_metric(
+            spec, runs, base_runs, folder.margin, alpha, power
+        ),
+    )
     problems = {arm: _no_result(folder.runs_of(arm)) for arm in arm_verdicts}
     rec = recommend(
         base,
@@ -279,6 +303,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "arms": arms_stats,
         "arm_info": {arm: _arm_info(folder, arm) for arm in folder.arms},
         "comparisons": comparisons,
+        "families": families,
         "verdicts": verdicts,
         "recommendation": rec.to_dict(),
         "runs": runs_table,

@@ -38,6 +38,11 @@ from normlab.experiment.anomaly import (
     DEFAULT_WINDOW,
     SpikeRule,
 )
+from normlab.experiment.precision import (
+    DEFAULT_PRECISION,
+    TRAINING_PRECISIONS,
+    check_precision,
+)
 from normlab.models.config import (
     DEFAULT_CFG_SCALE,
     DEFAULT_LABEL_DROPOUT,
@@ -216,8 +221,11 @@ class ExperimentConfig(Section):
     flow-matching DiT on the embedded shapes, sections ``dit`` and ``shapes``; conditional norms,
     ``adaln_zero`` and ``adarms`` by default, pre-norm only). Options of the other testbed are
     errors, not silently ignored.
-    Arms are every ``norm × placement`` (named ``<norm>-<placement>``), at least two of them;
-    each arm runs once per seed. ``seeds`` is a count (0 … n−1) or a list. ``baseline`` names
+    Arms are every ``norm × placement × precision`` (named ``<norm>-<placement>``, and
+    ``<norm>-<placement>-<precision>`` when several ``precisions`` are given), at least two of
+    them; each arm runs once per seed. ``precisions``: the training precisions (``fp32``,
+    ``bf16``, ``fp16``; see :mod:`normlab.experiment.precision`), ``fp16_init_scale`` the fp16
+    gradient scaler's initial scale. ``seeds`` is a count (0 … n−1) or a list. ``baseline`` names
     the arm the others are compared with (default: the first). ``margin_bpb`` (GPT) is the
     equivalence margin in bits per byte; ``margin_val_loss`` (DiT) the equivalence margin of the
     validation flow-matching loss, an absolute difference in its own unit (mean squared error of
@@ -243,6 +251,17 @@ class ExperimentConfig(Section):
         default_factory=lambda: ["pre"],
         min_length=1,
         description="Comma list of placements: pre, post, sandwich.",
+    )
+    precisions: list[str] = Field(
+        default_factory=lambda: [DEFAULT_PRECISION],
+        min_length=1,
+        description="Comma list of training precisions: fp32, bf16, fp16 (autocast around "
+        "forward and loss; fp16 with a gradient scaler).",
+    )
+    fp16_init_scale: float = Field(
+        2.0**16,
+        gt=0,
+        description="fp16 only: the gradient scaler's initial scale (torch's default 2^16).",
     )
     seeds: int | list[int] = Field(
         3, description="Number of paired seeds (0 … n−1) or a list (e.g. 0,1,2)."
@@ -316,6 +335,21 @@ class ExperimentConfig(Section):
                 raise ValueError(str(err).removeprefix("norm: ")) from None
         return v
 
+    @field_validator("precisions")
+    @classmethod
+    def _check_precisions(cls, v: list[str]) -> list[str]:
+        if len(set(v)) != len(v):
+            raise ValueError("a precision is listed twice")
+        for precision in v:
+            try:
+                check_precision(precision)
+            except ValueError:
+                raise ValueError(
+                    f"{precision!r} is not a training precision (--precision); expected one of "
+                    f"{', '.join(TRAINING_PRECISIONS)}"
+                ) from None
+        return v
+
     @field_validator("placements")
     @classmethod
     def _check_placements(cls, v: list[str]) -> list[str]:
@@ -369,12 +403,13 @@ class ExperimentConfig(Section):
             )
         else:
             hint = (
-                "two or more norms (--norms, e.g. layernorm,rmsnorm) or placements "
-                "(--placements, e.g. pre,post)"
+                "two or more norms (--norms, e.g. layernorm,rmsnorm), placements "
+                "(--placements, e.g. pre,post) or precisions (--precision, e.g. fp32,bf16)"
             )
         raise ValueError(
-            f"norms, placements: {len(self.norms)} norm and {len(self.placements)} placement "
-            f"make the single arm {arms[0]}; a comparison needs at least two arms. Expected {hint}"
+            f"norms, placements, precisions: {len(self.norms)} norm, {len(self.placements)} "
+            f"placement and {len(self.precisions)} precision make the single arm {arms[0]}; "
+            f"a comparison needs at least two arms. Expected {hint}"
         )
 
     @model_validator(mode="after")
@@ -408,12 +443,24 @@ class ExperimentConfig(Section):
     def seed_list(self) -> list[int]:
         return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
 
+    def arm_factors(self) -> list[tuple[str, str, str, str]]:
+        """(arm name, norm, placement, precision) in grid order: precisions outermost, then
+        placements, norms inner. The name carries the precision only when several are given
+        (:func:`arm_name`)."""
+        several = len(self.precisions) > 1
+        return [
+            (arm_name(n, p, q if several else None), n, p, q)
+            for q in self.precisions
+            for p in self.placements
+            for n in self.norms
+        ]
+
     def arms(self) -> list[tuple[str, str, str]]:
-        """(arm name, norm, placement) in grid order: placements outer, norms inner."""
-        return [(arm_name(n, p), n, p) for p in self.placements for n in self.norms]
+        """(arm name, norm, placement) in grid order (see :meth:`arm_factors`)."""
+        return [(a, n, p) for a, n, p, _ in self.arm_factors()]
 
     def arm_names(self) -> list[str]:
-        return [a for a, _, _ in self.arms()]
+        return [a for a, _, _, _ in self.arm_factors()]
 
     def baseline_arm(self) -> str:
         return self.baseline or self.arm_names()[0]
@@ -454,9 +501,10 @@ _HINTS = {
 }
 
 
-def arm_name(norm: str, placement: str) -> str:
-    """``<norm>-<placement>``, e.g. ``rmsnorm-pre``."""
-    return f"{norm}-{placement}"
+def arm_name(norm: str, placement: str, precision: str | None = None) -> str:
+    """``<norm>-<placement>``, e.g. ``rmsnorm-pre``; with a ``precision``,
+    ``<norm>-<placement>-<precision>``, e.g. ``rmsnorm-pre-bf16``."""
+    return f"{norm}-{placement}" if precision is None else f"{norm}-{placement}-{precision}"
 
 
 class ConfigError(ValueError):

@@ -3,7 +3,8 @@
 Before anything trains, :func:`plan_runs` (1) resolves every run's config, (2) builds each arm's
 model for every seed and checks that the parameters they share start from equal values, and
 (3) compares the resolved configs of the arms and refuses, naming the field, if anything other
-than the norm and the placement differs.
+than the norm, the placement and the training precision differs. Precision is not part of
+initialisation: arms that differ only in precision must start from equal parameters.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from normlab.models import check_paired
 from normlab.run_format import run_id
 
 FACTOR_NAMES = ("norm", "placement")
-IDENTITY_FIELDS = ("run_id", "arm", *FACTOR_NAMES)
+PRECISION_FACTOR = "precision"
+IDENTITY_FIELDS = ("run_id", "arm", *FACTOR_NAMES, PRECISION_FACTOR)
 PER_ARM_FIELDS = ("n_params", "n_norm_params")
 PER_SEED_FIELDS = ("seed", "init_digest")
 _MISSING = object()
@@ -94,7 +96,14 @@ def shared_settings(
         "threads": threads,
         "imports": list(cfg.imports),
         "data": data,
+        **precision_settings(cfg),
     }
+
+
+def precision_settings(cfg: ExperimentConfig) -> dict[str, Any]:
+    """The precision settings every run shares: ``fp16_init_scale`` when fp16 is among the
+    precisions, nothing otherwise (so that fp32 and bf16 runs record no scaler)."""
+    return {"fp16_init_scale": cfg.fp16_init_scale} if "fp16" in cfg.precisions else {}
 
 
 def plan_runs(
@@ -111,8 +120,9 @@ def plan_runs(
     for seed in cfg.seed_list():
         models = {}
         seed_runs = []
-        for arm, norm, placement in cfg.arms():
-            model = build_model({**settings, "norm": norm, "placement": placement}, seed)
+        for arm, norm, placement, precision in cfg.arm_factors():
+            factors = {"norm": norm, "placement": placement, PRECISION_FACTOR: precision}
+            model = build_model({**settings, **factors}, seed)
             models[arm] = model
             n_params, n_norm_params = model.count_parameters()
             seed_runs.append(
@@ -122,6 +132,7 @@ def plan_runs(
                     "seed": seed,
                     "norm": norm,
                     "placement": placement,
+                    PRECISION_FACTOR: precision,
                     **copy.deepcopy(settings),
                     "n_params": n_params,
                     "n_norm_params": n_norm_params,

@@ -10,6 +10,13 @@ docs/run-format.md), lower is better for all of them:
   weights and int8 activations quantized per token at run time), each copy validated exactly as
   the normal validation; the field is the quantized copy's validation metric minus the
   unquantized model's (GPT: bits per byte, DiT: flow-matching MSE).
+- ``ptq_fp8_delta``: the same difference for FP8 (E4M3) post-training quantization of every
+  ``nn.Linear``: weights with one scale per output channel, activations quantized per token at
+  run time. Where the device runs it (CUDA with ``torch._scaled_mm`` on FP8, compute capability
+  ≥ 8.9) this is torchao's ``Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())``;
+  elsewhere (the CPU, older GPUs) a simulation (:class:`SimulatedFp8Linear`): weight and input
+  rounded through ``torch.float8_e4m3fn`` with those scales and multiplied in float32. Which one
+  ran is ``ptq_fp8_method`` (``"torchao"`` or ``"simulated"``).
 - ``bf16_eval_delta``: the same difference for a deep copy in bfloat16 (parameters and floating
   inputs in bf16, the loss computed in float32 from the bf16 outputs).
 - ``act_kurtosis_max``, ``act_max_over_rms``, ``channel_rms_kurtosis_max``,
@@ -45,13 +52,18 @@ from torch import nn
 from normlab.run_format import POSTTRAIN_FIELDS
 
 __all__ = [
+    "FP8_MAX",
     "OUTLIER_THRESHOLD",
     "POSTTRAIN_FIELDS",
     "PTQ_SCHEMES",
     "BFloat16Inputs",
     "LayerInputStats",
+    "SimulatedFp8Linear",
     "activation_outliers",
     "bf16_delta",
+    "fp8_copy",
+    "fp8_delta",
+    "fp8_quantize",
     "import_torchao",
     "input_stats",
     "posttrain_summary",
@@ -67,6 +79,12 @@ PTQ_SCHEMES: dict[str, str] = {
     "ptq_w8a8_delta": "Int8DynamicActivationInt8WeightConfig",
 }
 """Summary field → the ``torchao.quantization`` config class (built with no arguments)."""
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = float(torch.finfo(FP8_DTYPE).max)
+"""The largest finite E4M3 value (448): a scale maps each row's max |v| onto it."""
+FP8_TORCHAO = "torchao"
+FP8_SIMULATED = "simulated"
 
 _OUTLIER_FIELDS = (
     "act_kurtosis_max",
@@ -289,6 +307,88 @@ def bf16_delta(model: nn.Module, metric: Metric, reference: float) -> float:
     return _checked(metric(clone), "bf16_eval_delta") - reference
 
 
+def fp8_quantize(v: torch.Tensor) -> torch.Tensor:
+    """``v`` rounded to E4M3 with one scale per row (over the last dimension) and back, in
+    float32: s = max|v_row| / 448 (rows of zeros keep s = 1), v̂ = fp8(v / s)·s, where fp8
+    rounds to the nearest ``torch.float8_e4m3fn`` value (|v / s| ≤ 448, so nothing saturates)."""
+    v = v.float()
+    amax = v.abs().amax(dim=-1, keepdim=True)
+    scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))
+    return (v / scale).clamp(-FP8_MAX, FP8_MAX).to(FP8_DTYPE).float() * scale
+
+
+class SimulatedFp8Linear(nn.Module):
+    """An ``nn.Linear`` with FP8 (E4M3) weights, one scale per output channel, and FP8 inputs,
+    one scale per token computed at run time (:func:`fp8_quantize` on each); the product and
+    the bias in float32, the output in the input's dtype. A simulation of FP8 W8A8 inference:
+    the rounding is FP8's, the arithmetic is not."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("weight", fp8_quantize(linear.weight.detach()))
+        bias = linear.bias.detach().float() if linear.bias is not None else None
+        self.register_buffer("bias", bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.nn.functional.linear(fp8_quantize(x), self.weight, self.bias)
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, fp8=simulated"
+
+
+def _simulated_fp8_copy(model: nn.Module) -> nn.Module:
+    clone = copy.deepcopy(model)
+    linears = [(n, m) for n, m in clone.named_modules() if isinstance(m, nn.Linear)]
+    for name, linear in linears:
+        parent_name, _, child = name.rpartition(".")
+        parent = clone.get_submodule(parent_name) if parent_name else clone
+        setattr(parent, child, SimulatedFp8Linear(linear))
+    return clone
+
+
+def _device_runs_fp8(model: nn.Module) -> bool:
+    """Whether the model sits on a CUDA device with FP8 matrix multiplies (capability ≥ 8.9)."""
+    param = next(model.parameters(), None)
+    if param is None or param.device.type != "cuda" or not hasattr(torch, "_scaled_mm"):
+        return False
+    return torch.cuda.get_device_capability(param.device) >= (8, 9)
+
+
+def fp8_copy(model: nn.Module, simulate: bool | None = None) -> tuple[nn.Module, str]:
+    """A deep copy of ``model`` with every ``nn.Linear`` in FP8 W8A8 (E4M3, per-channel weight
+    and per-token activation scales), and how: ``"torchao"``
+    (``Float8DynamicActivationFloat8WeightConfig(granularity=PerRow())``) where the device runs
+    FP8 matmuls, else ``"simulated"`` (:class:`SimulatedFp8Linear`). ``simulate`` forces the
+    choice (None: by the device)."""
+    if simulate is None:
+        simulate = not _device_runs_fp8(model)
+    if simulate:
+        return _simulated_fp8_copy(model), FP8_SIMULATED
+    quantization = import_torchao()
+    config = quantization.Float8DynamicActivationFloat8WeightConfig(
+        granularity=quantization.PerRow()
+    )
+    return quantized_copy(model, config), FP8_TORCHAO
+
+
+def fp8_delta(model: nn.Module, metric: Metric, reference: float) -> tuple[float, str]:
+    """(``metric`` of :func:`fp8_copy` minus ``reference``, the method). Where torchao's FP8
+    raises on the device (quantizing or running), the simulation is used instead; a non-finite
+    metric raises ``FloatingPointError`` either way."""
+    if _device_runs_fp8(model):
+        try:
+            clone, method = fp8_copy(model, simulate=False)
+            return _checked(metric(clone), "ptq_fp8_delta") - reference, method
+        except FloatingPointError:
+            raise
+        except Exception:
+            pass
+    clone, method = fp8_copy(model, simulate=True)
+    return _checked(metric(clone), "ptq_fp8_delta") - reference, method
+
+
 def posttrain_summary(
     model: nn.Module,
     reference: float,
@@ -307,6 +407,10 @@ def posttrain_summary(
     out: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
     deltas, errors = ptq_deltas(model, metric, reference, schemes)
     out.update(deltas)
+    try:
+        out["ptq_fp8_delta"], out["ptq_fp8_method"] = fp8_delta(model, metric, reference)
+    except Exception as err:
+        errors["ptq_fp8_delta"] = _reason(err)
     try:
         out["bf16_eval_delta"] = bf16_delta(model, metric_bf16, reference)
     except Exception as err:

@@ -43,7 +43,13 @@ from normlab.data.cache import check_source, prepare_tokens
 from normlab.data.shapes import prepare_shapes
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
-from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
+from normlab.experiment.grid import (
+    FACTOR_NAMES,
+    PRECISION_FACTOR,
+    first_difference,
+    flatten,
+    plan_runs,
+)
 from normlab.experiment.lock import OutputLock
 from normlab.experiment.worker import crashed_summary, read_spec, worker_main
 from normlab.run_format import (
@@ -95,7 +101,11 @@ def experiment_record(
     env: dict[str, Any],
 ) -> dict[str, Any]:
     """The content of ``experiment.json`` (see docs/run-format.md)."""
-    values = {"norm": list(cfg.norms), "placement": list(cfg.placements)}
+    values = {
+        "norm": list(cfg.norms),
+        "placement": list(cfg.placements),
+        "precision": list(cfg.precisions),
+    }
     varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": values["norm"]}
     first = runs[0]
     fixed = {f: v[0] for f, v in values.items() if f not in varied}
@@ -119,6 +129,12 @@ def experiment_record(
             r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs
         },
     }
+
+
+def studied_factors(cfg: ExperimentConfig) -> list[str]:
+    """The factors the arms may differ in: norm and placement, and precision when several are
+    given."""
+    return [*FACTOR_NAMES, *([PRECISION_FACTOR] if len(cfg.precisions) > 1 else [])]
 
 
 @contextmanager
@@ -474,7 +490,7 @@ def _run_locked(
     steps = runs[0]["train"]["steps"]
     console.print(
         f"paired: shared parameters equal across arms for every seed; only "
-        f"{' and '.join(FACTOR_NAMES)} differ. {len(runs)} runs × {steps} steps on "
+        f"{' and '.join(studied_factors(cfg))} differ. {len(runs)} runs × {steps} steps on "
         f"{device} with {threads} threads"
     )
     others = runs_not_planned(runs, out)

@@ -174,7 +174,11 @@ def warm_up_gpt(model: GPT, device: torch.device, batch_size: int) -> None:
 class Testbed(Protocol):
     """A testbed: what a run records of the config and how its model is built (class level),
     and one run's model and data as the training loop uses them (an instance, made from the
-    run config and the run folder: ``cls(spec, run_dir)``)."""
+    run config and the run folder: ``cls(spec, run_dir)``).
+
+    Optional: ``health_batch(model, device)`` runs ``model`` on a fixed validation batch; where
+    a testbed has it, the training loop records norm health on that batch at every evaluation
+    (:func:`normlab.experiment.train.health_record`)."""
 
     name: ClassVar[str]
     """The experiment config's ``testbed`` value."""
@@ -304,6 +308,10 @@ class GPTTestbed:
     def _val_bpb(self, model: nn.Module, device: torch.device) -> float:
         loss = validation_loss(model, self.windows, self.batch_size, str(device))
         return bits_per_byte(loss)
+
+    def health_batch(self, model: nn.Module, device: torch.device) -> object:
+        """``model`` on the first ``batch_size`` validation windows (norm health's batch)."""
+        return model(self.windows[: self.batch_size, :-1].to(device))
 
     def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
         """Deltas in validation bpb (the bf16 copy's logits go to the cross-entropy in
@@ -474,6 +482,13 @@ class DiTTestbed:
         return flow_validation_loss(
             model, x1, x0, t, label if self.conditional else None, self.batch_size, device
         )
+
+    def health_batch(self, model: nn.Module, device: torch.device) -> object:
+        """``model`` on the first ``batch_size`` validation triples at x_t = (1 − t)·x0 + t·x1
+        (norm health's batch)."""
+        x1, label, x0, t = (v[: self.batch_size].to(device) for v in self.triples)
+        x_t = interpolate(x0, x1, t)
+        return model(x_t, t, label) if self.conditional else model(x_t, t)
 
     def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
         """Deltas in the validation flow-matching MSE (the bf16 copy gets x_t and t in bf16,

@@ -3,9 +3,14 @@
 This is the body of a worker process; it knows nothing of the grid. What depends on the testbed
 (GPT or DiT: model, data, loss, validation) comes from :mod:`normlab.experiment.testbeds`; the loop,
 schedule, clipping, anomaly detection and timing are shared. It appends ``train``,
-``eval``, ``layer_grad_norms`` and ``anomaly`` records to ``metrics.jsonl`` (see
+``eval``, ``health``, ``layer_grad_norms`` and ``anomaly`` records to ``metrics.jsonl`` (see
 docs/run-format.md) and returns the run's summary. A non-finite loss or gradient stops the run
-with status ``"diverged"``: a result, not an error.
+with status ``"diverged"``: a result, not an error. The run's training precision
+(:mod:`normlab.experiment.precision`) wraps forward and loss in autocast; an fp16 step that the
+gradient scaler skips (inf/NaN in the scaled gradients) is counted in ``n_skipped_steps`` and is
+neither a divergence nor a gradient anomaly. Norm health (:mod:`normlab.experiment.health`) is
+recorded after every evaluation on a fixed validation batch, in float32, without drawing random
+numbers, so it changes nothing of the training.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import resource
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,8 @@ from torch import nn
 from normlab._io import append_jsonl
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
+from normlab.experiment.health import norm_health
+from normlab.experiment.precision import DEFAULT_PRECISION, PrecisionStep
 from normlab.experiment.schedule import lr_at, make_optimizer
 from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
@@ -34,6 +42,7 @@ from normlab.run_format import (
     EVAL_RECORD,
     FINISHED,
     GRAD_SPIKE,
+    HEALTH_RECORD,
     LAYER_GRAD_RECORD,
     LOSS_SPIKE,
     METRICS_FILE,
@@ -63,6 +72,11 @@ def _group_grad_norms(model: nn.Module, groups: dict[str, list[str]]) -> dict[st
                 torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
             ).item()
     return norms
+
+
+def _clip(params: list[nn.Parameter], max_norm: float) -> float:
+    """Clip the gradients to the global L2 norm ``max_norm``; the norm before clipping."""
+    return torch.nn.utils.clip_grad_norm_(params, max_norm).item()
 
 
 warm_up = warm_up_gpt  # the GPT's warm-up, under its earlier name
@@ -109,6 +123,30 @@ def _warm_up_counting_saved_bytes(task: Testbed, device: torch.device) -> int | 
         return None
 
 
+def run_precision(spec: dict[str, Any]) -> str:
+    """The run's training precision (``fp32`` for a run.json written before precisions)."""
+    return str(spec.get("precision", DEFAULT_PRECISION))
+
+
+def precision_step(
+    spec: dict[str, Any], device: torch.device, optimizer: torch.optim.Optimizer
+) -> PrecisionStep:
+    """The backward / clip / step sequence of the run's precision (fp16: with a gradient scaler
+    starting at ``spec["fp16_init_scale"]``, torch's default when absent)."""
+    return PrecisionStep(run_precision(spec), device, optimizer, spec.get("fp16_init_scale"))
+
+
+def health_record(task: Testbed, device: torch.device, step: int) -> dict[str, Any] | None:
+    """The ``health`` record of the task's model at ``step``: :func:`norm_health` on the
+    testbed's fixed validation batch (its ``health_batch(model, device)``), or None for a
+    testbed without one or a model without norm layers."""
+    run_batch = getattr(task, "health_batch", None)
+    if run_batch is None:
+        return None
+    layers = norm_health(task.model, lambda model: run_batch(model, device))
+    return {"type": HEALTH_RECORD, "step": step, "layers": layers} if layers else None
+
+
 def _sync(device: torch.device) -> None:
     """Wait for the device's queued work, so that a step's time covers its kernels."""
     if device.type == "cuda":
@@ -151,8 +189,10 @@ def train_run(
             f"checked {spec['init_digest'][:16]}"
         )
     model.to(device)
-    saved_bytes = _warm_up_counting_saved_bytes(task, device)
     optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
+    precision = precision_step(spec, device, optimizer)
+    with precision.autocast():
+        saved_bytes = _warm_up_counting_saved_bytes(task, device)
     params = list(model.parameters())
     groups = task.parameter_groups()
     tokens_per_step = task.tokens_per_step
@@ -181,6 +221,9 @@ def train_run(
         }
         append_jsonl(metrics, record)
         evals.append(record)
+        health = health_record(task, device, step)
+        if health is not None:
+            append_jsonl(metrics, health)
 
     def anomaly(step: int, kind: str, value: float, z: float | None) -> None:
         append_jsonl(
@@ -201,22 +244,26 @@ def train_run(
         for group in optimizer.param_groups:
             group["lr"] = lr
         started = time.perf_counter()
-        loss = task.train_loss(device)
+        with precision.autocast():
+            loss = task.train_loss(device)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        loss_value = loss.item()
-        layer_norms = (
-            _group_grad_norms(model, groups) if step % t["layer_grad_interval"] == 0 else None
+        loss_value = loss.detach().item()
+        outcome = precision.run(
+            loss,
+            loss_value,
+            partial(_clip, params, max_norm),
+            partial(_group_grad_norms, model, groups)
+            if step % t["layer_grad_interval"] == 0
+            else None,
         )
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
-        finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
-        if finite:
-            optimizer.step()
+        layer_norms = outcome.read
+        grad_norm, skipped = outcome.grad_norm, outcome.skipped
+        finite = math.isfinite(loss_value) and (math.isfinite(grad_norm) or skipped)
         _sync(device)
         step_time = time.perf_counter() - started
         train_time += step_time
         steps_done = step
-        clipped = finite and grad_norm > max_norm
+        clipped = outcome.stepped and grad_norm > max_norm
         counts["clipped"] += clipped
         losses.append(loss_value)
         if step > t["throughput_warmup"]:
@@ -232,6 +279,7 @@ def train_run(
                 "lr": lr,
                 "step_time_s": step_time,
                 "tokens_seen": step * tokens_per_step,
+                **({"skipped": skipped} if precision.scaler is not None else {}),
             },
         )
         if layer_norms is not None:
@@ -243,7 +291,7 @@ def train_run(
             break
         for detector, value, kind in (
             (loss_spikes, loss_value, LOSS_SPIKE),
-            (grad_spikes, grad_norm, GRAD_SPIKE),
+            *(() if skipped else ((grad_spikes, grad_norm, GRAD_SPIKE),)),
         ):
             z = detector.update(value)
             if detector.is_spike(z):
@@ -273,6 +321,7 @@ def train_run(
         "seed": seed,
         "norm": spec["norm"],
         "placement": spec["placement"],
+        "precision": run_precision(spec),
         "status": status,
         "diverged_at": diverged_at,
         "steps": steps_done,
@@ -291,6 +340,7 @@ def train_run(
         "tokens_to_target": reached["tokens_seen"] if reached else None,
         "n_loss_spikes": counts[LOSS_SPIKE],
         "n_grad_spikes": counts[GRAD_SPIKE],
+        "n_skipped_steps": precision.n_skipped,
         "n_clipped": counts["clipped"],
         "wall_s": time.perf_counter() - wall_start,
         "device": str(device),

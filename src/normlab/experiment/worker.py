@@ -56,7 +56,9 @@ def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, A
     except ValueError:  # a run.json naming an unknown testbed still gets a crashed summary
         fields = SUMMARY_FIELDS
     summary: dict[str, Any] = dict.fromkeys(fields)
-    for key in ("run_id", "arm", "seed", "norm", "placement", "n_params", "n_norm_params"):
+    for key in (
+        "run_id", "arm", "seed", "norm", "placement", "precision", "n_params", "n_norm_params",
+    ):  # fmt: skip
         summary[key] = spec.get(key)
     summary.update(
         status=CRASHED,

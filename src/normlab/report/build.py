@@ -27,6 +27,7 @@ from normlab.report.plots import (
     plot_validation,
 )
 from normlab.report.runs_csv import runs_csv_text
+from normlab.report.sections import HEALTH_PLOT, factor_section, health_section
 from normlab.report.style import arm_colors
 from normlab.run_format import (
     ANALYSIS_FILE,
@@ -49,6 +50,7 @@ _PLOT_NAMES = (
     "grad_norm",
     "final_metrics",
     "samples",
+    HEALTH_PLOT,
 )
 _CLIP_KEYS = ("grad_clip", "clip_grad_norm", "grad_clip_norm", "max_grad_norm", "clip_grad")
 
@@ -273,10 +275,15 @@ def build_report(out_dir: Path) -> dict[str, Path]:
         arm: [load_run_curves(r) for r in folder.runs_of(arm) if r.done] for arm in folder.arms
     }
     verdict_plot, plots = _plots(folder, analysis, curves)
-    content = build_content(folder, analysis, verdict_plot, plots)
+    sections = [
+        s
+        for s in (factor_section(analysis), health_section(folder, arm_colors(folder.arms)))
+        if s is not None
+    ]
+    content = build_content(folder, analysis, verdict_plot, plots, sections)
 
     written: dict[str, Path] = {}
-    for p in [verdict_plot, *plots]:
+    for p in [verdict_plot, *plots, *(p for s in sections for p in s.plots)]:
         written[p.relpath] = write_bytes_atomic(out / p.relpath, p.png)
     for name in _PLOT_NAMES:  # a plot left out this time must not linger from an older build
         if plot_path(name) not in written:

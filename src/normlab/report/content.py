@@ -77,6 +77,18 @@ class Plot:
 
 
 @dataclass(frozen=True)
+class Section:
+    """A section of its own (after the curves): a title, paragraphs, captioned tables and
+    plots, in that order; ``anchor`` is its HTML id."""
+
+    anchor: str
+    title: str
+    paragraphs: list[str] = field(default_factory=list)
+    tables: list[tuple[str, Table]] = field(default_factory=list)
+    plots: list[Plot] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class ReportContent:
     """Everything the report shows, in reading order."""
 
@@ -97,6 +109,9 @@ class ReportContent:
     excluded: list[str]
     environment: Table
     method: list[str]
+    sections: list[Section] = field(default_factory=list)
+    """Sections shown after the curves (comparisons by factor, norm health), when there is
+    something to show."""
 
 
 def _fmt_metric(testbed: TestbedFormat, field: str, v: float | None, unit: bool = True) -> str:
@@ -439,6 +454,22 @@ def _method(a: dict[str, Any]) -> list[str]:
         "on quality, speed, memory and stability only.",
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
+        *_fp8_note(a),
+    ]
+
+
+def _fp8_note(a: dict[str, Any]) -> list[str]:
+    """A line saying the FP8 PTQ numbers were simulated, when some run's were."""
+    methods = (a.get("environment") or {}).get("runs_ptq_fp8_method") or []
+    if "simulated" not in methods:
+        return []
+    return [
+        "FP8 PTQ degradation was SIMULATED in "
+        + ("every run" if methods == ["simulated"] else "some runs (see runs.csv)")
+        + ": this device has no FP8 matrix multiply, so every nn.Linear's weight (one scale per "
+        "output channel) and input (one scale per token) were rounded through "
+        "torch.float8_e4m3fn and multiplied in float32; the rounding is FP8's, the arithmetic "
+        "is not."
     ]
 
 
@@ -447,8 +478,10 @@ def build_content(
     analysis: dict[str, Any],
     verdict_plot: Plot | None,
     plots: list[Plot],
+    sections: list[Section] | None = None,
 ) -> ReportContent:
-    """Assemble the report's sections from the loaded folder, the analysis and the plots."""
+    """Assemble the report's sections from the loaded folder, the analysis and the plots;
+    ``sections`` come after the curves."""
     a = analysis
     rec = a["recommendation"]
     details = [
@@ -501,4 +534,5 @@ def build_content(
         ],
         environment=_environment_table(a),
         method=_method(a),
+        sections=list(sections or []),
     )

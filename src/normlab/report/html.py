@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from normlab.report.content import Plot, ReportContent, Table
+from normlab.report.content import Plot, ReportContent, Section, Table
 
 __all__ = ["render_html"]
 
@@ -148,6 +148,17 @@ def _figure(p: Plot) -> str:
     )
 
 
+def _section(s: Section) -> list[str]:
+    parts = [f'<h2 id="{escape(s.anchor)}">{escape(s.title)}</h2>']
+    parts.extend(f"<p>{escape(p)}</p>" for p in s.paragraphs)
+    for caption, table in s.tables:
+        if caption:
+            parts.append(f"<h3>{escape(caption)}</h3>")
+        parts.append(_table(table))
+    parts.extend(_figure(p) for p in s.plots)
+    return parts
+
+
 def render_html(c: ReportContent) -> str:
     """Lay out ``c`` as one self-contained HTML page."""
     parts = [
@@ -185,6 +196,8 @@ def render_html(c: ReportContent) -> str:
     if c.curves_note:
         parts.append(f'<p class="note">{escape(c.curves_note)}</p>')
     parts.extend(_figure(p) for p in c.plots)
+    for section in c.sections:
+        parts.extend(_section(section))
 
     parts.append('<h2 id="metrics">All metrics</h2>')
     parts.append(_table(c.stats_table))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from normlab.report.content import Plot, ReportContent, Table
+from normlab.report.content import Plot, ReportContent, Section, Table
 
 __all__ = ["render_markdown"]
 
@@ -31,6 +31,15 @@ def _plot(p: Plot) -> str:
     return f"![{p.title}]({p.relpath})\n\n*{p.caption}*\n"
 
 
+def _section(s: Section) -> list[str]:
+    out = [f"## {s.title}\n", *(f"{p}\n" for p in s.paragraphs)]
+    for caption, table in s.tables:
+        out.append(f"**{caption}**\n" if caption else "")
+        out.append(_table(table))
+    out.extend(_plot(p) for p in s.plots)
+    return out
+
+
 def render_markdown(c: ReportContent) -> str:
     """Lay out ``c`` as a Markdown document."""
     out = [f"# {c.title}\n", f"{c.subtitle}\n"]
@@ -54,6 +63,8 @@ def render_markdown(c: ReportContent) -> str:
     if c.curves_note:
         out.append(f"_{c.curves_note}_\n")
     out.extend(_plot(p) for p in c.plots)
+    for section in c.sections:
+        out.extend(_section(section))
     out.append("## All metrics\n")
     out.append(_table(c.stats_table))
     out.append("## Runs\n")

@@ -30,6 +30,7 @@ __all__ = [
     "figure_png",
     "plot_final_metrics",
     "plot_grad_norm",
+    "plot_norm_health",
     "plot_paired_comparison",
     "plot_samples",
     "plot_training_loss",
@@ -685,3 +686,72 @@ def plot_samples(
                 color="#59636e",
             )
     return fig
+
+
+HEALTH_SPAN = 0.2
+"""The heatmap's colour scale: mean(x̂²) from 1 − span (blue) through 1 (white) to 1 + span
+(red); values beyond are clipped to the end colours."""
+
+
+def plot_norm_health(
+    matrices: Mapping[str, tuple[Sequence[str], Sequence[int], Sequence[Sequence[float]]]],
+    colors: Mapping[str, str],
+    span: float = HEALTH_SPAN,
+) -> Figure:
+    """One heatmap per arm of mean(x̂²) by norm layer (rows) and evaluation step (columns), from
+    (layers, steps, values) of :func:`normlab.analysis.health.health_matrix`; white is 1 (the
+    contract), blue below, red above, grey where the layer has no x̂ (unknown formula). Layer
+    names label the rows of the first panel in each row of panels; the arm names the panel in
+    its colour; one colour bar for all."""
+    if not matrices:
+        raise ValueError("matrices: expected at least one arm")
+    arms = list(matrices)
+    ncols = min(3, len(arms))
+    nrows = math.ceil(len(arms) / ncols)
+    n_layers = max(len(m[0]) for m in matrices.values())
+    label_width = max(len(layer) for m in matrices.values() for layer in m[0]) if n_layers else 4
+    with plot_style():
+        width = 2.2 + 3.0 * ncols + 0.065 * label_width
+        height = 0.9 + nrows * (0.6 + 0.2 * max(n_layers, 2))
+        fig, axes = _figure(width, height, ncols=ncols, nrows=nrows)
+        image = None
+        for i, ax in enumerate(axes):
+            if i >= len(arms):
+                ax.set_visible(False)
+                continue
+            arm = arms[i]
+            layers, steps, values = matrices[arm]
+            data = np.ma.masked_invalid(
+                np.asarray(values, dtype=np.float64).reshape(len(layers), -1)
+            )
+            cmap = _health_cmap()
+            image = ax.imshow(
+                data,
+                aspect="auto",
+                cmap=cmap,
+                vmin=1.0 - span,
+                vmax=1.0 + span,
+                interpolation="nearest",
+            )
+            ax.grid(False)
+            ax.set_title(_wrap_name(arm, 28), color=colors.get(arm, "black"), fontsize=9)
+            ax.set_yticks(range(len(layers)))
+            ax.set_yticklabels(list(layers) if i % ncols == 0 else [""] * len(layers), fontsize=7)
+            n_steps = len(steps)
+            shown = sorted({int(k) for k in np.linspace(0, n_steps - 1, min(n_steps, 5)).round()})
+            ax.set_xticks(shown)
+            ax.set_xticklabels([str(steps[j]) for j in shown], fontsize=7)
+            ax.set_xlabel("step", fontsize=8)
+        if image is not None:
+            bar = fig.colorbar(image, ax=[a for a in axes if a.get_visible()], shrink=0.9)
+            bar.set_label("mean(x̂²)", fontsize=8)
+            bar.ax.tick_params(labelsize=7)
+        _title(fig, "Norm health: mean(x̂²) per norm layer at each evaluation")
+    return fig
+
+
+def _health_cmap():  # -> matplotlib.colors.Colormap
+    """Blue–white–red, with grey for masked cells (no x̂)."""
+    from matplotlib import colormaps
+
+    return colormaps["RdBu_r"].with_extremes(bad="#d0d7de")

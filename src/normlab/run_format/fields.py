@@ -165,8 +165,8 @@ def compared_field(name: str, display: Display | None, **compare: object) -> Sum
 HEAD_FIELDS: tuple[SummaryField, ...] = tuple(
     SummaryField(name)
     for name in (
-        "run_id", "arm", "seed", "norm", "placement", "status", "diverged_at", "steps", "tokens",
-        "n_params", "n_norm_params",
+        "run_id", "arm", "seed", "norm", "placement", "precision", "status", "diverged_at",
+        "steps", "tokens", "n_params", "n_norm_params",
     )
 )  # fmt: skip
 """Identity, status, progress and parameter counts: the summary's first fields. The testbed's
@@ -184,6 +184,13 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         "ptq_w8a8_delta",
         Display(digits=5),
         label="int8 W8A8 PTQ degradation",
+        unit=QUALITY_UNIT,
+        group="post-training",
+    ),
+    compared_field(
+        "ptq_fp8_delta",
+        Display(digits=5),
+        label="fp8 E4M3 PTQ degradation",
         unit=QUALITY_UNIT,
         group="post-training",
     ),
@@ -222,6 +229,7 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         unit="count",
         group="post-training",
     ),
+    SummaryField("ptq_fp8_method"),
     SummaryField("posttrain_errors"),
     SummaryField("posttrain_s"),
 )
@@ -292,6 +300,15 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         "n_grad_spikes",
         _COUNT,
         label="gradient spikes",
+        unit="count",
+        group="stability",
+        statuses=DONE_STATUSES,
+        discrete=True,
+    ),
+    compared_field(
+        "n_skipped_steps",
+        _COUNT,
+        label="fp16 steps skipped by the gradient scaler",
         unit="count",
         group="stability",
         statuses=DONE_STATUSES,

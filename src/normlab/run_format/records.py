@@ -6,6 +6,9 @@
 ``eval``            ``step``, ``val_loss``, ``val_bpb`` (GPT only), ``tokens_seen``, ``elapsed_s``
 ``layer_grad_norms`` ``step``, ``norms``: {parameter group: L2 norm}
 ``anomaly``         ``step``, ``kind`` (one of :data:`ANOMALY_KINDS`), ``value``, ``z``
+``health``          ``step``, ``layers``: {norm layer name: {``kind``, ``in_rms``, ``out_rms``,
+                    ``xhat_ms``, ``xhat_mean``, ``xhat_var``, ``gain_mean``, ``gain_max_abs``,
+                    ``formula_err``, ``calls``}} on a fixed validation batch, at every evaluation
 ==================  ============================================================================
 """
 
@@ -17,6 +20,8 @@ __all__ = [
     "EVAL_RECORD",
     "GRAD_ANOMALIES",
     "GRAD_SPIKE",
+    "HEALTH_RECORD",
+    "HEALTH_STATS",
     "LAYER_GRAD_RECORD",
     "LOSS_ANOMALIES",
     "LOSS_SPIKE",
@@ -33,6 +38,24 @@ LAYER_GRAD_RECORD = "layer_grad_norms"
 """Gradient norms per parameter group, every ``layer_grad_interval`` steps."""
 ANOMALY_RECORD = "anomaly"
 """A spike or a non-finite value."""
+HEALTH_RECORD = "health"
+"""Norm health: per norm layer, its input RMS, output RMS, statistics of x̂ recomputed from the
+input (null where the layer's formula is unknown) and of its gain, at every evaluation
+(:mod:`normlab.experiment.health`)."""
+HEALTH_STATS: tuple[str, ...] = (
+    "in_rms",
+    "out_rms",
+    "xhat_ms",
+    "xhat_mean",
+    "xhat_var",
+    "gain_mean",
+    "gain_max_abs",
+    "formula_err",
+)
+"""The statistics of one layer in a ``health`` record, in order: √mean(x²) of its input and of
+its output, mean(x̂²), mean(x̂), the per-token variance of x̂ averaged over tokens, mean(g) and
+max |g| of the gain, and the relative RMS distance of its output from g ⊙ x̂ (+ β) computed with
+its own formula."""
 
 LOSS_SPIKE = "loss_spike"
 GRAD_SPIKE = "grad_spike"

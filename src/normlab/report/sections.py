@@ -1,0 +1,146 @@
+"""The report's sections beyond the main comparison: the comparisons by factor (when several
+factors vary, e.g. norm × precision) and norm health over training."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from normlab._io import read_jsonl
+from normlab.analysis.format import fmt_ratio, fmt_signed
+from normlab.analysis.health import HEALTH_TOLERANCE, health_flags, health_matrix
+from normlab.analysis.runs import CompareFolder, RunResult
+from normlab.report.content import Plot, Section, Table, confidence_pct
+from normlab.report.plots import HEALTH_SPAN, figure_png, plot_norm_health
+from normlab.run_format import HEALTH_RECORD, testbed_format
+
+__all__ = ["HEALTH_PLOT", "factor_section", "health_section"]
+
+HEALTH_PLOT = "norm_health"
+"""The file stem of the health heatmap."""
+MAX_FLAG_LINES = 20
+
+
+def _interval(c: Mapping[str, Any]) -> str:
+    if c.get("ci_low") is None:
+        return fmt_signed(c.get("mean_diff"))
+    return f"{fmt_signed(c['mean_diff'])} [{fmt_signed(c['ci_low'])}, {fmt_signed(c['ci_high'])}]"
+
+
+def _ratio(c: Mapping[str, Any]) -> str:
+    if c.get("ratio_ci_low") is None:
+        return fmt_ratio(c.get("ratio"))
+    return (
+        f"{fmt_ratio(c['ratio'])} [{fmt_ratio(c['ratio_ci_low'])}, {fmt_ratio(c['ratio_ci_high'])}]"
+    )
+
+
+def factor_section(a: Mapping[str, Any]) -> Section | None:
+    """ "Comparisons by factor": one table per comparison family of the analysis (see
+    :mod:`normlab.analysis.families`), or None when one factor varies."""
+    families = a.get("families") or []
+    if not families:
+        return None
+    testbed = testbed_format(a.get("testbed"))
+    ci = confidence_pct(dict(a))
+    tables = []
+    for fam in families:
+        fixed = ", ".join(f"{k} = {v}" for k, v in fam["fixed"].items())
+        caption = f"{fam['factor']} at {fixed}" if fixed else str(fam["factor"])
+        rows = []
+        for arm in fam["arms"][1:]:
+            c = fam["comparisons"][arm]
+            q, t = c[testbed.quality], c["tokens_per_s"]
+            skipped = c.get("n_skipped_steps", {})
+            rows.append(
+                [
+                    arm,
+                    fam["baseline"],
+                    _interval(q),
+                    q["verdict"],
+                    _ratio(t),
+                    t["verdict"],
+                    fmt_signed(skipped.get("mean_diff")) if skipped else "—",
+                ]
+            )
+        table = Table(
+            columns=[
+                "arm",
+                "against",
+                f"Δ {testbed.short_label} [{ci}% CI]",
+                "quality",
+                f"throughput ratio [{ci}% CI]",
+                "speed",
+                "Δ skipped fp16 steps",
+            ],
+            rows=rows,
+            align=["left", "left", "right", "left", "right", "left", "right"],
+            badges=(3, 5),
+        ).drop_empty((6,))
+        tables.append((caption, table))
+    return Section(
+        anchor="factors",
+        title="Comparisons by factor",
+        paragraphs=[
+            "Several factors vary, so each is compared with the others held fixed: norms within "
+            "each precision (against the baseline norm at that precision), precisions within "
+            "each norm (against fp32), placements likewise; paired by seed as above. The "
+            "verdict table above compares every arm with the single baseline arm."
+        ],
+        tables=tables,
+    )
+
+
+def _health_records(run: RunResult) -> list[dict[str, Any]]:
+    try:
+        return [r for r in read_jsonl(run.metrics_path) if r.get("type") == HEALTH_RECORD]
+    except OSError:
+        return []
+
+
+def health_section(folder: CompareFolder, colors: Mapping[str, str]) -> Section | None:
+    """ "Norm health": the heatmap of mean(x̂²) per layer and evaluation (one panel per arm, its
+    first seed with health records) and the layers flagged in any run (see
+    :func:`normlab.analysis.health.health_flags`); None when no run recorded health."""
+    matrices: dict[str, tuple[list[str], list[int], list[list[float]]]] = {}
+    seeds: dict[str, int] = {}
+    lines: list[str] = []
+    for arm in folder.arms:
+        for run in folder.runs_of(arm):
+            if not run.done:
+                continue
+            records = _health_records(run)
+            if not records:
+                continue
+            if arm not in matrices:
+                matrices[arm], seeds[arm] = health_matrix(records), run.seed
+            lines += [f"{run.run_id}: {f.describe()}" for f in health_flags(records)]
+    if not matrices:
+        return None
+    pct = f"{100 * HEALTH_TOLERANCE:g} %"
+    if lines:
+        shown = lines[:MAX_FLAG_LINES]
+        more = len(lines) - len(shown)
+        flags = [
+            f"Flagged (mean(x̂²) more than {pct} from 1, or output more than {pct} from the "
+            "layer's own formula; ε dominating the statistic, or a bug):",
+            *shown,
+            *([f"… and {more} more."] if more else []),
+        ]
+    else:
+        flags = [
+            f"No layer flagged: in every run, at every evaluation, mean(x̂²) stayed within {pct} "
+            f"of 1 and every output within {pct} of its layer's formula (layers of unknown "
+            "formula are not judged)."
+        ]
+    which = ", ".join(f"{arm} seed {seed}" for arm, seed in seeds.items())
+    plot = Plot(
+        HEALTH_PLOT,
+        "Norm health over training",
+        "At every evaluation, on a fixed validation batch: mean(x̂²) of each norm layer, x̂ "
+        "recomputed from the layer's input with its own ε in float32 (DESIGN §1: ≈ 1 for "
+        f"RMSNorm and LayerNorm). White is 1, blue below, red above (scale 1 ± {HEALTH_SPAN:g}); "
+        f"grey where the layer's formula is unknown. Runs shown: {which}.",
+        figure_png(plot_norm_health(matrices, colors)),
+    )
+    return Section(anchor="health", title="Norm health", paragraphs=flags, plots=[plot])
