@@ -76,6 +76,11 @@ FLAG_KEYS = {
     "threads": "threads",
     "parallel": "parallel",
     "data": "data.path",
+    "model": "lm.model",
+    "model_set": "lm.model_set",
+    "tokenizer": "data.tokenizer",
+    "text_field": "data.text_field",
+    "bpe_merges": "data.bpe_merges",
 }
 """The config key each flag sets (flag parameter name → dotted key)."""
 
@@ -109,7 +114,7 @@ def flag_help(dotted: str) -> str:
     field = config_field(dotted)
     text = field.description or ""
     default = field.get_default(call_default_factory=True)
-    if default is None:
+    if default is None or default == {}:
         return text
     shown = f"default: {_shown(default)}"
     if dotted in _DIT_DEFAULTS:
@@ -172,6 +177,11 @@ def compare(
     threads: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["threads"]))] = None,
     parallel: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["parallel"]))] = None,
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
+    model: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model"]))] = None,
+    model_set: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model_set"]))] = None,
+    tokenizer: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["tokenizer"]))] = None,
+    text_field: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["text_field"]))] = None,
+    bpe_merges: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["bpe_merges"]))] = None,
     out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
@@ -198,6 +208,11 @@ def compare(
         "threads": threads,
         "parallel": parallel,
         "data": data,
+        "model": model,
+        "model_set": model_set,
+        "tokenizer": tokenizer,
+        "text_field": text_field,
+        "bpe_merges": bpe_merges,
     }
     overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
     try:
