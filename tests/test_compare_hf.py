@@ -100,6 +100,7 @@ def test_config_selects_the_lm_testbed_and_guards_its_options() -> None:
         ({"lm": {"model_set": "hidden_size"}}, "--model-set: expected key=value pairs"),
         ({"lm": {}, "data": {"tokenizer": "t.json", "bpe_merges": 8}}, "tokenizer or bpe_merges"),
         ({"testbed": "vit"}, "testbed: expected one of gpt, dit, lm"),
+        ({"testbed": "lm"}, "lm.model: the lm testbed trains your model; expected a source"),
     ]:
         with pytest.raises(ConfigError) as err:
             validate_config(data)

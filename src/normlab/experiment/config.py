@@ -253,14 +253,15 @@ class DataSettings(Section):
 class LMSettings(Section):
     """The lm testbed's model: ``model`` is a source, ``hf:<folder or model_type>`` (a
     transformers causal LM built from its config, randomly initialised) or
-    ``package.module:factory`` (called as ``factory(make_norm, **model_set)``); ``model_set``
+    ``package.module:factory`` (called as ``factory(make_norm, **model_set)``), required;
+    ``model_set``
     are the config overrides or factory arguments (``key=value,…`` or a mapping; the vocabulary
     size is always the tokenizer's); ``context`` the tokens per training window;
     ``attn_implementation`` the transformers attention (``eager``: deterministic on the CPU).
     Each arm's model has every norm module of the source replaced by the arm's norm."""
 
-    model: str = Field(
-        "hf:llama",
+    model: str | None = Field(
+        None,
         min_length=1,
         description="Model source: hf:<folder or model_type> or package.module:factory "
         "(selects the lm testbed).",
@@ -434,6 +435,12 @@ class ExperimentConfig(Section):
             raise ValueError(
                 f"placements: the lm testbed keeps the model's own norm placement (each norm "
                 f"module is swapped where it sits); got {others}. Expected: pre (the default)"
+            )
+        if self.testbed == "lm" and self.lm.model is None:
+            raise ValueError(
+                "lm.model: the lm testbed trains your model; expected a source, --model "
+                "hf:<folder or model_type> (with --model-set overrides) or "
+                "package.module:factory"
             )
         for option, owners in OPTION_TESTBEDS.items():
             if self.testbed in owners:

@@ -426,12 +426,13 @@ def run_experiment(
     summary}.
 
     ``out`` (a new or empty folder, or creatable, or the folder of an earlier compare; see
-    :func:`check_out_contents`), the ``--data`` path (it exists and can be read) and the device
-    are checked before ``out`` is created or written; the data (enough for one context window),
-    the pairing of the arms, and that the finished runs already in ``out`` were trained with the
-    same settings are checked before ``experiment.json`` or any run is written, so a refused
-    command leaves them as they were. If this call created ``out`` and fails before writing
-    ``experiment.json``, it removes the folder again.
+    :func:`check_out_contents`), the testbed's inputs (:meth:`Testbed.check_inputs`: the
+    ``--data`` path exists and can be read; for the lm testbed also the tokenizer and the model
+    source) and the device are checked before ``out`` is created or written; the data (enough
+    for one context window), the pairing of the arms, and that the finished runs already in
+    ``out`` were trained with the same settings are checked before ``experiment.json`` or any
+    run is written, so a refused command leaves them as they were. If this call created ``out``
+    and fails before writing ``experiment.json``, it removes the folder again.
 
     Holds ``out/.lock`` throughout, ``after_training(out, summaries)`` included (the caller's
     next step on the folder, e.g. its report); raises

@@ -20,6 +20,15 @@ interface only, so a new testbed is one new class in :data:`TESTBEDS`:
   ``final_sample_sw2`` and the scale used, ``sample_cfg_scale``; the first samples are kept in
   the run folder's ``samples.npy``.
 
+- ``lm``: a user's causal LM from a model source on a token cache of any tokenizer
+  (:mod:`normlab.experiment.testbeds_lm`); summary as the GPT's (``final_val_loss`` per token)
+  and the arm's ``norm_swap`` record.
+
+Before the output folder is written, :meth:`Testbed.check_inputs` checks what the experiment
+reads from outside; :meth:`Testbed.prepare_data` builds the data, :meth:`Testbed.tokens_per_sample`
+converts ``train.tokens`` into steps and :meth:`Testbed.arm_fields` adds per-arm fields to
+``run.json``, so the runner and the config name no testbed.
+
 A run config without ``testbed`` is a GPT run (folders written before the DiT testbed existed).
 """
 
