@@ -20,7 +20,7 @@ from normlab.data import load_tokens, window_bytes
 from normlab.data.batches import validation_windows
 from normlab.experiment import ConfigError, validate_config
 from normlab.experiment.testbeds_lm import LMTestbed, lm_source
-from normlab.run_format import testbed_format
+from normlab.run_format import testbed_format as format_of
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -308,7 +308,7 @@ def test_hf_llama_example_is_valid() -> None:
 
 
 def test_lm_format_and_source_cache() -> None:
-    lm = testbed_format("lm")
+    lm = format_of("lm")
     assert lm.quality == "final_val_bpb" and "norm_swap" in lm.summary_fields
     assert lm.metric("final_train_loss").margin_factor is None  # nats per token: no margin
     first = lm_source({"model": "hf:llama", "model_set": {"hidden_size": 32}}, 300)
