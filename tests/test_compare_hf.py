@@ -225,6 +225,51 @@ def test_bpe_run_reports_bits_per_byte_and_resumes(
     assert (out / "experiment.json").read_bytes() == before
 
 
+def test_a_tokenizer_file_is_recorded_and_guarded(tmp_path: Path, corpus: Path) -> None:
+    """--tokenizer: the run configs record the tokenizer's path, content hash and vocabulary;
+    a finished run trained with another tokenizer's content refuses the rerun, naming it."""
+    from rich.console import Console
+
+    from normlab.data import corpus_bpe, load_tokenizer
+    from normlab.experiment.grid import plan_runs
+    from normlab.experiment.runner import finished_runs
+
+    def planned(tokenizer: Path, data: str = "data") -> list[dict[str, Any]]:
+        cfg = validate_config(
+            {
+                "lm": {"model": "hf:llama", "model_set": LLAMA, "context": 16},
+                "data": {"path": str(corpus), "tokenizer": str(tokenizer)},
+                "seeds": 1,
+            }
+        )
+        LMTestbed.check_inputs(cfg)
+        data_dir = tmp_path / data
+        info = LMTestbed.prepare_data(cfg, data_dir, Console(quiet=True))
+        return plan_runs(cfg, "cpu", 1, info)
+
+    common = {"max_bytes": 1 << 20, "val_fraction": 0.05}
+    small = corpus_bpe(corpus, 20, tmp_path / "a", **common)
+    runs = planned(small)
+    tok = load_tokenizer(small)
+    assert {r["data"]["tokenizer_hash"] for r in runs} == {tok.content_hash}
+    assert {r["data"]["vocab_size"] for r in runs} == {tok.vocab_size} and tok.vocab_size > 256
+    # a finished run on disk made with this tokenizer; the same path with other content refuses
+    out = tmp_path / "out"
+    for run in runs:
+        run_dir = out / "runs" / run["run_id"]
+        run_dir.mkdir(parents=True)
+        (run_dir / "run.json").write_text(json.dumps(run), encoding="utf-8")
+        (run_dir / "summary.json").write_text(json.dumps({"status": "finished"}), encoding="utf-8")
+    other = corpus_bpe(corpus, 30, tmp_path / "b", **common)
+    small.write_bytes(other.read_bytes())  # the same path, other merges
+    with pytest.raises(ValueError, match=r"cache .* was built with tokenizer_hash='sha256:"):
+        planned(small)  # the folder's token cache refuses first
+    again = planned(small, "data2")
+    assert {r["data"]["tokenizer_hash"] for r in again} == {load_tokenizer(other).content_hash}
+    with pytest.raises(ValueError, match=r"already holds the finished run .* data\.fingerprint"):
+        finished_runs(again, out)  # the cache's fingerprint covers the tokenizer's content
+
+
 # ---- bad input ----------------------------------------------------------------------------
 
 
