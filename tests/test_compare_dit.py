@@ -126,7 +126,7 @@ def test_dit_defaults() -> None:
             {"testbed": "dit", "dit": {"class_conditional": False, "cfg_scale": 3.0}},
             "dit: cfg_scale: 3.0 needs class_conditional: true",
         ),
-        ({"testbed": "vit"}, "testbed: Input should be 'gpt' or 'dit'"),
+        ({"testbed": "vit"}, "testbed: expected one of gpt, dit, lm"),
     ],
 )
 def test_config_errors_name_the_option(data: dict[str, Any], named: str) -> None:

@@ -146,7 +146,9 @@ def test_the_summary_fields_are_documented_in_order() -> None:
             for name in re.findall(r"`([a-z0-9_]+)`", line.split("|")[1])
         )
     )
-    declared = list(dict.fromkeys([*RF.GPT.summary_fields, *RF.DIT.summary_fields]))
+    declared = list(
+        dict.fromkeys(f for t in RF.TESTBED_FORMATS.values() for f in t.summary_fields)
+    )
     assert set(documented) == set(declared)
     for testbed in RF.TESTBED_FORMATS.values():
         order = [documented.index(f) for f in testbed.summary_fields]
@@ -190,7 +192,8 @@ def test_copies_elsewhere_agree_with_the_run_format() -> None:
     assert shapes._INFO_FILE == RF.DATA_INFO_FILE
     assert grid.run_id("rmsnorm-pre", 3) == RF.run_id("rmsnorm-pre", 3) == "rmsnorm-pre__s3"
     for name, testbed in RF.TESTBED_FORMATS.items():  # the config's default margins
-        assert validate_config({"testbed": name}).margin() == testbed.margin_default
+        needs = {"lm": {"lm": {"model": "hf:llama"}}}.get(name, {})  # lm has no default model
+        assert validate_config({"testbed": name, **needs}).margin() == testbed.margin_default
 
 
 def test_run_ids_round_trip() -> None:
@@ -210,7 +213,8 @@ def test_display_formats() -> None:
 
 def test_unknown_testbeds_and_fields_are_named() -> None:
     assert RF.testbed_format(None) is RF.GPT
-    with pytest.raises(ValueError, match=r"testbed must be one of \['dit', 'gpt'\], got 'vit'"):
+    names = r"\['dit', 'gpt', 'lm'\]"
+    with pytest.raises(ValueError, match=rf"testbed must be one of {names}, got 'vit'"):
         RF.testbed_format("vit")
     with pytest.raises(ValueError, match="metric must be one of"):
         RF.GPT.metric("final_val_loss")  # in a GPT summary, but not compared

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from normlab.analysis.format import fmt_p
+from normlab.run_format import testbed_format
 
 __all__ = [
     "BETTER_WORSE",
@@ -127,8 +128,11 @@ DiT's is in its validation unit, see :func:`smallest_for`."""
 
 def smallest_for(metric: str, testbed: str = "gpt") -> Smallest:
     """δ of ``metric`` (a relative 5 % for a metric not listed in :data:`SMALLEST`)."""
-    if metric == "final_train_loss":
-        return _NATS if testbed == "gpt" else _QUALITY
+    if metric == "final_train_loss":  # in the training unit: the margin times its factor
+        factor = testbed_format(testbed).train_per_quality
+        if factor is None:  # no fixed conversion (lm: nats per token)
+            return Smallest("relative", 0.05)
+        return Smallest("absolute", None, margin_factor=factor)
     return SMALLEST.get(metric, Smallest("relative", 0.05))
 
 

@@ -3,19 +3,22 @@
 ``audit norm TARGET``: a registered kind or ``package.module:Name``. ``audit model TARGET``:
 ``gpt`` (the GPT testbed; ``--norm`` an unconditional kind or ``none``, ``--placement`` pre, post
 or sandwich), ``dit`` (the small DiT for flow matching; ``--norm`` a conditional kind,
-``adaln_zero`` or ``adarms``; pre placement only) or ``package.module:factory`` returning
-``(model, example_inputs)``.
+``adaln_zero`` or ``adarms``; pre placement only), ``hf:<folder or model_type>`` (a transformers
+causal LM from its config, ``--model-set`` overrides; ``--norm`` an unconditional kind puts it
+in every norm slot, as ``compare --model`` does; default: the model's own norms) or
+``package.module:factory`` returning ``(model, example_inputs)``.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from normlab.audit import NormAudit, audit_model, audit_norm
 from normlab.cli.app import app
@@ -24,10 +27,17 @@ from normlab.cli.audit_targets import (
     TESTBEDS,
     check_dim,
     check_testbed_options,
+    is_source_target,
     load_model,
     load_norm,
+    source_model,
 )
 from normlab.patching import replace_norms
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from normlab.audit.model import ModelAudit
 
 
 def _bad_parameter(err: Exception, params: dict[str, str]) -> typer.BadParameter:
@@ -142,7 +152,8 @@ def audit_model_cmd(
     target: Annotated[
         str,
         typer.Argument(
-            help="'gpt' (normlab's GPT testbed), 'dit' (its small DiT for flow matching) or "
+            help="'gpt' (normlab's GPT testbed), 'dit' (its small DiT for flow matching), "
+            "'hf:<folder or model_type>' (a transformers causal LM from its config) or "
             "'package.module:factory' returning (model, example_inputs)."
         ),
     ] = "gpt",
@@ -163,6 +174,15 @@ def audit_model_cmd(
             show_default=False,
         ),
     ] = None,
+    model_set: Annotated[
+        str | None,
+        typer.Option(
+            "--model-set",
+            help="hf: targets: comma list of key=value config overrides (e.g. "
+            "hidden_size=128,num_hidden_layers=2).",
+            show_default=False,
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     replaceable: Annotated[
         bool,
@@ -174,6 +194,24 @@ def audit_model_cmd(
     ] = False,
 ) -> None:
     """Find a model's norms: where each sits (pre/post/sandwich, final) and its conditioning."""
+    if is_source_target(target):
+        if placement is not None:
+            raise typer.BadParameter(
+                f"{target} keeps its own norm placement; leave it out", param_hint="--placement"
+            )
+        try:
+            model, inputs = source_model(target, model_set, norm)
+            result = audit_model(model, *inputs)
+        except (TypeError, ValueError) as err:
+            flags = {"--model": "TARGET", "--model-set": "--model-set", "norm": "--norm"}
+            raise _bad_parameter(err, flags) from err
+        _show_model(target, model, result, as_json, replaceable)
+        return
+    if model_set is not None:
+        raise typer.BadParameter(
+            f"applies to hf: targets only, not to {target!r}; leave it out",
+            param_hint="--model-set",
+        )
     if target not in TESTBEDS:
         for value, flag in ((norm, "--norm"), (placement, "--placement")):
             if value is not None:
@@ -193,6 +231,14 @@ def audit_model_cmd(
         result = audit_model(model, *inputs)
     except (TypeError, ValueError) as err:
         raise _bad_parameter(err, {}) from err
+    _show_model(target, model, result, as_json, replaceable)
+
+
+def _show_model(
+    target: str, model: nn.Module, result: ModelAudit, as_json: bool, replaceable: bool
+) -> None:
+    """Print a model audit's result as a table (or JSON), with the normlab replacement of each
+    norm when ``replaceable``."""
     swaps = replace_norms(model, dry_run=True) if replaceable else []
     by_name = {name: r for r in swaps for name in r.names}
     if as_json:
@@ -201,7 +247,8 @@ def audit_model_cmd(
             out["replacements"] = [asdict(r) for r in swaps]
         typer.echo(json.dumps(out, indent=2, ensure_ascii=False))
         return
-    table = Table(title=f"Norms of {target}: placement {result.placement}")
+    # a Text title: no markup or emoji codes (``hf:llama`` would show a llama)
+    table = Table(title=Text(f"Norms of {target}: placement {result.placement}"))
     columns = ["module", "class", "block", "role", "condition", "params"]
     for col in columns + (["normlab replacement"] if replaceable else []):
         table.add_column(col, justify="right" if col == "params" else "left")

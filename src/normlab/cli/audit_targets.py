@@ -7,8 +7,10 @@ taking ``x`` (or ``(x, (dim,))`` like ``torch.nn.functional.layer_norm``) or a f
 ``make(dim)`` returning a module (or a callable taking ``x``). A model target is ``gpt``
 (normlab's GPT testbed: any unconditional norm kind × placement), ``dit`` (normlab's small DiT
 for flow matching: any conditional norm kind, pre-norm with gated residuals), both in the
-default configuration of ``normlab compare``'s testbed, or ``package.module:factory`` where
-``factory()`` returns ``(model, example_inputs)``.
+default configuration of ``normlab compare``'s testbed, ``hf:<folder or model_type>`` (a
+transformers causal LM built from its config with ``--model-set`` overrides, randomly
+initialised, as ``normlab compare --model`` builds it: :func:`source_model`), or
+``package.module:factory`` where ``factory()`` returns ``(model, example_inputs)``.
 
 Errors are ``ValueError`` messages that start with the argument at fault: ``target:``,
 ``dim:``, ``norm:`` or ``placement:``.
@@ -203,15 +205,44 @@ def testbed_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tu
     return build_dit(dit_cfg, seed=0), inputs
 
 
-def load_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tuple[Any, ...]]:
-    """A model and example inputs for a model audit (``norm`` and ``placement``: testbeds only).
+HF_PREFIX = "hf:"
+"""A model target built by a model source (:mod:`normlab.models.external`)."""
+
+
+def is_source_target(target: str) -> bool:
+    """Whether a model target is a transformers model source (``hf:…``)."""
+    return target.startswith(HF_PREFIX)
+
+
+def source_model(
+    target: str, settings: str | None = None, norm: str | None = None
+) -> tuple[nn.Module, tuple[Any, ...]]:
+    """The model source ``target`` (``hf:<folder or model_type>``) with the ``--model-set``
+    overrides ``settings``, built for seed 0 with the arm ``norm``'s norms in every norm slot
+    (None: the model's own norms), on a byte vocabulary (256), with token ids [2, 16] as
+    example inputs (:func:`normlab.models.external.audit_target`). Errors name ``--model``
+    (here the target) or ``--model-set``."""
+    from normlab.models.external import audit_target
+
+    model, inputs = audit_target(target, settings, norm=norm)
+    return model, tuple(inputs)
+
+
+def load_model(
+    target: str, norm: str, placement: str, settings: str | None = None
+) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A model and example inputs for a model audit (``norm`` and ``placement``: testbeds only;
+    ``settings``: the ``--model-set`` overrides of an ``hf:`` target).
 
     ``gpt`` and ``dit``: the testbed in ``normlab compare``'s default configuration
-    (:func:`testbed_model`). Otherwise ``target`` is ``package.module:factory`` and
-    ``factory()`` returns ``(model, example_inputs)``.
+    (:func:`testbed_model`). ``hf:…``: a transformers model source (:func:`source_model`; its
+    own norms). Otherwise ``target`` is ``package.module:factory`` and ``factory()`` returns
+    ``(model, example_inputs)``.
     """
     if target in TESTBEDS:
         return testbed_model(target, norm, placement)
+    if is_source_target(target):
+        return source_model(target, settings)
     factory = _import(target)
     result = factory()
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):

@@ -77,6 +77,11 @@ FLAG_KEYS = {
     "threads": "threads",
     "parallel": "parallel",
     "data": "data.path",
+    "model": "lm.model",
+    "model_set": "lm.model_set",
+    "tokenizer": "data.tokenizer",
+    "text_field": "data.text_field",
+    "bpe_merges": "data.bpe_merges",
 }
 """The config key each flag sets (flag parameter name → dotted key)."""
 
@@ -110,7 +115,7 @@ def flag_help(dotted: str) -> str:
     field = config_field(dotted)
     text = field.description or ""
     default = field.get_default(call_default_factory=True)
-    if default is None:
+    if default is None or default == {}:
         return text
     shown = f"default: {_shown(default)}"
     if dotted in _DIT_DEFAULTS:
@@ -140,7 +145,10 @@ COMPARE_HELP = (
     "With no arguments: LayerNorm vs RMSNorm, pre-norm, 3 paired seeds, on this Python's own "
     "standard-library source. With --testbed dit: adaLN-Zero vs AdaRMS in a small DiT trained by "
     "flow matching on embedded 16×16 images of shapes, judged on the validation flow-matching "
-    "loss. A comparison needs at least two arms (norm × placement). --out must be a new or empty "
+    "loss. With --model (hf:<folder or model_type> and --model-set overrides, or "
+    "package.module:factory): your own causal LM with each of its norm modules swapped for the "
+    "arm's, on --data with --tokenizer or --bpe-merges, judged on validation bits per byte. "
+    "A comparison needs at least two arms (norm × placement). --out must be a new or empty "
     "folder, or the folder of an earlier compare: re-running with the same --out skips finished "
     "runs; it refuses, leaving the folder unchanged, if a finished run was trained with other "
     "settings. Runs in the folder that the new command does not plan (e.g. seeds beyond a lower "
@@ -174,6 +182,11 @@ def compare(
     threads: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["threads"]))] = None,
     parallel: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["parallel"]))] = None,
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
+    model: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model"]))] = None,
+    model_set: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model_set"]))] = None,
+    tokenizer: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["tokenizer"]))] = None,
+    text_field: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["text_field"]))] = None,
+    bpe_merges: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["bpe_merges"]))] = None,
     out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
@@ -201,6 +214,11 @@ def compare(
         "threads": threads,
         "parallel": parallel,
         "data": data,
+        "model": model,
+        "model_set": model_set,
+        "tokenizer": tokenizer,
+        "text_field": text_field,
+        "bpe_merges": bpe_merges,
     }
     overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
     try:

@@ -66,6 +66,7 @@ __all__ = [
     "DiTSettings",
     "ExperimentConfig",
     "GPTSettings",
+    "LMSettings",
     "ModelSettings",
     "ShapesSettings",
     "TrainSettings",
@@ -90,8 +91,26 @@ the GPT's: 32 images per step, a peak learning rate of 2e-3 (higher rates train 
 steps but spread the seeds' results several times wider), no weight decay (as DiT), and a
 target in the unit of its validation loss (the flow-matching MSE, about 1.9 at
 initialisation)."""
-GPT_ONLY = ("model", "data", "margin_bpb", "train.eval_windows")
-DIT_ONLY = ("dit", "shapes", "margin_val_loss")
+LM_TRAIN_DEFAULTS: dict[str, Any] = {"target_val_loss": None}
+"""The lm testbed's defaults for the ``train`` keys a config leaves out, where they differ from
+the GPT's: no target (its validation loss is in nats per token, whose scale depends on the
+tokenizer)."""
+OPTION_TESTBEDS: dict[str, tuple[str, ...]] = {
+    "model": ("gpt",),
+    "data": ("gpt", "lm"),
+    "data.tokenizer": ("lm",),
+    "data.text_field": ("lm",),
+    "data.bpe_merges": ("lm",),
+    "margin_bpb": ("gpt", "lm"),
+    "train.eval_windows": ("gpt", "lm"),
+    "dit": ("dit",),
+    "shapes": ("dit",),
+    "margin_val_loss": ("dit",),
+    "lm": ("lm",),
+}
+"""The options that belong to some testbeds only (a section, or ``section.key``), with the
+testbeds that use them: giving one to another testbed is an error, and :meth:`ExperimentConfig.dump`
+leaves them out for the others."""
 
 
 class Section(ConfigModel):
@@ -212,6 +231,60 @@ class DataSettings(Section):
     )
     max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1024)
     val_fraction: float = Field(DEFAULT_VAL_FRACTION, gt=0, le=0.5)
+    tokenizer: str | None = Field(
+        None,
+        description="A local tokenizer folder or tokenizer.json (default: bytes); lm only.",
+    )
+    text_field: str = Field(
+        "text", min_length=1, description="The text field of JSON Lines / Parquet records; lm only."
+    )
+    bpe_merges: int | None = Field(
+        None,
+        ge=1,
+        description="Train a byte-level BPE with this many merges on the corpus's training side "
+        "at run time (cached in the output folder's data/); lm only.",
+    )
+
+    @model_validator(mode="after")
+    def _one_tokenizer(self) -> DataSettings:
+        if self.tokenizer is not None and self.bpe_merges is not None:
+            raise ValueError(
+                f"give tokenizer or bpe_merges, not both (tokenizer={self.tokenizer!r}, "
+                f"bpe_merges={self.bpe_merges})"
+            )
+        return self
+
+
+class LMSettings(Section):
+    """The lm testbed's model: ``model`` is a source, ``hf:<folder or model_type>`` (a
+    transformers causal LM built from its config, randomly initialised) or
+    ``package.module:factory`` (called as ``factory(make_norm, **model_set)``), required;
+    ``model_set``
+    are the config overrides or factory arguments (``key=value,…`` or a mapping; the vocabulary
+    size is always the tokenizer's); ``context`` the tokens per training window;
+    ``attn_implementation`` the transformers attention (``eager``: deterministic on the CPU).
+    Each arm's model has every norm module of the source replaced by the arm's norm."""
+
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description="Model source: hf:<folder or model_type> or package.module:factory "
+        "(selects the lm testbed).",
+    )
+    model_set: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Comma list of key=value: the model config's overrides or the factory's "
+        "arguments.",
+    )
+    context: int = Field(128, ge=2, description="Tokens per training window (lm).")
+    attn_implementation: Literal["eager", "sdpa"] = "eager"
+
+    @field_validator("model_set", mode="before")
+    @classmethod
+    def _parse_settings(cls, v: Any) -> Any:
+        from normlab.models.external.spec import parse_settings
+
+        return parse_settings(v)
 
 
 class ExperimentConfig(Section):
@@ -236,10 +309,10 @@ class ExperimentConfig(Section):
     at once (1 keeps timings clean).
     """
 
-    testbed: Literal["gpt", "dit"] = Field(
+    testbed: str = Field(
         "gpt",
-        description="gpt (byte-level GPT) or dit (flow-matching DiT on embedded shapes; norms "
-        "default to " + ",".join(DIT_DEFAULT_NORMS) + ").",
+        description="gpt (byte-level GPT), dit (flow-matching DiT on embedded shapes; norms "
+        "default to " + ",".join(DIT_DEFAULT_NORMS) + ") or lm (your causal LM: --model).",
     )
     imports: list[str] = Field(default_factory=list)
     norms: list[str] = Field(
@@ -282,6 +355,29 @@ class ExperimentConfig(Section):
     data: DataSettings = Field(default_factory=DataSettings)
     dit: DiTSettings = Field(default_factory=DiTSettings)
     shapes: ShapesSettings = Field(default_factory=ShapesSettings)
+    lm: LMSettings = Field(default_factory=LMSettings)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lm_defaults(cls, data: Any) -> Any:
+        """A config with an ``lm`` section and no ``testbed`` is an lm experiment; the lm
+        testbed's defaults for the ``train`` keys left out."""
+        if not isinstance(data, dict):
+            return data
+        if data.get("testbed") is None and "lm" in data:
+            data = {**data, "testbed": "lm"}
+        if data.get("testbed") == "lm" and isinstance(data.get("train", {}), dict):
+            data = {**data, "train": {**LM_TRAIN_DEFAULTS, **data.get("train", {})}}
+        return data
+
+    @field_validator("testbed")
+    @classmethod
+    def _known_testbed(cls, v: str) -> str:
+        from normlab.experiment.testbeds import TESTBEDS
+
+        if v not in TESTBEDS:
+            raise ValueError(f"expected one of {', '.join(TESTBEDS)}")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -327,7 +423,10 @@ class ExperimentConfig(Section):
     def _check_norms(cls, v: list[str], info: ValidationInfo) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError("a norm is listed twice")
-        check = check_dit_norm if info.data.get("testbed") == "dit" else check_model_norm
+        testbed = info.data.get("testbed")
+        check = check_dit_norm if testbed == "dit" else check_model_norm
+        if testbed == "lm":
+            from normlab.models.external.arm import check_slot_norm as check
         for norm in v:
             try:
                 check(norm)
@@ -365,11 +464,25 @@ class ExperimentConfig(Section):
                 f"placements: the dit testbed is pre-norm only (its conditional norms modulate "
                 f"the input of each sublayer and gate its output); got {others}. Expected: pre"
             )
-        other = "gpt" if self.testbed == "dit" else "dit"
-        for option in GPT_ONLY if self.testbed == "dit" else DIT_ONLY:
+        if self.testbed == "lm" and self.placements != ["pre"]:
+            others = ", ".join(p for p in self.placements if p != "pre") or "pre twice"
+            raise ValueError(
+                f"placements: the lm testbed keeps the model's own norm placement (each norm "
+                f"module is swapped where it sits); got {others}. Expected: pre (the default)"
+            )
+        if self.testbed == "lm" and self.lm.model is None:
+            raise ValueError(
+                "lm.model: the lm testbed trains your model; expected a source, --model "
+                "hf:<folder or model_type> (with --model-set overrides) or "
+                "package.module:factory"
+            )
+        for option, owners in OPTION_TESTBEDS.items():
+            if self.testbed in owners:
+                continue
             given = self._given(option)
             if given is not None:
-                hint = _HINTS.get(option, "set testbed: dit (or --testbed dit) to use it")
+                other = " or ".join(owners)
+                hint = _HINTS.get(option, f"set testbed: {owners[0]} (or --testbed {owners[0]})")
                 raise ValueError(
                     f"{given}: an option of the {other} testbed, but this experiment's testbed "
                     f"is {self.testbed}; {hint}"
@@ -381,6 +494,13 @@ class ExperimentConfig(Section):
         config gave it (for a section: its first key given, or the section itself), else None."""
         section, _, key = option.partition(".")
         if section not in self.model_fields_set:
+            return None
+        if section == "data" and not key:  # the data keys every text testbed shares
+            value = self.data
+            keys = ("path", "max_bytes", "val_fraction")
+            shared = [k for k in keys if k in value.model_fields_set]
+            if shared or not value.model_fields_set:
+                return f"data.{shared[0]}" if shared else "data"
             return None
         value = getattr(self, section)
         if not isinstance(value, BaseModel):
@@ -466,8 +586,11 @@ class ExperimentConfig(Section):
         return self.baseline or self.arm_names()[0]
 
     def tokens_per_sample(self) -> int:
-        """Tokens in one training sample: the GPT's context, or the DiT's patches per image."""
-        return self.shapes.seq_len if self.testbed == "dit" else self.model.context
+        """Tokens in one training sample (the testbed's ``tokens_per_sample``: the GPT's
+        context, the DiT's patches per image, the lm's ``lm.context``)."""
+        from normlab.experiment.testbeds import TESTBEDS
+
+        return TESTBEDS[self.testbed].tokens_per_sample(self)
 
     def resolved_steps(self) -> int:
         """Training steps: ``train.steps``, or ⌈``train.tokens`` / tokens per step⌉."""
@@ -479,15 +602,17 @@ class ExperimentConfig(Section):
 
     def margin(self) -> float:
         """The equivalence margin of the testbed's quality metric (in that metric's unit)."""
-        return self.margin_val_loss if self.testbed == "dit" else self.margin_bpb
+        from normlab.run_format import testbed_format
+
+        return float(getattr(self, testbed_format(self.testbed).margin_key))
 
     def dump(self) -> dict[str, Any]:
         """The validated config as JSON-ready data, without the other testbed's options."""
-        other = GPT_ONLY if self.testbed == "dit" else DIT_ONLY
+        other = [o for o, owners in OPTION_TESTBEDS.items() if self.testbed not in owners]
         data = self.model_dump(mode="json", exclude={o for o in other if "." not in o})
         for option in other:
             section, _, key = option.partition(".")
-            if key:
+            if key and section in data:
                 data[section].pop(key, None)
         return data
 

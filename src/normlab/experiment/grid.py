@@ -43,11 +43,13 @@ def first_difference(
 ) -> tuple[str, str, str] | None:
     """The first dotted field (in sorted order), outside ``allowed``, whose value differs between
     the run configs ``a`` and ``b``, as (field, repr in ``a``, repr in ``b``); a field missing
-    from one side shows as ``(absent)``. ``None`` when they agree."""
+    from one side shows as ``(absent)``. ``None`` when they agree. An allowed field allows its
+    sub-fields too (``norm_swap`` allows ``norm_swap.kind``)."""
     allowed = set(allowed)
     flat_a, flat_b = flatten(a), flatten(b)
     for key in sorted(set(flat_a) | set(flat_b)):
-        if key in allowed:
+        parts = key.split(".")
+        if any(".".join(parts[:i]) in allowed for i in range(1, len(parts) + 1)):
             continue
         va, vb = flat_a.get(key, _MISSING), flat_b.get(key, _MISSING)
         if va != vb:
@@ -116,6 +118,8 @@ def plan_runs(
     values, or if their configs differ in anything but the factors under study.
     """
     settings = shared_settings(cfg, device, threads, data_info)
+    testbed = TESTBEDS[cfg.testbed]
+    arm_keys: set[str] = set()
     runs: list[dict[str, Any]] = []
     for seed in cfg.seed_list():
         models = {}
@@ -125,6 +129,8 @@ def plan_runs(
             model = build_model({**settings, **factors}, seed)
             models[arm] = model
             n_params, n_norm_params = model.count_parameters()
+            extra = testbed.arm_fields(model)
+            arm_keys.update(extra)
             seed_runs.append(
                 {
                     "run_id": run_id(arm, seed),
@@ -136,14 +142,17 @@ def plan_runs(
                     **copy.deepcopy(settings),
                     "n_params": n_params,
                     "n_norm_params": n_norm_params,
+                    **extra,
                 }
             )
         digest = check_paired(models)
         for run in seed_runs:
             run["init_digest"] = digest
-        check_only_factors_differ(seed_runs, IDENTITY_FIELDS + PER_ARM_FIELDS)
+        per_arm = (*PER_ARM_FIELDS, *sorted(arm_keys))
+        check_only_factors_differ(seed_runs, IDENTITY_FIELDS + per_arm)
         runs.extend(seed_runs)
-    check_only_factors_differ(runs, IDENTITY_FIELDS + PER_ARM_FIELDS + PER_SEED_FIELDS)
+    per_arm = (*PER_ARM_FIELDS, *sorted(arm_keys))
+    check_only_factors_differ(runs, IDENTITY_FIELDS + per_arm + PER_SEED_FIELDS)
     return runs
 
 

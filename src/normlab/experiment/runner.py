@@ -39,8 +39,7 @@ from rich.progress import (
 )
 
 from normlab._io import write_json_atomic
-from normlab.data.cache import check_source, prepare_tokens
-from normlab.data.shapes import prepare_shapes
+from normlab.data.token_cache import is_cache_entry
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
 from normlab.experiment.grid import (
@@ -51,6 +50,7 @@ from normlab.experiment.grid import (
     plan_runs,
 )
 from normlab.experiment.lock import OutputLock
+from normlab.experiment.testbeds import TESTBEDS
 from normlab.experiment.worker import crashed_summary, read_spec, worker_main
 from normlab.run_format import (
     DATA_DIR,
@@ -65,13 +65,15 @@ from normlab.run_format import (
     TOKENS_FILE,
     testbed_format,
 )
+from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
 _CACHE_ENTRY = re.compile(
     rf"^(?:{re.escape(DATA_INFO_FILE)}|{re.escape(TOKENS_FILE)}"
     rf"|\.(?:{re.escape(DATA_INFO_FILE)}|{re.escape(TOKENS_FILE)})\..+\.tmp)$"
 )
 """The names a compare writes in ``OUT/data`` before ``experiment.json`` exists: the data cache
-and, while it is being written, the temporary files of :mod:`normlab._io`."""
+and, while it is being written, the temporary files of :mod:`normlab._io` (any token cache's
+names and a BPE's cache folder too: :func:`normlab.data.is_cache_entry`)."""
 _EXPERIMENT_TMP = re.compile(rf"^\.{re.escape(EXPERIMENT_FILE)}\..+\.tmp$")
 WORKER_ENV = {
     # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
@@ -109,7 +111,9 @@ def experiment_record(
     varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": values["norm"]}
     first = runs[0]
     fixed = {f: v[0] for f, v in values.items() if f not in varied}
-    keys = ("testbed", "model", "dit", "shapes", "train", "anomaly", "device", "threads", "data")
+    keys = (
+        "testbed", "model", "dit", "shapes", "lm", "train", "anomaly", "device", "threads", "data"
+    )
     fixed.update(flatten({k: first[k] for k in keys if k in first}))
     margin_key = testbed_format(cfg.testbed).margin_key
     return {
@@ -128,6 +132,7 @@ def experiment_record(
         "parameter_counts": {
             r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs
         },
+        **norm_swaps(runs),
     }
 
 
@@ -135,6 +140,14 @@ def studied_factors(cfg: ExperimentConfig) -> list[str]:
     """The factors the arms may differ in: norm and placement, and precision when several are
     given."""
     return [*FACTOR_NAMES, *([PRECISION_FACTOR] if len(cfg.precisions) > 1 else [])]
+
+
+def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"norm_swaps": {arm: record}}`` when the runs carry a per-arm ``norm_swap`` record
+    (the lm testbed: which of the model's norm modules hold the arm's norm, which were held),
+    else {}."""
+    records = {r["arm"]: r[NORM_SWAP_FIELD] for r in runs if NORM_SWAP_FIELD in r}
+    return {"norm_swaps": records} if records else {}
 
 
 @contextmanager
@@ -165,11 +178,18 @@ class _Active:
     step: int = 0
 
 
+DERIVED_FIELDS = ("init_digest", "n_params", "n_norm_params", NORM_SWAP_FIELD)
+"""Fields of a run config that follow from its settings (the model built from them)."""
+
+
 def _check_same_run(done_spec: dict[str, Any], planned: dict[str, Any], out: Path) -> None:
     """Raise ``ValueError`` if a finished run on disk was trained with other settings than the
     run this command plans under the same id (its results would be mixed into a new
     experiment)."""
-    diff = first_difference(done_spec, planned)
+    # a setting first, before what follows from it (the initial digest, counts, norm record)
+    diff = first_difference(done_spec, planned, DERIVED_FIELDS) or first_difference(
+        done_spec, planned
+    )
     if diff is None:
         return
     key, done_value, planned_value = diff
@@ -203,21 +223,6 @@ def runs_not_planned(runs: list[dict[str, Any]], out: Path) -> list[str]:
         return []
     planned = {r["run_id"] for r in runs}
     return sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and p.name not in planned)
-
-
-def check_data_fits(cfg: ExperimentConfig, data_info: dict[str, Any]) -> None:
-    """Raise ``ValueError`` naming ``--data`` unless the training part holds at least
-    ``context + 2`` bytes and the validation part at least ``context + 1`` (one window each)."""
-    context = cfg.model.context
-    n_train, n_val = data_info["n_train_tokens"], data_info["n_val_tokens"]
-    if n_train >= context + 2 and n_val >= context + 1:
-        return
-    raise ValueError(
-        f"data: {data_info['source']!r} is too small for model.context = {context}: it gives "
-        f"{n_train:,} training and {n_val:,} validation bytes (data.val_fraction = "
-        f"{cfg.data.val_fraction:g}); expected at least {context + 2} training and "
-        f"{context + 1} validation bytes. Give --data more text, or use a smaller model.context."
-    )
 
 
 def check_out_path(out: Path) -> Path | None:
@@ -262,7 +267,11 @@ def foreign_entries(out: Path) -> list[str]:
         if _EXPERIMENT_TMP.match(entry.name):  # left by a kill while writing experiment.json
             continue
         if entry.name == DATA_DIR and entry.is_dir() and not entry.is_symlink():
-            inside = [p.name for p in entry.iterdir() if not _CACHE_ENTRY.match(p.name)]
+            inside = [
+                p.name
+                for p in entry.iterdir()
+                if not (_CACHE_ENTRY.match(p.name) or is_cache_entry(p.name))
+            ]
             foreign += [f"{DATA_DIR}/{name}" for name in sorted(inside)]
             continue
         foreign.append(entry.name + ("/" if entry.is_dir() else ""))
@@ -433,12 +442,13 @@ def run_experiment(
     summary}.
 
     ``out`` (a new or empty folder, or creatable, or the folder of an earlier compare; see
-    :func:`check_out_contents`), the ``--data`` path (it exists and can be read) and the device
-    are checked before ``out`` is created or written; the data (enough for one context window),
-    the pairing of the arms, and that the finished runs already in ``out`` were trained with the
-    same settings are checked before ``experiment.json`` or any run is written, so a refused
-    command leaves them as they were. If this call created ``out`` and fails before writing
-    ``experiment.json``, it removes the folder again.
+    :func:`check_out_contents`), the testbed's inputs (:meth:`Testbed.check_inputs`: the
+    ``--data`` path exists and can be read; for the lm testbed also the tokenizer and the model
+    source) and the device are checked before ``out`` is created or written; the data (enough
+    for one context window), the pairing of the arms, and that the finished runs already in
+    ``out`` were trained with the same settings are checked before ``experiment.json`` or any
+    run is written, so a refused command leaves them as they were. If this call created ``out``
+    and fails before writing ``experiment.json``, it removes the folder again.
 
     Holds ``out/.lock`` throughout, ``after_training(out, summaries)`` included (the caller's
     next step on the folder, e.g. its report); raises
@@ -449,8 +459,7 @@ def run_experiment(
     out = Path(out)
     created = check_out_path(out)
     check_out_contents(out)
-    if cfg.testbed == "gpt":
-        check_source(cfg.data.path)
+    TESTBEDS[cfg.testbed].check_inputs(cfg)
     device = resolve_device(cfg.device)
     threads = cfg.threads or default_threads()
     lock = OutputLock(out)
@@ -507,26 +516,7 @@ def _run_locked(
 
 
 def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
-    """Prepare the testbed's data in ``data_dir`` (the GPT's token cache, or the description of
-    the DiT's shapes), say what it is, and check that it fits; returns ``data.json``'s content."""
-    started = time.perf_counter()
-    if cfg.testbed == "dit":
-        s = cfg.shapes
-        info = prepare_shapes(data_dir, s.image_size, s.patch_size, s.n_train, s.n_val, s.seed)
-        console.print(
-            f"data: {info['source']} ({info['fingerprint']}), {info['n_train']:,} train / "
-            f"{info['n_val']:,} val images of {s.image_size}×{s.image_size} pixels, "
-            f"{len(info['classes'])} classes ({', '.join(info['classes'])}), each "
-            f"{info['seq_len']} tokens of {info['in_channels']} channels "
-            f"({time.perf_counter() - started:.1f} s)"
-        )
-        return info
-    info = prepare_tokens(data_dir, cfg.data.path, cfg.data.max_bytes, cfg.data.val_fraction)
-    console.print(
-        f"data: {info['source']} ({info['fingerprint']}), "
-        f"{info['n_train_tokens']:,} train / {info['n_val_tokens']:,} val bytes "
-        f"from {info['n_train_files']} / {info['n_val_files']} files "
-        f"({time.perf_counter() - started:.1f} s)"
-    )
-    check_data_fits(cfg, info)
-    return info
+    """Prepare the testbed's data in ``data_dir`` (:meth:`Testbed.prepare_data`: the GPT's token
+    cache, the description of the DiT's shapes, the lm's tokenizer and token cache), say what it
+    is, and check that it fits; returns ``data.json``'s content."""
+    return TESTBEDS[cfg.testbed].prepare_data(cfg, data_dir, console)

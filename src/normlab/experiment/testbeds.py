@@ -20,23 +20,34 @@ interface only, so a new testbed is one new class in :data:`TESTBEDS`:
   ``final_sample_sw2`` and the scale used, ``sample_cfg_scale``; the first samples are kept in
   the run folder's ``samples.npy``.
 
+- ``lm``: a user's causal LM from a model source on a token cache of any tokenizer
+  (:mod:`normlab.experiment.testbeds_lm`); summary as the GPT's (``final_val_loss`` per token)
+  and the arm's ``norm_swap`` record.
+
+Before the output folder is written, :meth:`Testbed.check_inputs` checks what the experiment
+reads from outside; :meth:`Testbed.prepare_data` builds the data, :meth:`Testbed.tokens_per_sample`
+converts ``train.tokens`` into steps and :meth:`Testbed.arm_fields` adds per-arm fields to
+``run.json``, so the runner and the config name no testbed.
+
 A run config without ``testbed`` is a GPT run (folders written before the DiT testbed existed).
 """
 
 from __future__ import annotations
 
 import io
+import time
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
+from rich.console import Console
 from torch import nn
 
 from normlab._io import write_bytes_atomic
 from normlab.data.batches import TrainBatches, validation_windows
-from normlab.data.cache import load_tokens
-from normlab.data.shapes import balanced_selection, load_shapes, unpatchify
+from normlab.data.cache import check_source, load_tokens, prepare_tokens
+from normlab.data.shapes import balanced_selection, load_shapes, prepare_shapes, unpatchify
 from normlab.experiment.config import ExperimentConfig, ShapesSettings
 from normlab.experiment.evaluate import (
     bits_per_byte,
@@ -74,6 +85,7 @@ __all__ = [
     "GPTTestbed",
     "Testbed",
     "build_model",
+    "check_data_fits",
     "dit_config",
     "dit_parameter_groups",
     "gpt_config",
@@ -205,6 +217,26 @@ class Testbed(Protocol):
         """The arm's model for the resolved run config ``spec``, with the paired initialisation
         for ``seed``."""
 
+    @staticmethod
+    def check_inputs(cfg: ExperimentConfig) -> None:
+        """Check what the experiment reads from outside (a ``--data`` path, a tokenizer, a model
+        source) before the output folder is created or written: ValueError naming the option."""
+
+    @staticmethod
+    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+        """Prepare the testbed's data in ``data_dir`` once (a token cache, or the description of
+        the images), say what it is on ``console`` and check that it fits the model; returns
+        ``data.json``'s content."""
+
+    @staticmethod
+    def tokens_per_sample(cfg: ExperimentConfig) -> int:
+        """Tokens in one training sample (a context window, or an image's patches)."""
+
+    @staticmethod
+    def arm_fields(model: nn.Module) -> dict[str, Any]:
+        """Per-arm fields of a run's ``run.json`` beyond the parameter counts ({} for none);
+        the grid lets them differ between arms (a field's sub-fields included)."""
+
     def warm_up(self, device: torch.device) -> None:
         """A forward and backward on a batch of the training shape in eval mode (gradients
         cleared afterwards), so that first-use set-up is not charged to the run."""
@@ -236,6 +268,22 @@ class Testbed(Protocol):
         on the first validation batch)."""
 
 
+def check_data_fits(info: dict[str, Any], context: int, val_fraction: float, key: str) -> None:
+    """Raise ``ValueError`` naming ``--data`` unless the training part holds at least
+    ``context + 2`` tokens and the validation part at least ``context + 1`` (one window each);
+    ``key`` names the context's config key."""
+    n_train, n_val = info["n_train_tokens"], info["n_val_tokens"]
+    if n_train >= context + 2 and n_val >= context + 1:
+        return
+    unit = "bytes" if info.get("token_bytes_file") is None else "tokens"
+    raise ValueError(
+        f"data: {info['source']!r} is too small for {key} = {context}: it gives "
+        f"{n_train:,} training and {n_val:,} validation {unit} (data.val_fraction = "
+        f"{val_fraction:g}); expected at least {context + 2} training and "
+        f"{context + 1} validation {unit}. Give --data more text, or use a smaller {key}."
+    )
+
+
 def _check_fingerprint(found: str, spec: dict[str, Any], what: str) -> None:
     expected = spec["data"]["fingerprint"]
     if found != expected:
@@ -265,6 +313,34 @@ class GPTTestbed:
     @staticmethod
     def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
         return build_gpt(gpt_config(spec), seed)
+
+    @staticmethod
+    def check_inputs(cfg: ExperimentConfig) -> None:
+        check_source(cfg.data.path)
+
+    @staticmethod
+    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+        """The byte token cache (:func:`normlab.data.cache.prepare_tokens`), checked to hold one
+        context window per side (:func:`check_data_fits`)."""
+        started = time.perf_counter()
+        d = cfg.data
+        info = prepare_tokens(data_dir, d.path, d.max_bytes, d.val_fraction)
+        console.print(
+            f"data: {info['source']} ({info['fingerprint']}), "
+            f"{info['n_train_tokens']:,} train / {info['n_val_tokens']:,} val bytes "
+            f"from {info['n_train_files']} / {info['n_val_files']} files "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        check_data_fits(info, cfg.model.context, d.val_fraction, "model.context")
+        return info
+
+    @staticmethod
+    def tokens_per_sample(cfg: ExperimentConfig) -> int:
+        return cfg.model.context
+
+    @staticmethod
+    def arm_fields(model: nn.Module) -> dict[str, Any]:
+        return {}
 
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
         t = spec["train"]
@@ -351,6 +427,33 @@ class DiTTestbed:
     @staticmethod
     def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
         return build_dit(dit_config(spec), seed)
+
+    @staticmethod
+    def check_inputs(cfg: ExperimentConfig) -> None:
+        """Nothing: the images are made from the config."""
+
+    @staticmethod
+    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+        """The description of the embedded shapes (:func:`normlab.data.shapes.prepare_shapes`)."""
+        started = time.perf_counter()
+        s = cfg.shapes
+        info = prepare_shapes(data_dir, s.image_size, s.patch_size, s.n_train, s.n_val, s.seed)
+        console.print(
+            f"data: {info['source']} ({info['fingerprint']}), {info['n_train']:,} train / "
+            f"{info['n_val']:,} val images of {s.image_size}×{s.image_size} pixels, "
+            f"{len(info['classes'])} classes ({', '.join(info['classes'])}), each "
+            f"{info['seq_len']} tokens of {info['in_channels']} channels "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        return info
+
+    @staticmethod
+    def tokens_per_sample(cfg: ExperimentConfig) -> int:
+        return cfg.shapes.seq_len
+
+    @staticmethod
+    def arm_fields(model: nn.Module) -> dict[str, Any]:
+        return {}
 
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
         t, d = spec["train"], spec["shapes"]
@@ -440,7 +543,7 @@ class DiTTestbed:
         """Generate one sample per validation image and compare the two sets.
 
         The noises and the balanced labels come from the data seed
-        (:func:`normlab.data.flow_batches.sample_inputs`), so every arm and seed starts from the
+        (:func:`normlab.models.flow_batches.sample_inputs`), so every arm and seed starts from the
         same noise; :data:`SAMPLE_STEPS` Euler steps in eval mode without gradients, with
         classifier-free guidance v = v_∅ + w · (v_c − v_∅) at w = ``dit.cfg_scale`` for a
         class-conditional model (w = 1: unguided). Returns ``final_sample_sw2``: the sliced
@@ -516,7 +619,13 @@ def _save_npy(path: Path, images: np.ndarray) -> None:
     write_bytes_atomic(path, buf.getvalue())
 
 
-TESTBEDS: dict[str, type[Testbed]] = {t.name: t for t in (GPTTestbed, DiTTestbed)}
+def _registered() -> dict[str, type[Testbed]]:
+    from normlab.experiment.testbeds_lm import LMTestbed
+
+    return {t.name: t for t in (GPTTestbed, DiTTestbed, LMTestbed)}
+
+
+TESTBEDS: dict[str, type[Testbed]] = _registered()
 """The testbeds by the experiment config's ``testbed`` name."""
 
 QUALITY_FIELDS: dict[str, tuple[str, ...]] = {n: t.quality_fields for n, t in TESTBEDS.items()}

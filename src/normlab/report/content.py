@@ -15,6 +15,7 @@ from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.runs import CompareFolder
 from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
+from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import TestbedFormat, plot_path, testbed_format
 
 __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
@@ -533,6 +534,6 @@ def build_content(
             for name in a.get("ignored_runs", [])
         ],
         environment=_environment_table(a),
-        method=_method(a),
+        method=_method(a) + norm_swap_paragraphs(folder.experiment),
         sections=list(sections or []),
     )

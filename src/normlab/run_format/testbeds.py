@@ -28,6 +28,7 @@ __all__ = [
     "DIT",
     "FLOW_UNIT",
     "GPT",
+    "LM",
     "SW2_UNIT",
     "TESTBED_FORMATS",
     "TestbedFormat",
@@ -61,8 +62,9 @@ class TestbedFormat:
     the testbed's own settings (None: none). Units: ``unit`` is the quality metric's unit
     spelled out ("bits per byte"), ``short_unit`` suffixes its numbers ("bpb"), ``train_unit``
     is the training loss's unit and ``train_per_quality`` converts the margin into it (ln 2:
-    bits to nats). Words: ``quality_name`` names the quality metric in sentences ("validation
-    bpb"), ``short_label`` in table headers ("final val bpb"), ``curve_word`` in plot titles
+    bits to nats; None: no fixed factor, the training loss is then compared without a margin).
+    Words: ``quality_name`` names the quality metric in sentences ("validation bpb"),
+    ``short_label`` in table headers ("final val bpb"), ``curve_word`` in plot titles
     ("bpb"), ``curve_title`` titles the validation plot; ``run_columns`` are the validation
     fields the report's run table shows after the quality metric, with their headers;
     ``method_note`` is a paragraph for the report's method section ("" for none).
@@ -78,7 +80,7 @@ class TestbedFormat:
     unit: str
     short_unit: str
     train_unit: str
-    train_per_quality: float
+    train_per_quality: float | None
     quality_name: str
     short_label: str
     curve_word: str
@@ -291,7 +293,47 @@ DIT = TestbedFormat(
 quality), the sliced Wasserstein-2 distance of its samples (compared paired by seed, without an
 equivalence margin: shown, not deciding), and the guidance scale its samples used."""
 
-TESTBED_FORMATS: dict[str, TestbedFormat] = {t.name: t for t in (GPT, DIT)}
+NORM_SWAP_FIELD = "norm_swap"
+"""The summary field of an ``lm`` run holding its arm's record of the model's norm modules
+(``run.json``'s field of the same name: source, kind, swapped and held modules)."""
+
+LM = TestbedFormat(
+    name="lm",
+    validation=(
+        SummaryField("final_val_loss", _LOSS),
+        *GPT.validation[1:],
+        SummaryField(NORM_SWAP_FIELD),
+    ),
+    quality="final_val_bpb",
+    best="best_val_bpb",
+    curve="val_bpb",
+    margin_key="margin_bpb",
+    margin_default=0.02,
+    unit="bits per byte",
+    short_unit="bpb",
+    train_unit="nats per token",
+    train_per_quality=None,
+    quality_name="validation bpb",
+    short_label="final val bpb",
+    curve_word="bpb",
+    curve_title="Validation bits per byte",
+    settings="lm",
+    method_note=(
+        "The model is the user's own causal LM (lm.model), built afresh for every arm and seed "
+        "with each of its norm modules replaced by the arm's norm; norm modules the arm cannot "
+        "replace are held the same in every arm (listed per arm below). Quality is validation "
+        "bits per byte for any tokenizer: the cross-entropy summed over the predicted tokens of "
+        "fixed validation windows, divided by ln 2 and by the UTF-8 bytes those tokens cover. "
+        "final_val_loss is the same cross-entropy per token (nats per token); the training "
+        "loss is per token too, so it has no fixed conversion from the bpb margin and is "
+        "compared without one."
+    ),
+)
+"""A user's causal LM (``--model``) on tokens of any tokenizer: validation loss in nats per
+token (shown, not compared), bits per byte at the end and at best (compared; the end decides
+quality), and the arm's record of swapped and held norm modules."""
+
+TESTBED_FORMATS: dict[str, TestbedFormat] = {t.name: t for t in (GPT, DIT, LM)}
 """Every testbed's format, by name."""
 
 

@@ -1,0 +1,277 @@
+"""The ``lm`` testbed: a user's causal LM (``lm.model``: ``hf:<folder or model_type>`` or
+``package.module:factory``, see :mod:`normlab.models.external`) on a token cache of any
+source and tokenizer (:mod:`normlab.data`).
+
+For each arm the source builds the model afresh for the seed with every norm module replaced by
+the arm's norm (those it cannot replace are held, the same in every arm); the arm's record of
+swapped and held modules goes into ``run.json`` and the summary as ``norm_swap``. Training is
+next-token cross-entropy on random windows of ``lm.context + 1`` tokens; validation on fixed
+windows gives ``val_loss`` (nats per token) and ``val_bpb`` = Σ nats / ln 2 / UTF-8 bytes
+covered (:class:`normlab.data.BpbTally`), comparable across tokenizers.
+
+``data.tokenizer`` names a tokenizer (bytes by default); ``data.bpe_merges`` trains a byte-level
+BPE on the corpus's training side at run time instead (:func:`normlab.data.corpus_bpe`), cached
+as ``data/bpe-<fingerprint>/tokenizer.json`` in the output folder.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from rich.console import Console
+from torch import nn
+
+from normlab.data import BpbTally, corpus_bpe, load_tokenizer, window_bytes
+from normlab.data.batches import TrainBatches, validation_windows
+from normlab.data.cache import check_source, load_tokens, prepare_tokens
+from normlab.data.pretokenized import is_pretokenized, open_token_source
+from normlab.experiment.config import ExperimentConfig
+from normlab.experiment.posttrain import posttrain_summary
+from normlab.experiment.testbeds import _check_fingerprint, check_data_fits
+from normlab.models.external import ModelSource, SourceLM, load_model_source
+from normlab.run_format import testbed_format
+from normlab.run_format.testbeds import NORM_SWAP_FIELD
+
+__all__ = ["LMTestbed", "lm_source", "resolve_tokenizer"]
+
+BYTE_VOCAB = 256
+
+
+def _json_ready(value: Any) -> Any:
+    """``value`` as it reads back from JSON (tuples as lists), so a planned run config compares
+    equal to the ``run.json`` written from it."""
+    return json.loads(json.dumps(value))
+
+
+@lru_cache(maxsize=8)
+def _source(model: str, settings_json: str, vocab_size: int, attn: str) -> ModelSource:
+    return load_model_source(
+        model, json.loads(settings_json), vocab_size=vocab_size, attn_implementation=attn
+    )
+
+
+def lm_source(lm: dict[str, Any], vocab_size: int) -> ModelSource:
+    """The checked model source of a run config's ``lm`` section for the vocabulary size
+    ``vocab_size`` (loaded once per process)."""
+    settings = json.dumps(lm.get("model_set") or {}, sort_keys=True)
+    return _source(lm["model"], settings, vocab_size, lm.get("attn_implementation", "eager"))
+
+
+def resolve_tokenizer(cfg: ExperimentConfig, data_dir: Path) -> str | None:
+    """The tokenizer the token cache is built with: ``data.tokenizer``, or with
+    ``data.bpe_merges`` the path of a BPE trained on the training side of ``data.path`` and
+    cached under ``data_dir`` (:func:`normlab.data.corpus_bpe`); None for bytes."""
+    d = cfg.data
+    if d.bpe_merges is None:
+        return d.tokenizer
+    path = corpus_bpe(
+        d.path,
+        d.bpe_merges,
+        data_dir,
+        text_field=d.text_field,
+        max_bytes=d.max_bytes,
+        val_fraction=d.val_fraction,
+    )
+    return str(path)
+
+
+def _vocab_hint(cfg: ExperimentConfig) -> int:
+    """The vocabulary size known before the data is prepared: the tokenizer's, 256 + the BPE's
+    merges (an upper bound), or 256 for bytes."""
+    if cfg.data.tokenizer is not None:
+        try:
+            return load_tokenizer(cfg.data.tokenizer).vocab_size
+        except FileNotFoundError as err:
+            raise ValueError(str(err)) from None
+    return BYTE_VOCAB + (cfg.data.bpe_merges or 0)
+
+
+class LMTestbed:
+    """The lm testbed: the user's causal LM on the token cache in ``run_dir/../../data``."""
+
+    name: ClassVar[str] = "lm"
+    quality_fields: ClassVar[tuple[str, ...]] = testbed_format("lm").validation_fields
+
+    @staticmethod
+    def check_inputs(cfg: ExperimentConfig) -> None:
+        """``--data`` exists and can be read, ``--tokenizer`` loads, and ``--model`` /
+        ``--model-set`` make a model source (config built or factory signature checked) whose
+        longest sequence, if it has one, takes ``lm.context``; a ``.bin`` / ``.npy`` source
+        opens (its sidecar read)."""
+        path = check_source(cfg.data.path)
+        if path is not None and is_pretokenized(path):
+            try:
+                open_token_source(path)
+            except FileNotFoundError as err:
+                raise ValueError(str(err)) from None
+        vocab_size = _vocab_hint(cfg)
+        lm = cfg.lm.model_dump(mode="json")
+        source = lm_source(lm, vocab_size)
+        if source.max_length is not None and cfg.lm.context > source.max_length:
+            raise ValueError(
+                f"lm.context: {cfg.lm.context} tokens per window, but {cfg.lm.model} takes at "
+                f"most {source.max_length} (max_position_embeddings); lower lm.context or set "
+                "--model-set max_position_embeddings=…"
+            )
+
+    @staticmethod
+    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+        """The tokenizer (trained first with ``data.bpe_merges``), then the token cache
+        (:func:`normlab.data.cache.prepare_tokens`), checked to hold one ``lm.context`` window
+        per side."""
+        started = time.perf_counter()
+        d = cfg.data
+        tokenizer = resolve_tokenizer(cfg, data_dir)
+        if d.bpe_merges is not None:
+            console.print(
+                f"tokenizer: byte-level BPE with {d.bpe_merges} merges on the training side, "
+                f"{tokenizer} ({time.perf_counter() - started:.1f} s)"
+            )
+        try:
+            info = prepare_tokens(
+                data_dir,
+                d.path,
+                d.max_bytes,
+                d.val_fraction,
+                tokenizer=tokenizer,
+                text_field=d.text_field,
+            )
+        except FileNotFoundError as err:  # a file the source names is missing
+            raise ValueError(str(err)) from None
+        vocab = info.get("vocab_size", BYTE_VOCAB)
+        console.print(
+            f"data: {info['source']} ({info['fingerprint']}), {info['n_train_tokens']:,} train / "
+            f"{info['n_val_tokens']:,} val tokens, vocabulary {vocab:,} "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        check_data_fits(info, cfg.lm.context, d.val_fraction, "lm.context")
+        return info
+
+    @staticmethod
+    def tokens_per_sample(cfg: ExperimentConfig) -> int:
+        return cfg.lm.context
+
+    @staticmethod
+    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+        """``testbed``, ``lm`` (the config's section: source, parsed overrides, context,
+        attention) and ``data``: the cache's fingerprint, source, format, tokenizer (path and
+        content hash; ``bytes`` and None for bytes), vocabulary size and Python version."""
+        return {
+            "testbed": "lm",
+            "lm": cfg.lm.model_dump(mode="json"),
+            "data": {
+                "fingerprint": data_info["fingerprint"],
+                "source": data_info["source"],
+                "source_format": data_info.get("source_format", data_info.get("source_kind")),
+                "tokenizer": data_info.get("tokenizer", "bytes"),
+                "tokenizer_hash": data_info.get("tokenizer_hash"),
+                "vocab_size": int(data_info.get("vocab_size", BYTE_VOCAB)),
+                "python_version": data_info["python_version"],
+            },
+        }
+
+    @staticmethod
+    def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
+        source = lm_source(spec["lm"], spec["data"]["vocab_size"])
+        model, _ = source.build(spec["norm"], seed)
+        return model
+
+    @staticmethod
+    def arm_fields(model: nn.Module) -> dict[str, Any]:
+        """``norm_swap``: the arm's :class:`~normlab.models.external.NormSwapRecord`."""
+        assert isinstance(model, SourceLM)
+        return {NORM_SWAP_FIELD: _json_ready(model.record.to_dict())}
+
+    def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
+        t = spec["train"]
+        data = load_tokens(Path(run_dir).parent.parent / "data")
+        _check_fingerprint(data.info["fingerprint"], spec, "cache")
+        if data.vocab_size != spec["data"]["vocab_size"]:
+            raise RuntimeError(
+                f"data: the cache's vocabulary is {data.vocab_size}, run.json expects "
+                f"{spec['data']['vocab_size']}"
+            )
+        self.model: SourceLM = self.build_model(spec, spec["seed"])  # type: ignore[assignment]
+        context = spec["lm"]["context"]
+        self.context = context
+        self.batch_size = t["batch_size"]
+        self.batches = TrainBatches(data.train, t["batch_size"], context, spec["seed"])
+        self.windows = validation_windows(data.val, context, t["eval_windows"])
+        self.window_bytes = window_bytes(
+            data.val_bytes, data.val.shape[0], context, t["eval_windows"]
+        )
+        self.tokens_per_step = t["batch_size"] * context
+        self.data_fingerprint = data.info["fingerprint"]
+
+    def _loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        logits = model(x)
+        return torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1)
+        )
+
+    def warm_up(self, device: torch.device) -> None:
+        """On zeros of the training shape [batch_size, context]."""
+        model = self.model
+        was_training = model.training
+        model.eval()
+        idx = torch.zeros(self.batch_size, self.context, dtype=torch.long, device=device)
+        self._loss(model, idx, idx).backward()
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+
+    def train_loss(self, device: torch.device) -> torch.Tensor:
+        x, y = self.batches.next()
+        return self._loss(self.model, x.to(device), y.to(device))
+
+    @torch.no_grad()
+    def _tally(self, model: nn.Module, device: torch.device) -> BpbTally:
+        """Σ nats, tokens and bytes over the validation windows, in eval mode (restored)."""
+        was_training = model.training
+        model.eval()
+        tally = BpbTally()
+        try:
+            for start in range(0, self.windows.shape[0], self.batch_size):
+                chunk = self.windows[start : start + self.batch_size].to(device)
+                covered = self.window_bytes[start : start + self.batch_size]
+                tally.add(model(chunk[:, :-1]), chunk[:, 1:], covered.to(device))
+        finally:
+            model.train(was_training)
+        return tally
+
+    def evaluate(self, device: torch.device) -> dict[str, float]:
+        """``val_loss`` = Σ nats / tokens (nats per token), ``val_bpb`` = Σ nats / ln 2 / bytes."""
+        tally = self._tally(self.model, device)
+        return {"val_loss": tally.loss, "val_bpb": tally.bpb}
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        return self.model.parameter_groups()
+
+    def quality_summary(
+        self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return {
+            "final_val_loss": final["val_loss"] if final else None,
+            "final_val_bpb": final["val_bpb"] if final else None,
+            "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+            NORM_SWAP_FIELD: _json_ready(self.model.record.to_dict()),
+        }
+
+    def finish(self, device: torch.device) -> dict[str, Any]:
+        return {}
+
+    def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
+        """Deltas in validation bpb (the bf16 copy's logits go to the cross-entropy in
+        float32); activations on the first ``batch_size`` validation windows."""
+
+        def metric(model: nn.Module) -> float:
+            return self._tally(model, device).bpb
+
+        def run_batch(model: nn.Module) -> object:
+            return model(self.windows[: self.batch_size, :-1].to(device))
+
+        return posttrain_summary(self.model, final["val_bpb"], metric, metric, run_batch)
