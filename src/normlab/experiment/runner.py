@@ -14,9 +14,7 @@ is thus hidden behind training (on a spare core), and no run's timing includes i
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import queue
 import re
 import shutil
 import time
@@ -45,7 +43,8 @@ from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
 from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
 from normlab.experiment.lock import OutputLock
-from normlab.experiment.worker import crashed_summary, read_spec, worker_main
+from normlab.experiment.worker import crashed_summary, read_spec
+from normlab.experiment.worker_process import WorkerProcess
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
@@ -141,9 +140,7 @@ def worker_environment(threads: int) -> Iterator[None]:
 class _Active:
     spec: dict[str, Any]
     run_dir: Path
-    process: Any
-    progress_queue: Any
-    go: Any
+    process: WorkerProcess
     released: bool = False
     started: float = field(default_factory=time.perf_counter)
     step: int = 0
@@ -311,7 +308,6 @@ def run_grid(
     if not todo:
         return summaries
 
-    ctx = multiprocessing.get_context("spawn")
     active: list[_Active] = []
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -331,15 +327,9 @@ def run_grid(
             run_dir = out / RUNS_DIR / spec["run_id"]
             shutil.rmtree(run_dir, ignore_errors=True)  # unfinished: redo from scratch
             write_json_atomic(run_dir / RUN_FILE, spec)
-            progress_queue, go = ctx.Queue(), ctx.Event()
-            process = ctx.Process(
-                target=worker_main,
-                args=(str(run_dir), progress_queue, go),
-                name=f"normlab-{spec['run_id']}",
-            )
             with worker_environment(spec["threads"]):
-                process.start()
-            active.append(_Active(spec, run_dir, process, progress_queue, go))
+                process = WorkerProcess(run_dir, name=f"normlab-{spec['run_id']}")
+            active.append(_Active(spec, run_dir, process))
 
         def release_waiting() -> None:
             running = sum(a.released for a in active)
@@ -347,22 +337,20 @@ def run_grid(
                 if running >= parallel:
                     return
                 if not a.released:
-                    a.go.set()
+                    a.process.release()
                     a.released, a.started = True, time.perf_counter()
                     running += 1
 
         def drain(a: _Active) -> None:
-            while True:
-                try:
-                    _, step = a.progress_queue.get_nowait()
-                except queue.Empty:
-                    return
+            step = a.process.last_step()
+            if step is not None:
                 progress.advance(task, step - a.step)
                 a.step = step
 
         def finish(a: _Active) -> None:
             a.process.join()
             drain(a)
+            a.process.close()
             progress.advance(task, a.spec["train"]["steps"] - a.step)
             summary = read_summary(a.run_dir)
             if summary is None:
@@ -393,12 +381,18 @@ def run_grid(
                         active.remove(a)
                 time.sleep(0.05)
         except BaseException:
-            for a in active:
-                a.process.terminate()
-            for a in active:
-                a.process.join(10)
+            stop_workers([a.process for a in active])
             raise
     return {s["run_id"]: summaries[s["run_id"]] for s in runs}
+
+
+def stop_workers(processes: list[WorkerProcess], timeout: float = 10.0) -> None:
+    """Stop every worker: close their inputs and send ``SIGTERM`` to all first, then wait for
+    each (``SIGKILL`` after ``timeout`` seconds), so that none outlives the grid."""
+    for p in processes:
+        p.terminate()
+    for p in processes:
+        p.stop(timeout)
 
 
 AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
