@@ -41,7 +41,9 @@ def bind_to_parent(parent: int) -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0) != 0:
             err = ctypes.get_errno()
-            sys.stderr.write(f"normlab worker: prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}\n")
+            sys.stderr.write(
+                f"normlab worker: prctl(PR_SET_PDEATHSIG) failed: {os.strerror(err)}\n"
+            )
     if os.getppid() != parent:
         os._exit(EXIT_ORPHANED)
 

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -130,10 +131,9 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
         return gone.is_set() or os.getppid() != parent
 
     def on_step(step: int) -> None:
-        try:
+        # the runner is behind (pipe full): progress is advisory, drop this one
+        with contextlib.suppress(BlockingIOError):
             os.write(progress_fd, f"{step}\n".encode())
-        except BlockingIOError:  # the runner is behind: progress is advisory, drop this one
-            pass
 
     def wait_for_start() -> None:
         while not go.wait(0.5):

@@ -13,6 +13,7 @@ before it imports normlab or torch. Two pipes connect them:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -39,7 +40,13 @@ class WorkerProcess:
         env[bootstrap.SYS_PATH_ENV] = json.dumps([p for p in sys.path if isinstance(p, str)])
         try:
             self._popen = subprocess.Popen(
-                [sys.executable, str(BOOTSTRAP_PATH), str(os.getpid()), str(run_dir), str(write_end)],
+                [
+                    sys.executable,
+                    str(BOOTSTRAP_PATH),
+                    str(os.getpid()),
+                    str(run_dir),
+                    str(write_end),
+                ],
                 stdin=subprocess.PIPE,
                 pass_fds=(write_end,),
                 env=env,
@@ -91,10 +98,8 @@ class WorkerProcess:
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the process to end (at most ``timeout`` seconds)."""
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self._popen.wait(timeout)
-        except subprocess.TimeoutExpired:
-            pass
 
     def terminate(self) -> None:
         """Close its input and send ``SIGTERM`` (without waiting)."""
@@ -123,7 +128,5 @@ class WorkerProcess:
 
     def _close_input(self) -> None:
         if self._popen.stdin is not None and not self._popen.stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 self._popen.stdin.close()
-            except OSError:
-                pass
