@@ -75,12 +75,14 @@ WORKER_ENV = {
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one)."""
+    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one, or one
+    that is not a JSON object)."""
     path = Path(run_dir) / SUMMARY_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
 
 
 def is_done(summary: dict[str, Any] | None) -> bool:

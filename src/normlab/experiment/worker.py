@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import sys
 import threading
@@ -18,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normlab._io import write_json_atomic
+from normlab._io import read_json_object, write_json_atomic
 from normlab.experiment.lock import is_locked
 from normlab.experiment.train import RunAborted, train_run
 from normlab.run_format import (
@@ -75,7 +74,8 @@ def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, A
 
 
 def read_spec(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    """The run's ``run.json``; ``ValueError`` naming the file if it is not a JSON object."""
+    return read_json_object(Path(run_dir) / RUN_FILE)
 
 
 def execute_run(
