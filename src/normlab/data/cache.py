@@ -86,8 +86,12 @@ def check_source(source: str | Path | None) -> Path | None:
     """
     if source is None or str(source) == STDLIB:
         return None
-    path = resolve_source(source)
     expected = "expected a text file or a folder of text files"
+    try:
+        path = resolve_source(source)
+    except (OSError, RuntimeError) as err:  # e.g. a symbolic link loop
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ValueError(f"data: cannot resolve {str(source)!r} ({reason}); {expected}") from None
     if not path.exists():
         raise ValueError(f"data: no such file or folder {str(source)!r}; {expected}")
     if not path.is_file() and not path.is_dir():

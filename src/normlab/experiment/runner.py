@@ -382,10 +382,29 @@ def run_grid(
                         finish(a)
                         active.remove(a)
                 time.sleep(0.05)
-        except BaseException:
+        except BaseException as err:
             stop_workers([a.process for a in active])
+            if isinstance(err, (OSError, MemoryError)):
+                raise GridStopped(out, err) from err
             raise
     return {s["run_id"]: summaries[s["run_id"]] for s in runs}
+
+
+class GridStopped(RuntimeError):
+    """The grid stopped on a system error while training (a full disk, no memory, no more
+    processes): the runs that finished are kept, the others are redone by the same command."""
+
+    def __init__(self, out: Path, cause: BaseException) -> None:
+        if isinstance(cause, OSError):
+            reason = cause.strerror or str(cause)
+            if cause.filename is not None:
+                reason += f" ({str(cause.filename)!r})"
+        else:
+            reason = f"{type(cause).__name__}: {cause}".rstrip(": ")
+        super().__init__(
+            f"training stopped: {reason}; the finished runs are kept in {str(out)!r}. Fix the "
+            "cause (e.g. free disk space), then run the same command again to resume"
+        )
 
 
 def stop_workers(processes: list[WorkerProcess], timeout: float = 10.0) -> None:
