@@ -43,6 +43,7 @@ from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
 from normlab.experiment.grid import FACTOR_NAMES, first_difference, flatten, plan_runs
 from normlab.experiment.lock import OutputLock
+from normlab.experiment.sizes import check_experiment_sizes
 from normlab.experiment.worker import crashed_summary, read_spec
 from normlab.experiment.worker_process import WorkerProcess
 from normlab.run_format import (
@@ -451,6 +452,7 @@ def run_experiment(
     if cfg.testbed == "gpt":
         check_source(cfg.data.path)
     device = resolve_device(cfg.device)
+    check_experiment_sizes(cfg, out)  # memory and disk, before anything is allocated
     threads = cfg.threads or default_threads()
     lock = OutputLock(out)
     try:
