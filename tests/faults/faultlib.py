@@ -71,9 +71,13 @@ def run_cli(*args: str | bytes, timeout: float = 180) -> subprocess.CompletedPro
     )
 
 
+STARTED: list[subprocess.Popen[str]] = []
+"""Every process :func:`start_cli` started (killed after each test if still running)."""
+
+
 def start_cli(*args: str | bytes) -> subprocess.Popen[str]:
     """Start ``normlab ARGS`` in its own session (a signal sent to it reaches only it)."""
-    return subprocess.Popen(
+    proc = subprocess.Popen(
         normlab_args(*args),
         env=cli_env(),
         stdout=subprocess.PIPE,
@@ -82,6 +86,8 @@ def start_cli(*args: str | bytes) -> subprocess.Popen[str]:
         errors="replace",
         start_new_session=True,
     )
+    STARTED.append(proc)
+    return proc
 
 
 def worker_pids(out: Path) -> list[int]:
