@@ -250,3 +250,10 @@ def test_the_report_takes_the_lock(finished: Path, tmp_path: Path) -> None:
     assert code == 1
     assert "being written by another normlab command" in error_lines(output)[0]
     assert not (out / "report.md").exists()
+
+
+def test_a_single_binary_file_as_data_is_refused_like_a_folder_skips_it(tmp_path: Path) -> None:
+    path = tmp_path / "blob.dat"
+    path.write_bytes(b"text\0" + os.urandom(4000))
+    with pytest.raises(ValueError, match="looks binary"):
+        read_corpus(path, 100_000, 0.05)

@@ -19,21 +19,27 @@ from normlab.run_format import (
     RUNS_CSV_FILE,
 )
 
+REPORT_HELP = (
+    "Rebuild the verdict and report of a compare folder from its files, without training."
+    "\n\n"
+    "Writes summary.json, runs.csv, report.md, report.html and plots/*.png into OUT, holding the "
+    "folder's lock (as `normlab compare` does)."
+    "\n\n"
+    "Exit status: 0 when built; 1 when the folder is locked by a running command, or a file "
+    "cannot be read or written (e.g. a full disk, a damaged metrics.jsonl); 2 when OUT is not a "
+    "readable compare folder."
+)
+"""The help of ``normlab report``: one line per paragraph (Typer rewraps each)."""
 
-@app.command()
+
+@app.command(help=REPORT_HELP)
 def report(
     out: Annotated[
         Path,
         typer.Argument(help="The output folder of `normlab compare` (holds experiment.json)."),
     ],
 ) -> None:
-    """Rebuild the verdict and report of a compare folder from its files, without training.
-
-    Writes summary.json, runs.csv, report.md, report.html and plots/*.png into OUT, holding
-    the folder's lock (as `normlab compare` does). Exit status: 0 when built; 1 when the folder
-    is locked by a running command, or a file cannot be read or written (e.g. a full disk); 2
-    when OUT is not a readable compare folder.
-    """
+    """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
     from normlab.cli.errors import check_utf8_path, describe_error
     from normlab.experiment.lock import FolderLockedError, OutputLock
     from normlab.report import build_report  # matplotlib is imported only when needed

@@ -21,9 +21,11 @@ import numpy as np
 from normlab._io import read_json_object, write_bytes_atomic, write_json_atomic
 from normlab.data.documents import FOLDER, TEXT
 from normlab.data.sources import (
+    BINARY_PROBE_BYTES,
     SourceFile,
     list_stdlib_files,
     list_text_files,
+    looks_binary,
     read_files,
     read_head,
     stdlib_root,
@@ -130,6 +132,12 @@ def read_corpus(
         path = check_source(source)
         assert path is not None  # only the standard library has no path
         if path.is_file():
+            if looks_binary(path):  # a folder skips such files; a lone one is refused
+                raise ValueError(
+                    f"data: {str(path)!r} looks binary (a NUL byte in its first "
+                    f"{BINARY_PROBE_BYTES:,} bytes); expected a text file (a folder skips "
+                    "binary files)"
+                )
             data = read_head(path, max_bytes)
             if len(data) < 2:
                 raise ValueError(f"data: {str(path)!r} has fewer than 2 bytes; expected text")
