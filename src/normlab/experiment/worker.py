@@ -149,4 +149,9 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
         execute_run(Path(run_dir), on_step, orphaned, wait_for_start)
     except (RunAborted, KeyboardInterrupt):
         return 130
+    except (OSError, MemoryError) as err:  # e.g. a full disk while writing the summary
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else repr(err)
+        where = f" ({err.filename!r})" if isinstance(err, OSError) and err.filename else ""
+        sys.stderr.write(f"normlab: run {Path(run_dir).name}: {reason}{where}\n")
+        return 1
     return 0
