@@ -122,8 +122,7 @@ def main_guard(run: Callable[[], object]) -> None:
     on standard error and exit status 1 (an interrupt: 130, or 143 for ``SIGTERM``).
     Programming errors keep their traceback."""
     try:
-        with signals_as_interrupt():
-            run()
+        run()  # compare handles SIGTERM itself; other commands keep the default (killed)
     except KeyboardInterrupt as err:
         print("normlab: interrupted", file=sys.stderr)
         sys.exit(interrupt_exit_code(err))
