@@ -257,3 +257,12 @@ def test_a_single_binary_file_as_data_is_refused_like_a_folder_skips_it(tmp_path
     path.write_bytes(b"text\0" + os.urandom(4000))
     with pytest.raises(ValueError, match="looks binary"):
         read_corpus(path, 100_000, 0.05)
+
+
+def test_report_on_a_non_utf8_folder_is_refused_in_one_line(tmp_path: Path) -> None:
+    odd = os.fsencode(tmp_path) + b"/caf\xe9"
+    os.mkdir(odd)
+    Path(os.fsdecode(odd), "experiment.json").write_text("{}\n")
+    result = run_cli("report", odd)
+    assert result.returncode == 1, result.stdout
+    assert "OUT: the path" in error_lines(result.stdout)[0]
