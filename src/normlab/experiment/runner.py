@@ -299,9 +299,11 @@ def run_grid(
     console: Console | None = None,
     show_progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Train every run of ``runs`` that is not done, each in its own ``spawn`` process, at most
-    ``parallel`` at a time (plus one in standby, see the module docstring). Returns
-    {run_id: summary} for the whole grid."""
+    """Train every run of ``runs`` that is not done, each in its own worker process
+    (:class:`normlab.experiment.worker_process.WorkerProcess`, bound to this process's
+    lifetime), at most ``parallel`` at a time (plus one in standby, see the module docstring).
+    Returns {run_id: summary} for the whole grid. Any exit stops every worker first; a system
+    error while training (``OSError``, ``MemoryError``) is raised as :class:`GridStopped`."""
     console = console or Console()
     out = Path(out)
     summaries = finished_runs(runs, out)
