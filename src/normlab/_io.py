@@ -68,18 +68,63 @@ def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any]) -> None:
         f.flush()
 
 
+def read_json(path: str | os.PathLike[str]) -> Any:
+    """The JSON value in the file ``path``. Raises ``ValueError`` naming the file when it is
+    not UTF-8 or not valid JSON (``json``'s own message names only a line and column);
+    ``OSError`` as ``open`` does."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{str(path)!r} is not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+            f"{err.start}); expected a JSON file"
+        ) from None
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{str(path)!r} is not valid JSON ({err.msg} at line {err.lineno}, column "
+            f"{err.colno}); it may be truncated or damaged"
+        ) from None
+
+
+def read_json_object(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """:func:`read_json`, and a ``ValueError`` naming the file unless it holds an object."""
+    value = read_json(path)
+    if not isinstance(value, dict):
+        raise ValueError(
+            f"{str(path)!r} holds a JSON {type(value).__name__}; expected an object ({{...}})"
+        )
+    return value
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """Read a JSON-lines file, skipping a truncated final line."""
+    """Read a JSON-lines file of objects, skipping an unterminated final line (what a crash
+    while appending leaves, see :func:`append_jsonl`). Any other line that is not a JSON object
+    (garbage, a non-UTF-8 byte, a complete but invalid line) raises ``ValueError`` naming the
+    file and line, instead of being dropped silently."""
+    with open(path, "rb") as f:
+        lines = f.read().split(b"\n")
     records = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
+    last = len(lines) - 1  # the text after the last newline: empty, or an unfinished line
+    for number, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as err:
+            if number - 1 == last:
                 continue
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
+            reason = "not UTF-8" if isinstance(err, UnicodeDecodeError) else "not valid JSON"
+            raise ValueError(
+                f"{str(path)!r}, line {number}: {reason}; the file is damaged"
+            ) from None
+        if not isinstance(record, dict):
+            if number - 1 == last:
                 continue
+            raise ValueError(
+                f"{str(path)!r}, line {number}: a JSON {type(record).__name__}, expected an "
+                "object; the file is damaged"
+            )
+        records.append(record)
     return records
 
 

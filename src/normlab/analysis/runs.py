@@ -131,7 +131,7 @@ class CompareFolder:
 def _read_json_object(path: Path) -> dict[str, Any]:
     try:
         obj = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise CompareFolderError(f"{path} is not valid JSON: {err}") from err
     if not isinstance(obj, dict):
         raise CompareFolderError(f"{path} must hold a JSON object, got {type(obj).__name__}")

@@ -195,15 +195,39 @@ def measured(result: Result) -> bool:
     return any(r.status == "ok" for r in result.rows)
 
 
+def check_out_contents(out: Path) -> None:
+    """Raise ``ValueError`` naming ``out`` if the existing folder ``out`` holds anything but the
+    files a bench writes (:data:`OUTPUT_NAMES`, and their temporary names while being written):
+    a bench never writes into someone else's folder (a source tree, a home folder)."""
+    if not out.is_dir():
+        return
+    ours = set(OUTPUT_NAMES.values())
+    foreign = sorted(
+        p.name
+        for p in out.iterdir()
+        if p.name not in ours
+        and not any(p.name.startswith(f".{name}.") and p.name.endswith(".tmp") for name in ours)
+    )
+    if foreign:
+        shown = ", ".join(repr(n) for n in foreign[:3])
+        more = f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        raise ValueError(
+            f"out: {str(out)!r} is not empty and is not a bench folder: it holds {shown}{more}; "
+            "expected --out to name a new or empty folder, or the folder of an earlier bench"
+        )
+
+
 def check_out_dir(out: str | os.PathLike[str]) -> Path:
     """Create ``out`` (a folder) if needed and make sure files can be written in it.
 
     Run before any measurement, so a bad ``--out`` costs nothing. Raises ``ValueError`` naming
-    ``out`` when it is a file, cannot be created or is not writable.
+    ``out`` when it is a file, holds files a bench did not write (:func:`check_out_contents`),
+    cannot be created or is not writable.
     """
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise ValueError(f"out: {str(out)!r} exists and is not a folder; expected a folder path")
+    check_out_contents(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
         probe = out / f".bench-write-test.{os.getpid()}.{secrets.token_hex(4)}"

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from normlab._resources import available_memory
 from normlab.bench.bytes_model import MODES, OPS, min_bytes
 from normlab.bench.peers import (
     Problem,
@@ -190,18 +191,6 @@ def cache_bytes(device: torch.device) -> int:
     return last_level_cache_bytes()
 
 
-def available_memory_bytes() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes (None where the file does not say)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
-
-
 def rows_for(
     dim: int, dtype: torch.dtype, llc: int, multiple: float, memory: int | None = None
 ) -> int:
@@ -231,7 +220,7 @@ def run(config: Config, progress: Callable[[Row], None] | None = None) -> Result
     result = Result(config=config, llc_bytes=cache_bytes(device))
     peers = list(config.peers) if config.peers is not None else default_peers(device)
     copy_samples: list[float] = []
-    memory = available_memory_bytes() if device.type == "cpu" else None
+    memory = available_memory() if device.type == "cpu" else None
     for dtype in config.dtypes:
         for dim in config.dims:
             rows = config.rows or rows_for(

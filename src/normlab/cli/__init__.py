@@ -6,11 +6,12 @@ import normlab.cli.compare_cmd as _compare_cmd  # noqa: F401  (registers the com
 import normlab.cli.report_cmd as _report_cmd  # noqa: F401  (registers the command)
 from normlab.cli import explain_cmd  # noqa: F401  (registers the command)
 from normlab.cli.app import app
+from normlab.cli.errors import main_guard
 
 
 def main() -> None:
-    """Entry point of the ``normlab`` console script."""
-    app()
+    """Entry point of the ``normlab`` console script (errors: :func:`main_guard`)."""
+    main_guard(app)
 
 
 __all__ = ["app", "main"]

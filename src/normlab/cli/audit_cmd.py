@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from normlab._resources import check_fits_memory
 from normlab.audit import NormAudit, audit_model, audit_norm
 from normlab.cli.app import app
 from normlab.cli.audit_targets import (
@@ -58,6 +59,11 @@ audit_app = typer.Typer(help="Probe a norm or a model as a black box.", no_args_
 app.add_typer(audit_app, name="audit")
 
 
+AUDIT_BYTES_PER_DIM = 256 * 8 * 4
+"""Memory of the probes per unit of D: their largest batch is 256 rows, held in float64 in a
+few copies (see :mod:`normlab.audit.probe`)."""
+
+
 @audit_app.command("norm")
 def audit_norm_cmd(
     target: Annotated[
@@ -77,6 +83,11 @@ def audit_norm_cmd(
     """
     try:
         check_dim(dim)
+        check_fits_memory(
+            AUDIT_BYTES_PER_DIM * dim,
+            f"dim: the probes at D = {dim:,}",
+            "use a smaller --dim",
+        )
     except ValueError as err:
         raise _bad_parameter(err, {"dim": "--dim"}) from None
     try:

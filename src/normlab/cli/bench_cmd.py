@@ -12,6 +12,7 @@ import torch
 import typer
 from rich.console import Console
 
+from normlab._resources import available_memory, check_fits, format_bytes
 from normlab.bench import allocator
 from normlab.bench.bytes_model import MODES, OPS
 from normlab.bench.output import check_out_dir, measured, render_table, write_outputs
@@ -22,7 +23,9 @@ from normlab.bench.runner import (
     MAX_LLC_MULTIPLE,
     Config,
     Row,
+    cache_bytes,
     check_device_available,
+    rows_for,
     run,
 )
 from normlab.cli.app import app
@@ -132,6 +135,34 @@ def _config(
         raise _bad_parameter(err) from None
 
 
+BENCH_COPIES = 8
+"""Tensors of one problem's size a measurement holds at once (input, output, gradients, the
+peers' copies), for :func:`check_bench_memory`."""
+
+
+def check_bench_memory(config: Config) -> None:
+    """Raise ``ValueError`` naming ``--dims``/``--rows`` if the largest problem (rows × D values
+    of the widest dtype, :data:`BENCH_COPIES` times) cannot fit in the device's memory."""
+    device = check_device_available(config.device)
+    if device.type == "cuda":
+        available = torch.cuda.get_device_properties(device).total_memory
+    else:
+        available = available_memory()
+    llc = cache_bytes(device)
+    for dim in config.dims:
+        for dtype in config.dtypes:
+            rows = config.rows or rows_for(dim, dtype, llc, config.llc_multiple)
+            needed = BENCH_COPIES * rows * dim * dtype.itemsize
+            check_fits(
+                needed,
+                available,
+                f"dims/rows: a problem of {rows:,} rows × D = {dim:,} ({dtype}, "
+                f"{format_bytes(rows * dim * dtype.itemsize)} per tensor)",
+                f"on {device}",
+                "use a smaller --dims or --rows",
+            )
+
+
 @app.command()
 def bench(
     ops: Annotated[
@@ -202,6 +233,7 @@ def bench(
     )  # every option checked here, before any measurement (or restart)
     try:
         check_device_available(device)
+        check_bench_memory(config)
         check_out_dir(out)
     except ValueError as err:
         raise _bad_parameter(err) from None

@@ -34,7 +34,9 @@ DEFAULT_OUT = Path("normlab-out/compare")
 EXIT_REFUSED = 1
 EXIT_BAD_CONFIG = 2
 EXIT_NO_RESULT = 3
+EXIT_STOPPED = 4
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -157,7 +159,10 @@ COMPARE_HELP = (
     "Exit status: 0 when at least one run finished or diverged (crashed runs are recorded as "
     "results); 1 when the command refused before training (bad --out, --device or --data, "
     "folder locked, unpaired arms, settings that differ from finished runs); 2 for an invalid "
-    "config; 3 when every run crashed; 130 when interrupted."
+    "config; 3 when every run crashed; 4 when training began but the command could not complete "
+    "(a full disk or another system error while training, or the report could not be written): "
+    "finished runs are kept, run the same command again to resume, or `normlab report` to build "
+    "the report; 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM)."
 )
 """The help of ``normlab compare``: one line per paragraph, so that Typer's rich help rewraps
 each paragraph to the terminal instead of keeping the source's line breaks."""
@@ -193,9 +198,15 @@ def compare(
     ] = True,
 ) -> None:
     """Run the controlled experiment; what it does is :data:`COMPARE_HELP` (its ``--help``)."""
+    from normlab.cli.errors import (
+        check_utf8_path,
+        describe_error,
+        interrupt_exit_code,
+        signals_as_interrupt,
+    )
     from normlab.experiment.config import ConfigError, validate_config
     from normlab.experiment.lock import FolderLockedError
-    from normlab.experiment.runner import run_experiment
+    from normlab.experiment.runner import GridStopped, run_experiment
 
     console = Console()
     started = time.perf_counter()
@@ -227,16 +238,21 @@ def compare(
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
     try:
-        after = _build_report_step(console) if report else None
-        summaries = run_experiment(cfg, out, console=console, after_training=after)
-    except (FolderLockedError, ValueError) as err:
+        with signals_as_interrupt():
+            check_utf8_path(out, "out")
+            check_utf8_path(cfg.data.path, "data")
+            after = _build_report_step(console) if report else None
+            summaries = run_experiment(cfg, out, console=console, after_training=after)
+    except (GridStopped, ReportNotBuilt) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
+        raise typer.Exit(EXIT_STOPPED) from None
+    except (FolderLockedError, ValueError, OSError, MemoryError, RecursionError) as err:
+        console.print(f"[red]error:[/] {escape(describe_error(err) or str(err))}", highlight=False)
         raise typer.Exit(EXIT_REFUSED) from None
-    except KeyboardInterrupt:
-        console.print(
-            f"interrupted: finished runs are kept in {out}; run the same command to continue"
-        )
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt as err:
+        how = "terminated" if interrupt_exit_code(err) != EXIT_INTERRUPTED else "interrupted"
+        console.print(f"{how}: finished runs are kept in {out}; run the same command to continue")
+        raise typer.Exit(interrupt_exit_code(err)) from None
     counts = status_counts(summaries)
     shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     console.print(f"done in {time.perf_counter() - started:.0f} s: {shown}; results in {out}")
@@ -265,11 +281,26 @@ def _build_report_step(console: Console) -> Callable[[Path, dict[str, dict[str, 
 
     def build(out: Path, summaries: dict[str, dict[str, Any]]) -> None:
         if any(s.get("status") in DONE_STATUSES for s in summaries.values()):
-            build_report_if_available(out, console)
+            try:
+                build_report_if_available(out, console)
+            except (ValueError, OSError, MemoryError, UnicodeError) as err:
+                raise ReportNotBuilt(out, err) from err
         else:
             console.print("report: not built, since no run finished or diverged")
 
     return build
+
+
+class ReportNotBuilt(RuntimeError):
+    """Training ended but the report could not be written (exit status 4)."""
+
+    def __init__(self, out: Path, cause: BaseException) -> None:
+        from normlab.cli.errors import describe_error
+
+        super().__init__(
+            f"report: not built ({describe_error(cause) or cause}); the runs are kept in "
+            f"{str(out)!r}: fix the cause, then run `normlab report` on that folder"
+        )
 
 
 def build_report_if_available(out: Path, console: Console) -> bool:

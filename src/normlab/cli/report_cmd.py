@@ -11,27 +11,56 @@ from rich.console import Console
 
 from normlab.analysis.runs import CompareFolderError
 from normlab.cli.app import app
-from normlab.run_format import ANALYSIS_FILE, REPORT_HTML_FILE, REPORT_MD_FILE, RUNS_CSV_FILE
+from normlab.run_format import (
+    ANALYSIS_FILE,
+    EXPERIMENT_FILE,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+    RUNS_CSV_FILE,
+)
+
+REPORT_HELP = (
+    "Rebuild the verdict and report of a compare folder from its files, without training."
+    "\n\n"
+    "Writes summary.json, runs.csv, report.md, report.html and plots/*.png into OUT, holding the "
+    "folder's lock (as `normlab compare` does)."
+    "\n\n"
+    "Exit status: 0 when built; 1 when the folder is locked by a running command, or a file "
+    "cannot be read or written (e.g. a full disk, a damaged metrics.jsonl); 2 when OUT is not a "
+    "readable compare folder."
+)
+"""The help of ``normlab report``: one line per paragraph (Typer rewraps each)."""
 
 
-@app.command()
+@app.command(help=REPORT_HELP)
 def report(
     out: Annotated[
         Path,
         typer.Argument(help="The output folder of `normlab compare` (holds experiment.json)."),
     ],
 ) -> None:
-    """Rebuild the verdict and report of a compare folder from its files, without training.
-
-    Writes summary.json, runs.csv, report.md, report.html and plots/*.png into OUT.
-    """
+    """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
+    from normlab.cli.errors import check_utf8_path, describe_error
+    from normlab.experiment.lock import FolderLockedError, OutputLock
     from normlab.report import build_report  # matplotlib is imported only when needed
 
+    def fail(message: str, code: int) -> typer.Exit:
+        typer.echo(f"normlab report: error: {' '.join(message.split())}", err=True)
+        return typer.Exit(code=code)
+
     try:
-        written = build_report(out)
+        check_utf8_path(out, "OUT")
+        if (out / EXPERIMENT_FILE).is_file():
+            with OutputLock(out):
+                written = build_report(out)
+        else:  # not a compare folder: build_report says so, and no lock file is created
+            written = build_report(out)
+    except FolderLockedError as err:
+        raise fail(str(err), 1) from None
     except CompareFolderError as err:
-        typer.echo(f"normlab report: error: {err}", err=True)
-        raise typer.Exit(code=2) from err
+        raise fail(str(err), 2) from None
+    except (ValueError, OSError, MemoryError, UnicodeError) as err:
+        raise fail(describe_error(err) or str(err), 1) from None
     summary = written[ANALYSIS_FILE]
     rec = json.loads(summary.read_text(encoding="utf-8"))["recommendation"]
     console = Console()

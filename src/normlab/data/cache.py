@@ -10,7 +10,6 @@ cache also holds each token's UTF-8 byte count; :func:`load_tokens` maps either 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import platform
 from dataclasses import dataclass
@@ -19,12 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from normlab._io import write_bytes_atomic, write_json_atomic
+from normlab._io import read_json_object, write_bytes_atomic, write_json_atomic
 from normlab.data.documents import FOLDER, TEXT
 from normlab.data.sources import (
+    BINARY_PROBE_BYTES,
     SourceFile,
     list_stdlib_files,
     list_text_files,
+    looks_binary,
     read_files,
     read_head,
     stdlib_root,
@@ -32,6 +33,7 @@ from normlab.data.sources import (
 from normlab.data.split import check_val_fraction, split_by_file, split_single
 from normlab.data.token_cache import BYTES_DTYPE, prepare_token_cache, source_format
 from normlab.data.tokenizer import BYTES
+from normlab.data.verify import HASHES_KEY, cache_problem, content_hash
 from normlab.run_format import DATA_INFO_FILE as INFO_FILE
 from normlab.run_format import TOKENS_FILE
 
@@ -86,8 +88,12 @@ def check_source(source: str | Path | None) -> Path | None:
     """
     if source is None or str(source) == STDLIB:
         return None
-    path = resolve_source(source)
     expected = "expected a text file or a folder of text files"
+    try:
+        path = resolve_source(source)
+    except (OSError, RuntimeError) as err:  # e.g. a symbolic link loop
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        raise ValueError(f"data: cannot resolve {str(source)!r} ({reason}); {expected}") from None
     if not path.exists():
         raise ValueError(f"data: no such file or folder {str(source)!r}; {expected}")
     if not path.is_file() and not path.is_dir():
@@ -126,6 +132,12 @@ def read_corpus(
         path = check_source(source)
         assert path is not None  # only the standard library has no path
         if path.is_file():
+            if looks_binary(path):  # a folder skips such files; a lone one is refused
+                raise ValueError(
+                    f"data: {str(path)!r} looks binary (a NUL byte in its first "
+                    f"{BINARY_PROBE_BYTES:,} bytes); expected a text file (a folder skips "
+                    "binary files)"
+                )
             data = read_head(path, max_bytes)
             if len(data) < 2:
                 raise ValueError(f"data: {str(path)!r} has fewer than 2 bytes; expected text")
@@ -232,7 +244,7 @@ def prepare_tokens(
     info_path, tokens_path = data_dir / INFO_FILE, data_dir / TOKENS_FILE
     old: dict[str, Any] | None = None
     if info_path.exists():
-        old = json.loads(info_path.read_text(encoding="utf-8"))
+        old = read_cache_info(info_path)
         if old.get("tokenizer", BYTES) != BYTES or "source_format" in old:
             raise ValueError(
                 f"data: the cache in {str(data_dir)!r} was built with tokenizer="
@@ -246,8 +258,14 @@ def prepare_tokens(
                     f"{old.get(field)!r}, this run asks for {field}={value!r}; use another --out"
                 )
         expected_size = old["n_train_tokens"] + old["n_val_tokens"]
-        if tokens_path.exists() and tokens_path.stat().st_size == expected_size:
+        if (
+            tokens_path.exists()
+            and tokens_path.stat().st_size == expected_size
+            and cache_problem(data_dir, old, TOKENS_FILE) is None
+        ):
             return old
+        # missing, resized or damaged (its content hash differs): rebuilt from the source below,
+        # which must read as the same fingerprint
     train, val, desc = read_corpus(source, max_bytes, val_fraction)
     fp = fingerprint(train, val)
     if old is not None and old.get("fingerprint") != fp:
@@ -263,8 +281,21 @@ def prepare_tokens(
         "n_val_tokens": len(val),
     }
     write_bytes_atomic(tokens_path, train + val)
+    info[HASHES_KEY] = {TOKENS_FILE: content_hash(tokens_path)}
     write_json_atomic(info_path, info)
     return info
+
+
+def read_cache_info(info_path: Path) -> dict[str, Any]:
+    """A cache's ``data.json``; ``ValueError`` naming the file (and how to start over) if it is
+    not a JSON object."""
+    try:
+        return read_json_object(info_path)
+    except ValueError as err:
+        raise ValueError(
+            f"data: {err}. Delete the folder {str(Path(info_path).parent)!r} to rebuild the "
+            "cache (finished runs are checked against its fingerprint)"
+        ) from None
 
 
 def load_tokens(data_dir: Path) -> TokenData:
@@ -273,7 +304,14 @@ def load_tokens(data_dir: Path) -> TokenData:
     info_path = data_dir / INFO_FILE
     if not info_path.exists():
         raise FileNotFoundError(f"data_dir: no {INFO_FILE} in {str(data_dir)!r}")
-    info = json.loads(info_path.read_text(encoding="utf-8"))
+    info = read_cache_info(info_path)
+    if HASHES_KEY in info:  # caches made before hashes were recorded are mapped unchecked
+        problem = cache_problem(data_dir, info, TOKENS_FILE)
+        if problem is not None:
+            raise ValueError(
+                f"data: the token cache in {str(data_dir)!r} is damaged ({problem}); run the "
+                "same command again to rebuild it"
+            )
     name = info.get("tokens_file", TOKENS_FILE)
     tokens = np.memmap(data_dir / name, dtype=np.dtype(info.get("token_dtype", "uint8")), mode="r")
     n_train, n_val = info["n_train_tokens"], info["n_val_tokens"]

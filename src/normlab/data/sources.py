@@ -8,6 +8,7 @@ order of relative path. Nothing is downloaded.
 
 from __future__ import annotations
 
+import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,7 +70,8 @@ def read_head(path: Path, limit: int) -> bytes:
     """The first ``limit`` bytes of the file at ``path`` (all of it if it is shorter); never
     reads more than ``limit`` bytes into memory."""
     with open(path, "rb") as f:
-        return f.read(limit)
+        size = os.fstat(f.fileno()).st_size  # read(n) allocates n bytes up front
+        return f.read(min(limit, size + 1) if size else limit)
 
 
 def read_files(root: Path, paths: list[Path], max_bytes: int) -> tuple[list[SourceFile], bool]:

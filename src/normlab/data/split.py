@@ -11,8 +11,10 @@ from normlab.data.sources import SourceFile
 
 
 def path_fraction(rel_path: str) -> float:
-    """A number in [0, 1) fixed by the file's relative path: first 8 bytes of its sha256 / 2⁶⁴."""
-    digest = hashlib.sha256(rel_path.encode("utf-8")).digest()
+    """A number in [0, 1) fixed by the file's relative path: first 8 bytes of the sha256 of its
+    bytes (UTF-8; a name that is not UTF-8 keeps its raw bytes, as ``os.fsencode`` gives them)
+    / 2⁶⁴."""
+    digest = hashlib.sha256(rel_path.encode("utf-8", "surrogateescape")).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 

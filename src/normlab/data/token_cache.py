@@ -22,7 +22,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from normlab._io import _atomic, write_json_atomic
+from normlab._io import _atomic, read_json_object, write_json_atomic
 from normlab.data import documents as docs_mod
 from normlab.data.pretokenized import is_pretokenized, open_token_source
 from normlab.data.sources import stdlib_root
@@ -34,6 +34,7 @@ from normlab.data.split import (
     validation_mask,
 )
 from normlab.data.tokenizer import BYTES, Tokenizer, load_tokenizer, token_dtype
+from normlab.data.verify import HASHES_KEY, cache_files, cache_hashes, cache_problem
 
 INFO_FILE = "data.json"
 BYTES_FILE = "token_bytes.u16"
@@ -240,15 +241,15 @@ def prepare_token_cache(
     info_path = data_dir / INFO_FILE
     old: dict[str, Any] | None = None
     if info_path.exists():
-        old = json.loads(info_path.read_text(encoding="utf-8"))
+        old = read_json_object(info_path)
         for field, value in key.items():
             if old.get(field) != value:
                 raise ValueError(
                     f"data: the cache in {str(data_dir)!r} was built with {field}="
                     f"{old.get(field)!r}, this run asks for {field}={value!r}; use another --out"
                 )
-        if _files_complete(data_dir, old):
-            return old
+        if _files_complete(data_dir, old) and cache_problem(data_dir, old, "") is None:
+            return old  # else missing or damaged: rebuilt, and must read as the same fingerprint
     dtype = token_dtype(tok.vocab_size)
     writer = SplitWriter(data_dir, dtype, with_bytes=not tok.is_bytes)
     try:
@@ -290,6 +291,7 @@ def prepare_token_cache(
     }
     if fmt == docs_mod.STDLIB:
         info["source_root"] = str(path)
+    info[HASHES_KEY] = cache_hashes(data_dir, cache_files(info, ""))
     write_json_atomic(info_path, info)
     return info
 

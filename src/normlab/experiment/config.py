@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 import math
 import re
+import reprlib
 from pathlib import Path
 from typing import Any, Literal
 
@@ -649,10 +650,30 @@ def _section_at(loc: tuple[Any, ...]) -> type[BaseModel]:
     return cls
 
 
+MAX_SHOWN_CHARS = 200
+"""The most characters of a given value that a validation message quotes."""
+MAX_CONFIG_VALUES = 100_000
+"""The most values (scalars, lists and mappings, counted with YAML aliases expanded) a config
+file may hold; a real config holds well under a hundred."""
+
+
+def _shown_value(value: Any) -> str:
+    """``repr(value)`` cut to :data:`MAX_SHOWN_CHARS` characters, built without ever forming
+    the whole text (a value built by YAML aliases can be astronomically large)."""
+    limiter = reprlib.Repr()
+    limiter.maxlevel, limiter.maxlist, limiter.maxtuple, limiter.maxdict = 3, 8, 8, 8
+    limiter.maxstring, limiter.maxother, limiter.maxlong = MAX_SHOWN_CHARS, MAX_SHOWN_CHARS, 60
+    text = limiter.repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
+
+
 def describe_errors(err: ValidationError) -> str:
-    """One line per problem: the dotted key, what is wrong, and the valid keys for unknown ones."""
+    """One line per problem: the dotted key, what is wrong, and the valid keys for unknown ones.
+    Given values are quoted cut to :data:`MAX_SHOWN_CHARS` characters, and at most 20 problems
+    are listed."""
     lines = []
-    for e in err.errors():
+    errors = err.errors(include_url=False, include_context=False)
+    for e in errors[:20]:
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc) or "config"
         if e["type"] == "extra_forbidden":
@@ -662,9 +683,13 @@ def describe_errors(err: ValidationError) -> str:
             lines.append(f"unknown key {key!r}; valid keys of {section}: {valid}")
         else:
             msg = e["msg"].removeprefix("Value error, ")
+            if len(msg) > 2 * MAX_SHOWN_CHARS:
+                msg = msg[: 2 * MAX_SHOWN_CHARS - 3] + "..."
             given = e.get("input")
-            shown = "" if isinstance(given, dict) else f" (got {given!r})"
+            shown = "" if isinstance(given, dict) else f" (got {_shown_value(given)})"
             lines.append(f"{key}: {msg}{shown}" if loc else msg)
+    if len(errors) > 20:
+        lines.append(f"... and {len(errors) - 20} more problems")
     return "invalid experiment config:\n  " + "\n  ".join(lines)
 
 
@@ -683,7 +708,26 @@ def validate_config(data: dict[str, Any]) -> ExperimentConfig:
 class ConfigLoader(yaml.SafeLoader):
     """PyYAML's safe loader, except that scientific notation without a dot or without an
     exponent sign (``1e-3``, ``1E5``, ``2.5e4``, ``.5e-3``) is a float, as in YAML 1.2 and
-    Python. PyYAML follows YAML 1.1 there and would read those as strings."""
+    Python. PyYAML follows YAML 1.1 there and would read those as strings. A key given twice
+    in one mapping is an error (PyYAML would keep the last value silently); keys brought in by a
+    ``<<`` merge may still be overridden."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(
+                key_node, yaml.ScalarNode
+            ):
+                continue
+            key = key_node.value
+            if key in seen:
+                raise yaml.YAMLError(
+                    f"the key {key!r} is given twice in one mapping (lines "
+                    f"{seen[key].line + 1} and {key_node.start_mark.line + 1}); expected each "
+                    "key once"
+                )
+            seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 ConfigLoader.add_implicit_resolver(
@@ -693,20 +737,80 @@ ConfigLoader.add_implicit_resolver(
 )
 
 
+def expanded_size(data: Any, limit: int = MAX_CONFIG_VALUES) -> int:
+    """The number of values in ``data`` counting every list and mapping and each scalar once per
+    place it appears (what a YAML alias shares counts at each use): n(x) = 1 + Σ n(child).
+    Computed once per distinct object, so in time linear in the parsed document; stops counting
+    (returns a number above ``limit``) as soon as the count passes ``limit``."""
+    memo: dict[int, int] = {}
+
+    def count(node: Any) -> int:
+        if not isinstance(node, (list, dict)):
+            return 1
+        known = memo.get(id(node))
+        if known is not None:
+            return known
+        memo[id(node)] = limit + 1  # a cycle (a recursive alias) counts as too large
+        children = list(node.keys()) + list(node.values()) if isinstance(node, dict) else node
+        total = 1
+        for child in children:
+            total += count(child)
+            if total > limit:
+                break
+        memo[id(node)] = total
+        return total
+
+    return count(data)
+
+
 def load_yaml(text: str) -> Any:
-    """Parse YAML with :class:`ConfigLoader` (safe: plain data only)."""
-    return yaml.load(text, Loader=ConfigLoader)
+    """Parse YAML with :class:`ConfigLoader` (safe: plain data only). Raises
+    ``yaml.YAMLError`` for a key given twice, and for a document whose aliases expand it to more
+    than :data:`MAX_CONFIG_VALUES` values (an "alias bomb": tiny text, astronomically large
+    data)."""
+    data = yaml.load(text, Loader=ConfigLoader)
+    size = expanded_size(data)
+    if size > MAX_CONFIG_VALUES:
+        raise yaml.YAMLError(
+            f"its aliases expand it to more than {MAX_CONFIG_VALUES:,} values (a config holds "
+            "a few dozen); expected plain settings"
+        )
+    return data
+
+
+def _one_line(err: yaml.YAMLError) -> str:
+    """A PyYAML error on one line: what is wrong and where (PyYAML's own text quotes the
+    offending lines over several)."""
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem:
+        mark = err.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        context = f"{err.context}: " if err.context else ""
+        return f"{context}{err.problem}{where}"
+    return " ".join(str(err).split())
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
-    """Read a YAML config into a dict (an empty file is an empty dict)."""
+    """Read a YAML config into a dict (an empty file is an empty dict). Raises
+    :class:`ConfigError` naming the file if it is missing, unreadable, not UTF-8 text or not
+    valid YAML (see :func:`load_yaml`)."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config: no such file {str(path)!r}")
     try:
         data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as err:
-        raise ConfigError(f"config: {str(path)!r} is not valid YAML: {err}") from None
+        text = _one_line(err)
+        if len(text) > 4 * MAX_SHOWN_CHARS:
+            text = text[: 4 * MAX_SHOWN_CHARS - 3] + "..."
+        raise ConfigError(f"config: {str(path)!r} is not valid YAML: {text}") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(
+            f"config: {str(path)!r} is not UTF-8 text (byte {err.object[err.start]:#04x} at "
+            f"offset {err.start}); expected a YAML file saved as UTF-8"
+        ) from None
+    except (OSError, RecursionError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "nested too deeply"
+        raise ConfigError(f"config: cannot read {str(path)!r} ({reason})") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -31,7 +31,12 @@ def resolve_device(device: str) -> str:
     """``"auto"`` → ``"cuda"`` when a GPU is visible, else ``"cpu"``; other names are checked."""
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    kind = torch.device(device).type
+    try:
+        kind = torch.device(device).type
+    except RuntimeError:  # torch: "Invalid device string"
+        raise ValueError(
+            f"device: {device!r} is not a device name; expected auto, cpu, cuda, cuda:N or mps"
+        ) from None
     if kind == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device: {device!r} was asked for but no CUDA device is available")
     if kind == "mps" and not torch.backends.mps.is_available():

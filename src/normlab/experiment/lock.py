@@ -9,7 +9,7 @@ from filelock import FileLock, Timeout
 
 from normlab.run_format import LOCK_FILE
 
-__all__ = ["LOCK_FILE", "FolderLockedError", "OutputLock"]
+__all__ = ["LOCK_FILE", "FolderLockedError", "OutputLock", "is_locked"]
 
 
 class FolderLockedError(RuntimeError):
@@ -70,3 +70,18 @@ class OutputLock:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+def is_locked(out_dir: Path) -> bool:
+    """Whether some process holds ``OUT/.lock`` now (tested by a non-blocking attempt to take
+    it, released at once). A run's worker calls it before it trains: a folder whose lock is free
+    has no owning command, so a worker left over from a dead command must not write there."""
+    lock = FileLock(Path(out_dir) / LOCK_FILE, timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        return True
+    except OSError:  # the folder or its lock file is gone: nobody owns it
+        return False
+    lock.release(force=True)
+    return False

@@ -14,9 +14,7 @@ is thus hidden behind training (on a spare core), and no run's timing includes i
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
-import queue
 import re
 import shutil
 import time
@@ -50,8 +48,10 @@ from normlab.experiment.grid import (
     plan_runs,
 )
 from normlab.experiment.lock import OutputLock
+from normlab.experiment.sizes import check_experiment_sizes
 from normlab.experiment.testbeds import TESTBEDS
-from normlab.experiment.worker import crashed_summary, read_spec, worker_main
+from normlab.experiment.worker import crashed_summary, read_spec
+from normlab.experiment.worker_process import WorkerProcess
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
@@ -84,12 +84,14 @@ WORKER_ENV = {
 
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one)."""
+    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one, or one
+    that is not a JSON object)."""
     path = Path(run_dir) / SUMMARY_FILE
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        summary = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return summary if isinstance(summary, dict) else None
 
 
 def is_done(summary: dict[str, Any] | None) -> bool:
@@ -170,9 +172,7 @@ def worker_environment(threads: int) -> Iterator[None]:
 class _Active:
     spec: dict[str, Any]
     run_dir: Path
-    process: Any
-    progress_queue: Any
-    go: Any
+    process: WorkerProcess
     released: bool = False
     started: float = field(default_factory=time.perf_counter)
     step: int = 0
@@ -324,9 +324,11 @@ def run_grid(
     console: Console | None = None,
     show_progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Train every run of ``runs`` that is not done, each in its own ``spawn`` process, at most
-    ``parallel`` at a time (plus one in standby, see the module docstring). Returns
-    {run_id: summary} for the whole grid."""
+    """Train every run of ``runs`` that is not done, each in its own worker process
+    (:class:`normlab.experiment.worker_process.WorkerProcess`, bound to this process's
+    lifetime), at most ``parallel`` at a time (plus one in standby, see the module docstring).
+    Returns {run_id: summary} for the whole grid. Any exit stops every worker first; a system
+    error while training (``OSError``, ``MemoryError``) is raised as :class:`GridStopped`."""
     console = console or Console()
     out = Path(out)
     summaries = finished_runs(runs, out)
@@ -336,7 +338,6 @@ def run_grid(
     if not todo:
         return summaries
 
-    ctx = multiprocessing.get_context("spawn")
     active: list[_Active] = []
     columns = (
         TextColumn("[bold]{task.description}"),
@@ -356,15 +357,9 @@ def run_grid(
             run_dir = out / RUNS_DIR / spec["run_id"]
             shutil.rmtree(run_dir, ignore_errors=True)  # unfinished: redo from scratch
             write_json_atomic(run_dir / RUN_FILE, spec)
-            progress_queue, go = ctx.Queue(), ctx.Event()
-            process = ctx.Process(
-                target=worker_main,
-                args=(str(run_dir), progress_queue, go),
-                name=f"normlab-{spec['run_id']}",
-            )
             with worker_environment(spec["threads"]):
-                process.start()
-            active.append(_Active(spec, run_dir, process, progress_queue, go))
+                process = WorkerProcess(run_dir, name=f"normlab-{spec['run_id']}")
+            active.append(_Active(spec, run_dir, process))
 
         def release_waiting() -> None:
             running = sum(a.released for a in active)
@@ -372,22 +367,20 @@ def run_grid(
                 if running >= parallel:
                     return
                 if not a.released:
-                    a.go.set()
+                    a.process.release()
                     a.released, a.started = True, time.perf_counter()
                     running += 1
 
         def drain(a: _Active) -> None:
-            while True:
-                try:
-                    _, step = a.progress_queue.get_nowait()
-                except queue.Empty:
-                    return
+            step = a.process.last_step()
+            if step is not None:
                 progress.advance(task, step - a.step)
                 a.step = step
 
         def finish(a: _Active) -> None:
             a.process.join()
             drain(a)
+            a.process.close()
             progress.advance(task, a.spec["train"]["steps"] - a.step)
             summary = read_summary(a.run_dir)
             if summary is None:
@@ -417,13 +410,38 @@ def run_grid(
                         finish(a)
                         active.remove(a)
                 time.sleep(0.05)
-        except BaseException:
-            for a in active:
-                a.process.terminate()
-            for a in active:
-                a.process.join(10)
+        except BaseException as err:
+            stop_workers([a.process for a in active])
+            if isinstance(err, (OSError, MemoryError)):
+                raise GridStopped(out, err) from err
             raise
     return {s["run_id"]: summaries[s["run_id"]] for s in runs}
+
+
+class GridStopped(RuntimeError):
+    """The grid stopped on a system error while training (a full disk, no memory, no more
+    processes): the runs that finished are kept, the others are redone by the same command."""
+
+    def __init__(self, out: Path, cause: BaseException) -> None:
+        if isinstance(cause, OSError):
+            reason = cause.strerror or str(cause)
+            if cause.filename is not None:
+                reason += f" ({str(cause.filename)!r})"
+        else:
+            reason = f"{type(cause).__name__}: {cause}".rstrip(": ")
+        super().__init__(
+            f"training stopped: {reason}; the finished runs are kept in {str(out)!r}. Fix the "
+            "cause (e.g. free disk space), then run the same command again to resume"
+        )
+
+
+def stop_workers(processes: list[WorkerProcess], timeout: float = 10.0) -> None:
+    """Stop every worker: close their inputs and send ``SIGTERM`` to all first, then wait for
+    each (``SIGKILL`` after ``timeout`` seconds), so that none outlives the grid."""
+    for p in processes:
+        p.terminate()
+    for p in processes:
+        p.stop(timeout)
 
 
 AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
@@ -461,6 +479,7 @@ def run_experiment(
     check_out_contents(out)
     TESTBEDS[cfg.testbed].check_inputs(cfg)
     device = resolve_device(cfg.device)
+    check_experiment_sizes(cfg, out)  # memory and disk, before anything is allocated
     threads = cfg.threads or default_threads()
     lock = OutputLock(out)
     try:

@@ -1,21 +1,24 @@
 """One run in its own process: train, write ``summary.json``, record a crash as a result.
 
-:func:`worker_main` is the target of a ``spawn`` process started by the runner.
+:func:`serve_run` is the body of a worker process started by the runner through
+:mod:`normlab.experiment.bootstrap`.
 :func:`execute_run` is the same work in the calling process (used by tests and debugging).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-import json
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normlab._io import write_json_atomic
+from normlab._io import read_json_object, write_json_atomic
+from normlab.experiment.lock import is_locked
 from normlab.experiment.train import RunAborted, train_run
 from normlab.run_format import (
     CRASHED,
@@ -33,8 +36,8 @@ __all__ = [
     "crashed_summary",
     "execute_run",
     "read_spec",
+    "serve_run",
     "summary_fields",
-    "worker_main",
 ]
 
 SUMMARY_FIELDS: tuple[str, ...] = testbed_format("gpt").summary_fields
@@ -73,7 +76,8 @@ def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, A
 
 
 def read_spec(run_dir: Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / RUN_FILE).read_text(encoding="utf-8"))
+    """The run's ``run.json``; ``ValueError`` naming the file if it is not a JSON object."""
+    return read_json_object(Path(run_dir) / RUN_FILE)
 
 
 def execute_run(
@@ -103,24 +107,53 @@ def execute_run(
     return summary
 
 
-def worker_main(run_dir: str, progress: Any, go: Any) -> None:
-    """Process entry point: set the run up, wait until the ``go`` event is set, train, reporting
-    ``("step", n)`` on the ``progress`` queue. Stops if the parent process goes away (the worker
-    would otherwise train on, unsupervised)."""
-    parent = os.getppid()
+def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
+    """Worker process body (after :mod:`normlab.experiment.bootstrap` bound it to ``parent``):
+    set the run up, wait for the runner's ``go`` line on standard input, train, writing each
+    finished step as ``"N\\n"`` to the file descriptor ``progress_fd``. Returns the exit status.
+
+    The worker stops (exit 130, no summary, so a re-run redoes the run) as soon as its parent is
+    gone (``getppid()`` changed, or standard input closed: the runner's end of the pipe dies with
+    it), and before training it refuses unless the output folder's lock is held (its owner, the
+    parent, still running): a worker never trains into a folder that no command owns."""
+    gone = threading.Event()
+    go = threading.Event()
+
+    def listen() -> None:
+        for line in sys.stdin.buffer:
+            if line.strip() == b"go":
+                go.set()
+        gone.set()  # end of input: the parent closed the pipe or died
+        go.set()
+
+    threading.Thread(target=listen, name="normlab-go", daemon=True).start()
+    os.set_blocking(progress_fd, False)
 
     def orphaned() -> bool:
-        return os.getppid() != parent
+        return gone.is_set() or os.getppid() != parent
 
     def on_step(step: int) -> None:
-        progress.put(("step", step))
+        # the runner is behind (pipe full): progress is advisory, drop this one
+        with contextlib.suppress(BlockingIOError):
+            os.write(progress_fd, f"{step}\n".encode())
 
     def wait_for_start() -> None:
         while not go.wait(0.5):
             if orphaned():
                 raise RunAborted("the grid's process is gone")
+        if orphaned():
+            raise RunAborted("the grid's process is gone")
+        out = Path(run_dir).parent.parent
+        if not is_locked(out):
+            raise RunAborted(f"no command holds the lock of {str(out)!r}; not training")
 
     try:
         execute_run(Path(run_dir), on_step, orphaned, wait_for_start)
     except (RunAborted, KeyboardInterrupt):
-        sys.exit(130)
+        return 130
+    except (OSError, MemoryError) as err:  # e.g. a full disk while writing the summary
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else repr(err)
+        where = f" ({err.filename!r})" if isinstance(err, OSError) and err.filename else ""
+        sys.stderr.write(f"normlab: run {Path(run_dir).name}: {reason}{where}\n")
+        return 1
+    return 0

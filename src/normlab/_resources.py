@@ -1,0 +1,69 @@
+"""The machine's memory and disk, and size checks made before anything is allocated.
+
+A command given an absurd size (a billion seeds, a 10¹⁴-byte data cap, a million-wide model, a
+two-billion-wide probe) estimates what it would allocate and refuses up front, naming the option
+and both numbers, instead of being killed by the kernel's out-of-memory killer (or filling the
+disk) minutes later.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation: ``MemAvailable`` of ``/proc/meminfo``
+    (Linux), else the physical memory (``sysconf``), else 2⁶³ (unknown: no check)."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, AttributeError):
+        return 2**63
+
+
+def free_disk(path: str | os.PathLike[str]) -> int:
+    """Free bytes on the file system that holds ``path`` (or its nearest existing parent);
+    2⁶³ when it cannot be told (or the file system reports a total size of 0)."""
+    p = Path(path).absolute()
+    for candidate in (p, *p.parents):
+        try:
+            if candidate.exists():
+                usage = shutil.disk_usage(candidate)
+                # a pseudo file system (proc, sysfs) reports no size at all: nothing to check
+                return usage.free if usage.total else 2**63
+        except OSError:
+            continue
+    return 2**63
+
+
+def format_bytes(n: float) -> str:
+    """``n`` bytes in binary units, 3 significant digits: ``1.5 GiB``."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(n) < 1024 or unit == "PiB":
+            return f"{n:.3g} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_fits(needed: float, available: int, what: str, where: str, hint: str) -> None:
+    """Raise ``ValueError`` ``"{what} needs about N, but only M is available {where}; {hint}"``
+    unless ``needed <= available``."""
+    if needed <= available:
+        return
+    raise ValueError(
+        f"{what} needs about {format_bytes(needed)}, but only {format_bytes(available)} is "
+        f"available {where}; {hint}"
+    )
+
+
+def check_fits_memory(needed: float, what: str, hint: str) -> None:
+    """:func:`check_fits` against :func:`available_memory`."""
+    check_fits(needed, available_memory(), what, "in memory", hint)
