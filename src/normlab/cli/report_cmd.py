@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +9,7 @@ import typer
 from rich.console import Console
 
 from normlab.analysis.runs import CompareFolderError
+from normlab.cli.answer import print_answer
 from normlab.cli.app import app
 from normlab.run_format import ANALYSIS_FILE, REPORT_HTML_FILE, REPORT_MD_FILE, RUNS_CSV_FILE
 
@@ -33,9 +33,8 @@ def report(
         typer.echo(f"normlab report: error: {err}", err=True)
         raise typer.Exit(code=2) from err
     summary = written[ANALYSIS_FILE]
-    rec = json.loads(summary.read_text(encoding="utf-8"))["recommendation"]
     console = Console()
-    console.print(f"[bold]{rec['headline']}[/bold]")
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
     console.print(f"        {written[REPORT_MD_FILE]}")
     console.print(f"Data:   {summary}, {written[RUNS_CSV_FILE]}")
+    print_answer(console, out)

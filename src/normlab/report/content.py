@@ -439,6 +439,38 @@ def _method(a: dict[str, Any]) -> list[str]:
         "on quality, speed, memory and stability only.",
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
+        *_sequential_method(a),
+    ]
+
+
+def _sequential_method(a: dict[str, Any]) -> list[str]:
+    """The method paragraph of ``compare --until-decided`` (none without its state): which
+    procedure, the looks planned, each look's decisions, how many seeds it took and why it
+    stopped."""
+    state = a.get("sequential")
+    if not state:
+        return []
+    plan = state["plan"]
+    alpha = float(plan["alpha"])
+    looks = ", ".join(str(n) for n in plan["looks"])
+    budget = f" and a time budget of {plan['max_time_s']:g} s" if plan.get("max_time_s") else ""
+    margin = f"±{plan['margin']:g}" if plan.get("margin") else "none"
+    done = []
+    for look in state.get("looks", []):
+        words = ", ".join(f"{arm} {d['verdict']}" for arm, d in look["arms"].items())
+        done.append(f"after {look['n_seeds']} seeds: {words or 'no open arm'}")
+    stopped = (state.get("stopped") or {}).get("words", "the rounds were interrupted")
+    return [
+        f"Seeds were added in rounds until decided (--until-decided): a {state['procedure']} "
+        f"({state['citation']}). The looks were fixed before the first one: after {looks} seeds "
+        f"(the last is the most seeds planned){budget}. At each look the paired differences of "
+        f"{state['metric']} are tested against boundaries that spend α = {alpha:g} over the "
+        f"looks: equivalent when the repeated {round(100 * (1 - 2 * alpha))}% interval lies "
+        f"inside the margin ({margin}), better or worse when the repeated "
+        f"{round(100 * (1 - alpha))}% interval excludes zero, so the error rates hold however "
+        "many looks are made. An arm keeps its decision once made; at the last look an open "
+        "arm is inconclusive. The quality verdicts above are these sequential decisions, with "
+        "their repeated intervals. Looks: " + "; ".join(done) + f". It stopped because {stopped}.",
     ]
 
 

@@ -32,6 +32,7 @@ from normlab.run_format.fields import (
 )
 from normlab.run_format.files import (
     ANALYSIS_FILE,
+    COMMAND_FILE,
     DATA_DIR,
     DATA_INFO_FILE,
     EXPERIMENT_FILE,
@@ -46,6 +47,7 @@ from normlab.run_format.files import (
     RUNS_CSV_FILE,
     RUNS_DIR,
     SAMPLES_FILE,
+    SEQUENTIAL_FILE,
     SUMMARY_FILE,
     TOKENS_FILE,
     parse_run_id,
@@ -81,6 +83,7 @@ __all__ = [
     "ANALYSIS_FILE",
     "ANOMALY_KINDS",
     "ANOMALY_RECORD",
+    "COMMAND_FILE",
     "CRASHED",
     "CRASH_FIELDS",
     "DATA_DIR",
@@ -118,6 +121,7 @@ __all__ = [
     "RUN_ID_PATTERN",
     "RUN_STATUSES",
     "SAMPLES_FILE",
+    "SEQUENTIAL_FILE",
     "SUMMARY_FILE",
     "SW2_UNIT",
     "TAIL_FIELDS",

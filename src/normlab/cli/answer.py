@@ -1,0 +1,125 @@
+"""The exact command that would settle an open comparison, and the closing terminal lines.
+
+``normlab compare`` records the flags it was given in ``OUT/``:data:`COMMAND_FILE`; the settling
+command is that same command with the same ``--out`` (so every finished run is reused):
+
+- after a fixed number of seeds: ``--seeds`` removed and ``--until-decided`` added (its look
+  schedule starts at the seeds already run, 3 by default);
+- after ``--until-decided`` stopped on its time budget: the same command again (the rounds
+  already trained are reused, so it continues where it stopped);
+- after ``--until-decided`` reached its last planned look undecided: ``--max-seeds`` doubled.
+  That is a new plan; its error rates assume it is fixed before any look, so the line says so.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from normlab._io import write_json_atomic
+from normlab.analysis.answer import answer_lines
+from normlab.analysis.rounds import read_state
+from normlab.run_format import ANALYSIS_FILE, COMMAND_FILE
+
+__all__ = ["compare_args", "print_answer", "read_command", "settle_command", "write_command"]
+
+VALUE_FLAGS = ("--seeds", "--max-seeds", "--max-time", "--out")
+
+
+def compare_args(given: Mapping[str, Any]) -> list[str]:
+    """The command-line arguments of ``normlab compare`` that set ``given`` ({parameter:
+    value}; None and False are left out, True is a bare switch), in the order given."""
+    args: list[str] = []
+    for name, value in given.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, list):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def _without(args: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``args`` without ``flags`` and their values (``--flag v`` or ``--flag=v``)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in arg and name in VALUE_FLAGS
+            continue
+        kept.append(arg)
+    return kept
+
+
+def _value(args: Sequence[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def settle_command(
+    args: Sequence[str], out: Path | str, state: Mapping[str, Any] | None = None
+) -> str:
+    """The command that would settle the question left open by ``normlab compare args``
+    (module docstring), with ``--out out``, shell-quoted."""
+    base = _without(args, ("--out",))
+    if state is None:
+        new = [*_without(base, ("--seeds", "--until-decided")), "--until-decided"]
+    elif (state.get("stopped") or {}).get("reason") == "max-seeds":
+        most = int(state["plan"]["max_seeds"])
+        new = [*_without(base, ("--max-seeds",)), "--max-seeds", str(2 * most)]
+    else:
+        new = list(base)
+    return shlex.join(["normlab", "compare", *new, "--out", str(out)])
+
+
+def write_command(out: Path, args: Sequence[str]) -> None:
+    """Record the flags of this compare in ``out/``:data:`COMMAND_FILE`."""
+    write_json_atomic(Path(out) / COMMAND_FILE, {"args": list(args)})
+
+
+def read_command(out: Path) -> list[str] | None:
+    """The flags recorded by :func:`write_command`, or None."""
+    try:
+        data = json.loads((Path(out) / COMMAND_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    args = data.get("args") if isinstance(data, dict) else None
+    return [str(a) for a in args] if isinstance(args, list) else None
+
+
+def print_answer(console: Console, out: Path, args: Sequence[str] | None = None) -> bool:
+    """Print the closing lines for the folder ``out`` from its analysis (``summary.json``) and
+    sequential state; ``args`` are the compare's flags (default: those recorded in the folder).
+    Returns False, printing nothing, when the folder has no analysis."""
+    try:
+        a = json.loads((Path(out) / ANALYSIS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    state = read_state(out)
+    if args is None:
+        args = read_command(out)
+    if state is not None and "verdicts" not in state:
+        state = None
+    settle = settle_command(args, out, state) if args is not None else None
+    lines = answer_lines(a, state, settle)
+    console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False)
+    for line in lines[1:]:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    return True
