@@ -25,7 +25,6 @@ from normlab.cli.answer import compare_args, settle_command
 from normlab.experiment import validate_config
 from normlab.experiment.rounds import look_schedule, round_seconds, run_until_decided
 from normlab.experiment.runner import paired_description
-from normlab.report import build_report
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
@@ -300,3 +299,44 @@ def test_the_paired_line_names_what_varies_and_counts_in_words() -> None:
     line = paired_description(both, runs, "cpu", 2)
     assert "only the norm and placement differ." in line and "600 steps" in line
     assert "with 2 threads" in line
+
+
+# --- one rule in one place: δ and "describes the trained model" live in the field declarations
+
+
+def test_every_compared_field_declares_its_smallest_difference() -> None:
+    from normlab.analysis import wording
+    from normlab.run_format import TESTBED_FORMATS
+
+    for fmt in TESTBED_FORMATS.values():
+        for f in fmt.fields:
+            if f.compare is None:
+                continue
+            assert f.compare.smallest is not None, (fmt.name, f.name)
+            spec = wording.smallest_for(f.name, fmt.name)
+            assert spec.kind == f.compare.smallest.kind
+            assert spec.resolve(0.02) == pytest.approx(
+                f.compare.smallest.resolve(0.02)
+                * (fmt.train_per_quality if f.compare.smallest.in_train_unit else 1.0)
+            )
+            assert (f.name in wording.LEARNED_MODEL_METRICS) == f.compare.trained_model
+
+
+def test_wording_reads_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from normlab.analysis import wording
+    from normlab.run_format import GPT, Smallest
+
+    fields = tuple(
+        dataclasses.replace(
+            f, compare=dataclasses.replace(f.compare, smallest=Smallest("relative", 0.5))
+        )
+        if f.name == "tokens_per_s" and f.compare is not None
+        else f
+        for f in GPT.fields
+    )
+    patched = dataclasses.replace(GPT)
+    object.__setattr__(patched, "__dict__", {**GPT.__dict__, "fields": fields})
+    monkeypatch.setattr(wording, "testbed_format", lambda name: patched)
+    assert wording.smallest_for("tokens_per_s").value == 0.5

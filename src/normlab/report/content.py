@@ -177,7 +177,7 @@ def _verdict_table(a: dict[str, Any]) -> Table:
     return Table(
         columns=[
             "arm",
-            f"Δ {testbed.short_label} [{confidence_pct(a)}% CI]",
+            f"Δ {testbed.short_label} [{_quality_interval(a)}]",
             "quality",
             f"throughput ratio [{confidence_pct(a)}% CI]",
             "speed",
@@ -190,6 +190,14 @@ def _verdict_table(a: dict[str, Any]) -> Table:
         align=["left", "right", "left", "right", "left", "left", "left", "right", "left"],
         badges=(2, 4, 5, 6, 8),
     ).drop_empty((7,))
+
+
+def _quality_interval(a: dict[str, Any]) -> str:
+    """What the quality interval is: the t-interval, or after ``--until-decided`` the repeated
+    interval of the sequential decision (:func:`normlab.analysis.rounds.sequential_comparison`)."""
+    if a.get("sequential"):
+        return "repeated interval, see Method"
+    return f"{confidence_pct(a)}% CI"
 
 
 def _fixed_table(folder: CompareFolder) -> Table:

@@ -15,10 +15,12 @@ from functools import cached_property
 from normlab.run_format.fields import (
     GROUPS,
     HEAD_FIELDS,
+    MARGIN,
     QUALITY_UNIT,
     TAIL_FIELDS,
     Display,
     MetricSpec,
+    Smallest,
     SummaryField,
     compared_field,
 )
@@ -168,6 +170,7 @@ GPT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
         compared_field(
             "best_val_bpb",
@@ -176,6 +179,7 @@ GPT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
     ),
     quality="final_val_bpb",
@@ -208,6 +212,7 @@ DIT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
         compared_field(
             "best_val_loss",
@@ -216,6 +221,7 @@ DIT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
         compared_field(
             "final_sample_sw2",
@@ -223,6 +229,7 @@ DIT = TestbedFormat(
             label="sample SW2 to validation images",
             unit=SW2_UNIT,
             group="quality",
+            smallest=Smallest("relative", 0.05),
         ),
         SummaryField("sample_cfg_scale"),
     ),
