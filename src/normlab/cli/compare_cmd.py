@@ -38,7 +38,7 @@ EXIT_BAD_CONFIG = 2
 EXIT_NO_RESULT = 3
 EXIT_INTERRUPTED = 130
 
-DEFAULT_MAX_SEEDS = 10
+DEFAULT_MAX_SEEDS = 7
 DEFAULT_MAX_TIME_S = 360.0
 UNTIL_DECIDED_HELP = (
     "Train paired seeds in rounds until the quality verdict of every arm is decided, by a "
