@@ -285,6 +285,26 @@ def test_until_decided_trains_in_rounds_and_resumes(tmp_path: Path, corpus: Path
     assert "Sequential: group-sequential paired t-test" in again.output
 
 
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--seeds", "3", "--max-seeds", "2"], "--max-seeds to be an int >= the seeds"),
+        (["--seeds", "1"], "needs at least 2 seeds at the first look (--seeds)"),
+        (["--max-time", "0"], "--max-time in seconds > 0"),
+    ],
+)
+def test_until_decided_refuses_a_plan_it_cannot_run(
+    tmp_path: Path, corpus: Path, flags: list[str], message: str
+) -> None:
+    out = tmp_path / "never"
+    result = CliRunner().invoke(
+        app, ["compare", "--data", str(corpus), "--until-decided", *flags, "--out", str(out)],
+        env={"COLUMNS": "300"},
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert message in result.output and not out.exists()
+
+
 # --- descriptions ---------------------------------------------------------------------------
 
 

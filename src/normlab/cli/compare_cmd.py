@@ -329,7 +329,7 @@ def _run_rounds(
     from normlab.run_format import testbed_format
 
     if not max_time > 0:
-        raise ValueError(f"max_time: expected a number of seconds > 0, got {max_time!r}")
+        raise ValueError(f"max_time: expected --max-time in seconds > 0, got {max_time!r}")
     fmt = testbed_format(cfg.testbed)
     looks = look_schedule(len(cfg.seed_list()), max_seeds)
     plan = plan_for(

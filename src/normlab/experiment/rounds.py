@@ -56,12 +56,13 @@ def look_schedule(first: int, max_seeds: int, step: int = 2) -> tuple[int, ...]:
     Raises ``ValueError`` naming ``--max-seeds`` unless ``max_seeds`` ≥ ``first`` ≥ 2."""
     if not (isinstance(first, int) and first >= 2):
         raise ValueError(
-            f"seeds: --until-decided needs at least 2 seeds at the first look, got {first!r}"
+            f"seeds: --until-decided needs at least 2 seeds at the first look (--seeds), "
+            f"got {first!r}"
         )
     if not (isinstance(max_seeds, int) and max_seeds >= first):
         raise ValueError(
-            f"max_seeds: expected an int >= the seeds of the first look ({first}), "
-            f"got {max_seeds!r}"
+            f"max_seeds: expected --max-seeds to be an int >= the seeds of the first look "
+            f"({first}), got {max_seeds!r}"
         )
     return (*range(first, max_seeds, step), max_seeds)
 
