@@ -14,7 +14,7 @@ from typing import Any
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.runs import CompareFolder
-from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
+from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
 from normlab.run_format import TestbedFormat, plot_path, testbed_format
 
 __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
@@ -438,9 +438,8 @@ def _method(a: dict[str, Any]) -> list[str]:
         "also gives each p-value adjusted by Holm–Bonferroni over all the metrics compared for "
         "that arm (Holm = 0.03 means the result survives a family-wise error rate of 5%). A "
         "result is called better or worse only when its Holm-adjusted p is below α and the "
-        "difference is at least the smallest that matters (the margin for losses; 2% for "
-        "speed, 1% for memory and bytes, 5% for time, 10% for activation statistics, one "
-        "outlier channel, half a spike per run); an interval that excludes zero without that "
+        "difference is at least the smallest that matters (" + _smallest_words(a) + "); an "
+        "interval that excludes zero without that "
         "reads 'unconfirmed' or 'unclear size'. The quality metric, tested first, uses its "
         "unadjusted test. An arm that failed to learn (most runs stalled, did not learn or "
         "diverged) shows its secondary metrics as 'not comparable'. The recommendation rests "
@@ -449,6 +448,25 @@ def _method(a: dict[str, Any]) -> list[str]:
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
         *_sequential_method(a),
     ]
+
+
+def _smallest_words(a: dict[str, Any]) -> str:
+    """The smallest difference that matters of each compared metric, as the field declarations
+    give it (:func:`normlab.analysis.wording.smallest_for`): ``label δ``, metrics with the same
+    δ together."""
+    testbed = str(a.get("testbed") or "gpt")
+    groups: dict[str, list[str]] = {}
+    for name, info in a["metrics"].items():
+        spec = smallest_for(name, testbed)
+        if spec.value is None:
+            factor = f" × {spec.margin_factor:.3g}" if spec.margin_factor != 1 else ""
+            delta = f"the margin ±{_margin(a):g}{factor}"
+        elif spec.kind == "relative":
+            delta = f"{100 * spec.value:g}%"
+        else:
+            delta = f"{spec.value:g} {info['unit']}"
+        groups.setdefault(delta, []).append(str(info["label"]))
+    return "; ".join(f"{delta} for {', '.join(labels)}" for delta, labels in groups.items())
 
 
 def _sequential_method(a: dict[str, Any]) -> list[str]:
