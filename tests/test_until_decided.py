@@ -9,6 +9,7 @@ second command reuses the finished runs.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -163,6 +164,10 @@ def test_settle_command_is_the_same_command_with_until_decided() -> None:
     timed = {"stopped": {"reason": "max-time"}, "plan": {"max_seeds": 10}}
     seq = [*args, "--until-decided", "--max-seeds", "10"]
     assert settle_command(seq, "o", timed) == "normlab compare " + " ".join(seq) + " --out o"
+    assert settle_command(args, "o", None, 5, 100.0).endswith("--until-decided --out o")
+    assert settle_command(args, "o", None, 12, 900.0).endswith(
+        "--until-decided --max-seeds 12 --max-time 900 --out o"
+    )
     full = {"stopped": {"reason": "max-seeds"}, "plan": {"max_seeds": 10}}
     assert settle_command(seq, "o", full).endswith("--until-decided --max-seeds 20 --out o")
 
@@ -188,7 +193,18 @@ def test_report_ends_with_the_answer_and_the_settling_command(tmp_path: Path) ->
     assert lines[-3].startswith("Verdict per arm on validation bpb")
     assert lines[-2].startswith("  rmsnorm-pre vs layernorm-pre: inconclusive — difference +0.10")
     assert "95% CI [" in lines[-2] and lines[-2].endswith("3 paired seeds [undecided]")
-    assert lines[-1] == f"To settle it, run: normlab compare --until-decided --out {out}"
+    a = json.loads((out / "summary.json").read_text())
+    needed = a["verdicts"][ARM]["seeds_needed"]
+    walls = sorted(
+        json.loads(p.read_text())["wall_s"] for p in (out / "runs").glob("*/summary.json")
+    )
+    per_run = (walls[2] + walls[3]) / 2 * 1.25 + 2  # the median × 1.25 + start-up
+    seconds = math.ceil((needed - 3) * 2 * per_run / 60) * 60
+    assert needed > 7 and seconds > 360
+    assert lines[-1] == (
+        f"To settle it, run: normlab compare --until-decided --max-seeds {needed} "
+        f"--max-time {seconds} --out {out}"
+    )
 
 
 def test_report_of_a_decided_folder_prints_no_command(tmp_path: Path) -> None:
@@ -253,9 +269,12 @@ def test_compare_ends_with_the_answer(tmp_path: Path, monkeypatch: pytest.Monkey
     assert json.loads((out / COMMAND_FILE).read_text())["args"] == [
         "--seeds", "3", "--lr", "0.01"
     ]  # fmt: skip
-    assert result.output.strip().splitlines()[-1] == (
-        f"To settle it, run: normlab compare --lr 0.01 --until-decided --out {out}"
+    assert (
+        result.output.strip()
+        .splitlines()[-1]
+        .startswith("To settle it, run: normlab compare --lr 0.01 --until-decided --max-seeds ")
     )
+    assert result.output.strip().endswith(f"--out {out}")
 
 
 TINY = {

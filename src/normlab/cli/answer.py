@@ -4,7 +4,9 @@
 command is that same command with the same ``--out`` (so every finished run is reused):
 
 - after a fixed number of seeds: ``--seeds`` removed and ``--until-decided`` added (its look
-  schedule starts at the seeds already run, 3 by default);
+  schedule starts at the seeds already run, 3 by default), with ``--max-seeds`` raised to the
+  seeds that the power estimate says would likely settle it and ``--max-time`` to the time
+  those runs would take at the speed of the runs so far, where these exceed the defaults;
 - after ``--until-decided`` stopped on its time budget: the same command again (the rounds
   already trained are reused, so it continues where it stopped);
 - after ``--until-decided`` reached its last planned look undecided: ``--max-seeds`` doubled.
@@ -14,6 +16,7 @@ command is that same command with the same ``--out`` (so every finished run is r
 from __future__ import annotations
 
 import json
+import math
 import shlex
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -25,9 +28,17 @@ from rich.markup import escape
 from normlab._io import write_json_atomic
 from normlab.analysis.answer import answer_lines
 from normlab.analysis.rounds import read_state
-from normlab.run_format import ANALYSIS_FILE, COMMAND_FILE
+from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S, round_seconds
+from normlab.run_format import ANALYSIS_FILE, COMMAND_FILE, RUNS_DIR, SUMMARY_FILE
 
-__all__ = ["compare_args", "print_answer", "read_command", "settle_command", "write_command"]
+__all__ = [
+    "compare_args",
+    "plan_size",
+    "print_answer",
+    "read_command",
+    "settle_command",
+    "write_command",
+]
 
 VALUE_FLAGS = ("--seeds", "--max-seeds", "--max-time", "--out")
 
@@ -74,19 +85,55 @@ def _value(args: Sequence[str], flag: str) -> str | None:
 
 
 def settle_command(
-    args: Sequence[str], out: Path | str, state: Mapping[str, Any] | None = None
+    args: Sequence[str],
+    out: Path | str,
+    state: Mapping[str, Any] | None = None,
+    max_seeds: int | None = None,
+    max_time_s: float | None = None,
 ) -> str:
     """The command that would settle the question left open by ``normlab compare args``
-    (module docstring), with ``--out out``, shell-quoted."""
+    (module docstring), with ``--out out``, shell-quoted. After fixed seeds, ``max_seeds`` and
+    ``max_time_s`` (when given and above the defaults) size the sequential plan."""
     base = _without(args, ("--out",))
     if state is None:
-        new = [*_without(base, ("--seeds", "--until-decided")), "--until-decided"]
+        new = [*_without(base, ("--seeds", "--until-decided", "--max-seeds", "--max-time"))]
+        new.append("--until-decided")
+        if max_seeds is not None and max_seeds > DEFAULT_MAX_SEEDS:
+            new += ["--max-seeds", str(max_seeds)]
+        if max_time_s is not None and max_time_s > DEFAULT_MAX_TIME_S:
+            new += ["--max-time", f"{max_time_s:g}"]
     elif (state.get("stopped") or {}).get("reason") == "max-seeds":
         most = int(state["plan"]["max_seeds"])
         new = [*_without(base, ("--max-seeds",)), "--max-seeds", str(2 * most)]
     else:
         new = list(base)
     return shlex.join(["normlab", "compare", *new, "--out", str(out)])
+
+
+def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float | None]:
+    """(most seeds, seconds) for the sequential plan that would settle the open arms of the
+    analysis ``a``: the largest seeds-needed estimate of an undecided arm (at least
+    :data:`DEFAULT_MAX_SEEDS`), and the time its new runs would take
+    (:func:`normlab.experiment.rounds.round_seconds` from the folder's runs, rounded up to a
+    minute), or (None, None) without an estimate."""
+    needs = [
+        v.get("seeds_needed")
+        for v in a.get("verdicts", {}).values()
+        if v.get("decision") == "undecided" and v.get("seeds_needed")
+    ]
+    if not needs:
+        return None, None
+    most = max(DEFAULT_MAX_SEEDS, *(int(n) for n in needs))
+    summaries = {}
+    for path in (Path(out) / RUNS_DIR).glob(f"*/{SUMMARY_FILE}"):
+        try:
+            summaries[path.parent.name] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    done = len({s.get("seed") for s in summaries.values()})
+    new_runs = max(0, most - done) * len(a.get("arm_order", []))
+    seconds = round_seconds(summaries, new_runs) or None
+    return most, (math.ceil(seconds / 60) * 60 if seconds else None)
 
 
 def write_command(out: Path, args: Sequence[str]) -> None:
@@ -117,7 +164,10 @@ def print_answer(console: Console, out: Path, args: Sequence[str] | None = None)
         args = read_command(out)
     if state is not None and "verdicts" not in state:
         state = None
-    settle = settle_command(args, out, state) if args is not None else None
+    settle = None
+    if args is not None:
+        seeds, seconds = plan_size(a, out) if state is None else (None, None)
+        settle = settle_command(args, out, state, seeds, seconds)
     lines = answer_lines(a, state, settle)
     console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False)
     for line in lines[1:]:

@@ -23,6 +23,7 @@ from rich.markup import escape
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
+from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
     REPORT_HTML_FILE,
@@ -38,8 +39,6 @@ EXIT_BAD_CONFIG = 2
 EXIT_NO_RESULT = 3
 EXIT_INTERRUPTED = 130
 
-DEFAULT_MAX_SEEDS = 7
-DEFAULT_MAX_TIME_S = 360.0
 UNTIL_DECIDED_HELP = (
     "Train paired seeds in rounds until the quality verdict of every arm is decided, by a "
     "group-sequential paired t-test with O'Brien–Fleming alpha-spending (Lan & DeMets 1983): "

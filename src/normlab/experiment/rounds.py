@@ -32,8 +32,21 @@ from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.runner import AfterTraining, run_experiment
 from normlab.run_format import SEQUENTIAL_FILE
 
-__all__ = ["Looker", "look_schedule", "round_seconds", "run_until_decided", "seed_sequence"]
+__all__ = [
+    "DEFAULT_MAX_SEEDS",
+    "DEFAULT_MAX_TIME_S",
+    "Looker",
+    "look_schedule",
+    "round_seconds",
+    "run_until_decided",
+    "seed_sequence",
+]
 
+DEFAULT_MAX_SEEDS = 7
+"""The last planned look of ``--until-decided`` by default: looks after 3, 5 and 7 seeds, 14 runs
+of the default model, about 5 minutes on 2 idle cores (docs/DESIGN.md §3)."""
+DEFAULT_MAX_TIME_S = 360.0
+"""No round of ``--until-decided`` starts that would end later than this, by default."""
 RUN_OVERHEAD_S = 2.0
 """Seconds a run costs besides its training time (process start, model build)."""
 
