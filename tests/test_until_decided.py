@@ -238,8 +238,10 @@ def test_the_report_follows_the_sequential_decision(tmp_path: Path) -> None:
     assert a["recommendation"]["status"] == "undecided"
     assert "repeated 95% interval" in result.output
     assert "stopped because the next round would not fit in the time budget" in result.output
+    # the same command, with a budget for the 7 seeds × 2 arms still planned
+    seconds = math.ceil(round_seconds(summaries, 14) / 60) * 60
     assert result.output.strip().splitlines()[-1] == (
-        f"To settle it, run: normlab compare --until-decided --out {out}"
+        f"To settle it, run: normlab compare --until-decided --max-time {seconds} --out {out}"
     )
     md = (out / "report.md").read_text()
     assert "Lan & DeMets (1983)" in md and "after 3 seeds: rmsnorm-pre open" in md

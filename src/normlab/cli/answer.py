@@ -8,7 +8,9 @@ command is that same command with the same ``--out`` (so every finished run is r
   seeds that the power estimate says would likely settle it and ``--max-time`` to the time
   those runs would take at the speed of the runs so far, where these exceed the defaults;
 - after ``--until-decided`` stopped on its time budget: the same command again (the rounds
-  already trained are reused, so it continues where it stopped);
+  already trained are reused, so it continues where it stopped), with ``--max-time`` set to
+  the time the remaining planned runs would take at the speed of the runs so far (else a
+  budget too small for one round would stop it again before it trains anything);
 - after ``--until-decided`` reached its last planned look undecided: ``--max-seeds`` doubled.
   That is a new plan; its error rates assume it is fixed before any look, so the line says so.
 """
@@ -36,6 +38,7 @@ __all__ = [
     "plan_size",
     "print_answer",
     "read_command",
+    "remaining_seconds",
     "settle_command",
     "write_command",
 ]
@@ -53,6 +56,8 @@ def compare_args(given: Mapping[str, Any]) -> list[str]:
         flag = "--" + name.replace("_", "-")
         if value is True:
             args.append(flag)
+        elif isinstance(value, float):
+            args += [flag, f"{value:g}"]
         elif isinstance(value, list):
             args += [flag, ",".join(str(v) for v in value)]
         else:
@@ -105,6 +110,8 @@ def settle_command(
     elif (state.get("stopped") or {}).get("reason") == "max-seeds":
         most = int(state["plan"]["max_seeds"])
         new = [*_without(base, ("--max-seeds",)), "--max-seeds", str(2 * most)]
+    elif max_time_s is not None:
+        new = [*_without(base, ("--max-time",)), "--max-time", f"{max_time_s:g}"]
     else:
         new = list(base)
     return shlex.join(["normlab", "compare", *new, "--out", str(out)])
@@ -124,16 +131,35 @@ def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float 
     if not needs:
         return None, None
     most = max(DEFAULT_MAX_SEEDS, *(int(n) for n in needs))
+    summaries = _summaries(out)
+    done = len({s.get("seed") for s in summaries.values()})
+    new_runs = max(0, most - done) * len(a.get("arm_order", []))
+    return most, _minutes(round_seconds(summaries, new_runs))
+
+
+def remaining_seconds(state: Mapping[str, Any], out: Path | str) -> float | None:
+    """After ``--until-decided`` stopped on its time budget: the time the runs up to the last
+    planned look would take (rounded up to a minute), else None."""
+    stopped = state.get("stopped") or {}
+    if stopped.get("reason") != "max-time":
+        return None
+    runs = int(state["plan"]["max_seeds"]) - int(stopped.get("n_seeds", 0))
+    new_runs = max(0, runs) * (len(state.get("arms", [])) + 1)
+    return _minutes(round_seconds(_summaries(out), new_runs))
+
+
+def _minutes(seconds: float) -> float | None:
+    return math.ceil(seconds / 60) * 60 if seconds > 0 else None
+
+
+def _summaries(out: Path | str) -> dict[str, dict[str, Any]]:
     summaries = {}
     for path in (Path(out) / RUNS_DIR).glob(f"*/{SUMMARY_FILE}"):
         try:
             summaries[path.parent.name] = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-    done = len({s.get("seed") for s in summaries.values()})
-    new_runs = max(0, most - done) * len(a.get("arm_order", []))
-    seconds = round_seconds(summaries, new_runs) or None
-    return most, (math.ceil(seconds / 60) * 60 if seconds else None)
+    return summaries
 
 
 def write_command(out: Path, args: Sequence[str]) -> None:
@@ -166,7 +192,10 @@ def print_answer(console: Console, out: Path, args: Sequence[str] | None = None)
         state = None
     settle = None
     if args is not None:
-        seeds, seconds = plan_size(a, out) if state is None else (None, None)
+        if state is None:
+            seeds, seconds = plan_size(a, out)
+        else:
+            seeds, seconds = None, remaining_seconds(state, out)
         settle = settle_command(args, out, state, seeds, seconds)
     lines = answer_lines(a, state, settle)
     console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False)
