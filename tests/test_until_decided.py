@@ -170,6 +170,9 @@ def test_settle_command_is_the_same_command_with_until_decided() -> None:
     )
     full = {"stopped": {"reason": "max-seeds"}, "plan": {"max_seeds": 10}}
     assert settle_command(seq, "o", full).endswith("--until-decided --max-seeds 20 --out o")
+    assert settle_command(seq, "o", full, None, 600.0).endswith(
+        "--until-decided --max-seeds 20 --max-time 600 --out o"
+    )
 
 
 def _undecided_copy(tmp_path: Path) -> Path:

@@ -109,7 +109,9 @@ def settle_command(
             new += ["--max-time", f"{max_time_s:g}"]
     elif (state.get("stopped") or {}).get("reason") == "max-seeds":
         most = int(state["plan"]["max_seeds"])
-        new = [*_without(base, ("--max-seeds",)), "--max-seeds", str(2 * most)]
+        new = [*_without(base, ("--max-seeds", "--max-time")), "--max-seeds", str(2 * most)]
+        if max_time_s is not None:
+            new += ["--max-time", f"{max_time_s:g}"]
     elif max_time_s is not None:
         new = [*_without(base, ("--max-time",)), "--max-time", f"{max_time_s:g}"]
     else:
@@ -139,11 +141,15 @@ def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float 
 
 def remaining_seconds(state: Mapping[str, Any], out: Path | str) -> float | None:
     """After ``--until-decided`` stopped on its time budget: the time the runs up to the last
-    planned look would take (rounded up to a minute), else None."""
+    planned look would take; after it reached its last look: the time of the runs up to twice
+    as many seeds (:func:`settle_command`'s new plan); rounded up to a minute, else None."""
     stopped = state.get("stopped") or {}
-    if stopped.get("reason") != "max-time":
+    most = int(state["plan"]["max_seeds"])
+    if stopped.get("reason") == "max-seeds":
+        most *= 2
+    elif stopped.get("reason") != "max-time":
         return None
-    runs = int(state["plan"]["max_seeds"]) - int(stopped.get("n_seeds", 0))
+    runs = most - int(stopped.get("n_seeds", 0))
     new_runs = max(0, runs) * (len(state.get("arms", [])) + 1)
     return _minutes(round_seconds(_summaries(out), new_runs))
 
@@ -198,6 +204,13 @@ def print_answer(console: Console, out: Path, args: Sequence[str] | None = None)
             seeds, seconds = None, remaining_seconds(state, out)
         settle = settle_command(args, out, state, seeds, seconds)
     lines = answer_lines(a, state, settle)
+    ended = state is not None and (state.get("stopped") or {}).get("reason") == "max-seeds"
+    if settle and ended and lines[-1].startswith("To settle"):
+        lines.insert(
+            len(lines) - 1,
+            "More seeds after the last planned look make a new plan, chosen after this one "
+            "ended undecided: its error rates then hold only approximately.",
+        )
     console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False)
     for line in lines[1:]:
         console.print(escape(line), highlight=False, soft_wrap=True)
