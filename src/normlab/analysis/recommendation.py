@@ -4,7 +4,7 @@
   largest quality gain (most negative difference of the testbed's quality metric), else a more
   stable arm, else the fastest of the equivalent-and-faster arms.
 - Else, if some arm is ``undecided``, the choice is ``"undecided"`` and the text says how many
-  seeds would likely settle it and the command that adds them, or, for an arm without any
+  seeds would likely settle it and how to add them (``--until-decided``), or, for an arm without any
   finished or diverged run (every run crashed), that it has no result: more seeds do not help
   an arm that crashes.
 - Else the baseline is kept (``either`` when some arm is equivalent with no speed difference).
@@ -63,9 +63,9 @@ def _how_to_settle(verdicts: dict[str, ArmVerdict], arms: list[str]) -> str:
         return "the difference is too small against the seed-to-seed noise to resolve"
     most = max(n for n in needs if n is not None)
     return (
-        f"about {most} seeds per arm would likely settle it: run the same normlab compare "
-        f"command again with --seeds {most} and the same --out (finished runs are kept; only "
-        "the new seeds train)"
+        f"about {most} seeds per arm would likely settle it: add seeds with --until-decided "
+        "and the same --out (finished runs are kept; only the new seeds train; the terminal's "
+        "last line gives the exact command)"
     )
 
 

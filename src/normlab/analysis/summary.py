@@ -8,6 +8,7 @@ from normlab.analysis.comparison import PairedComparison, compare_paired, decide
 from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
 from normlab.analysis.metrics import MetricSpec, profile_of
 from normlab.analysis.recommendation import recommend
+from normlab.analysis.rounds import read_state, sequential_comparison
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
 from normlab.analysis.stats import describe, holm_adjust
@@ -229,6 +230,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
                 "seeds": list(values),
             }
 
+    sequential = read_state(folder.path)
     comparisons: dict[str, dict[str, Any]] = {}
     verdicts: dict[str, Any] = {}
     arm_verdicts = {}
@@ -242,6 +244,9 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
             spec.name: compare_metric(spec, runs, base_runs, folder.margin, alpha, power)
             for spec in metrics
         }
+        decided = _sequential_decision(sequential, arm, testbed.quality)
+        if decided is not None:
+            results[testbed.quality] = sequential_comparison(results[testbed.quality], decided)
         comparisons[arm] = {name: c.to_dict() for name, c in results.items()}
         _add_holm(comparisons[arm])
         stab = stability_verdict(runs, base_runs, alpha)
@@ -313,4 +318,15 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "target_val_loss": folder.experiment.get("target_val_loss"),
         "quality_metric": testbed.quality,
         "testbed": testbed.name,
+        "sequential": sequential,
     }
+
+
+def _sequential_decision(
+    state: dict[str, Any] | None, arm: str, quality: str
+) -> dict[str, Any] | None:
+    """The sequential decision of ``arm`` on ``quality`` in ``state`` (None without one)."""
+    if not state or state.get("metric") != quality:
+        return None
+    decision = (state.get("final") or {}).get(arm)
+    return decision if isinstance(decision, dict) else None

@@ -13,6 +13,7 @@ word, in this order of rules:
 4. The effect against the smallest difference that matters (:data:`SMALLEST`, δ): relative for
    bytes, time, speed and scale-free statistics, |ratio − 1| or |d̄| / |ȳ| against δ; absolute
    for losses and counts, |d̄| against δ (for the quality metric δ is the experiment's margin).
+   δ is declared with each field in :mod:`normlab.run_format` (``Comparison.smallest``).
    The interval (the t-interval, or for ratio metrics the ratio interval) is read on the same
    scale.
 5. ``equivalent`` when the comparison was called equivalent (TOST inside the margin, or the same
@@ -38,13 +39,13 @@ other metrics are shown with their raw and Holm-adjusted p, and only the adjuste
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from normlab.analysis.format import fmt_p
-from normlab.run_format import testbed_format
+from normlab.run_format import TESTBED_FORMATS, Smallest, testbed_format
+from normlab.run_format.fields import DEFAULT_SMALLEST
 
 __all__ = [
     "BETTER_WORSE",
@@ -62,78 +63,50 @@ __all__ = [
 
 BETTER_WORSE = ("better", "worse")
 
-LEARNED_MODEL_METRICS = (
-    "ptq_int8wo_delta",
-    "ptq_w8a8_delta",
-    "bf16_eval_delta",
-    "act_kurtosis_max",
-    "act_max_over_rms",
-    "channel_rms_kurtosis_max",
-    "outlier_channels",
-)
-"""Secondary metrics that describe what a trained model learned (quantization and bf16
-degradation, activation outliers): not comparable when either arm failed to learn. Losses,
-speed, memory, spikes and time to target stay comparable: a failed arm's loss is worse, its
-speed is still its speed."""
+
+def _declared() -> tuple[dict[str, Smallest], tuple[str, ...]]:
+    """δ and the trained-model flag of every compared field, as the run format declares them
+    (each testbed's fields; a field both testbeds share is declared once, in
+    :mod:`normlab.run_format.fields`)."""
+    smallest: dict[str, Smallest] = {}
+    learned: list[str] = []
+    for fmt in TESTBED_FORMATS.values():
+        for f in fmt.fields:
+            if f.compare is None:
+                continue
+            if f.compare.smallest is not None:
+                smallest.setdefault(f.name, f.compare.smallest)
+            if f.compare.trained_model and f.name not in learned:
+                learned.append(f.name)
+    return smallest, tuple(learned)
 
 
-@dataclass(frozen=True)
-class Smallest:
-    """The smallest difference that matters: ``relative`` (a fraction of the baseline, or of 1
-    for a ratio) or ``absolute`` (in the metric's unit; ``None`` takes the experiment's margin
-    times ``margin_factor``)."""
-
-    kind: str
-    value: float | None
-    margin_factor: float = 1.0
-
-    def resolve(self, margin: float | None) -> float:
-        """δ as a number: ``value``, or ``margin · margin_factor`` when ``value`` is None."""
-        if self.value is not None:
-            return self.value
-        if margin is None or not math.isfinite(margin) or margin <= 0:
-            return 0.0
-        return margin * self.margin_factor
-
-
-_QUALITY = Smallest("absolute", None)
-_NATS = Smallest("absolute", None, margin_factor=math.log(2.0))
-
-SMALLEST: dict[str, Smallest] = {
-    "final_val_bpb": _QUALITY,
-    "best_val_bpb": _QUALITY,
-    "final_val_loss": _QUALITY,
-    "best_val_loss": _QUALITY,
-    "ptq_int8wo_delta": _QUALITY,
-    "ptq_w8a8_delta": _QUALITY,
-    "bf16_eval_delta": _QUALITY,
-    "tokens_per_s": Smallest("relative", 0.02),
-    "peak_memory_bytes": Smallest("relative", 0.01),
-    "saved_activation_bytes": Smallest("relative", 0.01),
-    "time_to_target_s": Smallest("relative", 0.05),
-    "final_sample_sw2": Smallest("relative", 0.05),
-    "act_kurtosis_max": Smallest("relative", 0.10),
-    "act_max_over_rms": Smallest("relative", 0.10),
-    "channel_rms_kurtosis_max": Smallest("relative", 0.10),
-    "outlier_channels": Smallest("absolute", 1.0),
-    "n_loss_spikes": Smallest("absolute", 0.5),
-    "n_grad_spikes": Smallest("absolute", 0.5),
-}
-"""δ per metric: 2 % of throughput, 1 % of memory or bytes, 5 % of time and sample distance,
+SMALLEST, LEARNED_MODEL_METRICS = _declared()
+"""δ per metric, and the metrics that describe what a trained model learned (quantization and
+bf16 degradation, activation outliers: not comparable when either arm failed to learn), read
+from the field declarations (:class:`normlab.run_format.Comparison`'s ``smallest`` and
+``trained_model``): 2 % of throughput, 1 % of memory or bytes, 5 % of time and sample distance,
 10 % of the activation-shape statistics, one outlier channel, half a spike per run, and the
-experiment's margin for the quality metrics and quantization deltas (ln 2 times it for the
-GPT's training loss in nats). The GPT's ``final_train_loss`` is in nats (factor ln 2); the
-DiT's is in its validation unit, see :func:`smallest_for`."""
+experiment's margin for the quality metrics and quantization deltas (converted to nats, × ln 2,
+for the GPT's training loss). Losses, speed, memory, spikes and time to target stay comparable
+when an arm fails to learn: a failed arm's loss is worse, its speed is still its speed."""
 
 
 def smallest_for(metric: str, testbed: str = "gpt") -> Smallest:
-    """δ of ``metric`` (a relative 5 % for a metric not listed in :data:`SMALLEST`)."""
-    if metric == "final_train_loss":  # in the training unit: the margin times its factor
-        factor = testbed_format(testbed).train_per_quality
-        if factor is None:  # no fixed conversion (lm: nats per token)
+    """δ of ``metric`` as ``testbed`` declares it (a relative 5 % for a metric that declares
+    none), with a training-loss margin converted by the testbed's ``train_per_quality`` (a
+    relative 5 % where the testbed has no fixed conversion: the lm testbed's nats per token)."""
+    fmt = testbed_format(testbed)
+    spec = next(
+        (f.compare.smallest for f in fmt.fields if f.name == metric and f.compare is not None),
+        None,
+    )
+    spec = spec or SMALLEST.get(metric) or DEFAULT_SMALLEST
+    if spec.in_train_unit:
+        if fmt.train_per_quality is None:
             return Smallest("relative", 0.05)
-        return Smallest("absolute", None, margin_factor=factor)
-    return SMALLEST.get(metric, Smallest("relative", 0.05))
+        return replace(spec, margin_factor=fmt.train_per_quality)
+    return spec
 
 
 @dataclass(frozen=True)

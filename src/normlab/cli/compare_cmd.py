@@ -20,13 +20,16 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.markup import escape
 
+from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
+from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
     RUNS_DIR,
+    SEQUENTIAL_FILE,
     SUMMARY_FILE,
 )
 
@@ -37,6 +40,18 @@ EXIT_NO_RESULT = 3
 EXIT_STOPPED = 4
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
+
+UNTIL_DECIDED_HELP = (
+    "Train paired seeds in rounds until the quality verdict of every arm is decided, by a "
+    "group-sequential paired t-test with O'Brien–Fleming alpha-spending (Lan & DeMets 1983): "
+    "looks after the --seeds given (3), then every 2 more, and at --max-seeds, fixed before the "
+    "first look. Finished runs in --out are reused."
+)
+MAX_SEEDS_HELP = "With --until-decided: the most seeds per arm (the last planned look)."
+MAX_TIME_HELP = (
+    "With --until-decided: seconds after which no new round starts (a round is skipped when "
+    "its estimated time would overrun); run the same command again to continue."
+)
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -196,6 +211,9 @@ def compare(
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
     ] = True,
+    until_decided: Annotated[bool, typer.Option(help=UNTIL_DECIDED_HELP)] = False,
+    max_seeds: Annotated[int, typer.Option(help=MAX_SEEDS_HELP)] = DEFAULT_MAX_SEEDS,
+    max_time: Annotated[float, typer.Option(help=MAX_TIME_HELP)] = DEFAULT_MAX_TIME_S,
 ) -> None:
     """Run the controlled experiment; what it does is :data:`COMPARE_HELP` (its ``--help``)."""
     from normlab.cli.errors import (
@@ -237,12 +255,21 @@ def compare(
     except ConfigError as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
+    args = compare_args(
+        {"config": config, **given, "seeds": seeds, "norms": norms, "placements": placements}
+    )
+    if until_decided:
+        args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
     try:
         with signals_as_interrupt():
             check_utf8_path(out, "out")
             check_utf8_path(cfg.data.path, "data")
             after = _build_report_step(console) if report else None
-            summaries = run_experiment(cfg, out, console=console, after_training=after)
+            after = _record_command_step(args, after, sequential=until_decided)
+            if until_decided:
+                summaries = _run_rounds(cfg, out, console, after, max_seeds, max_time)
+            else:
+                summaries = run_experiment(cfg, out, console=console, after_training=after)
     except (GridStopped, ReportNotBuilt) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_STOPPED) from None
@@ -263,6 +290,8 @@ def compare(
             highlight=False,
         )
         raise typer.Exit(EXIT_NO_RESULT)
+    if report:
+        print_answer(console, out, args)
 
 
 def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -313,3 +342,64 @@ def build_report_if_available(out: Path, console: Console) -> bool:
     build_report(Path(out))
     console.print(f"report: {Path(out) / REPORT_MD_FILE} and {Path(out) / REPORT_HTML_FILE}")
     return True
+
+
+def _record_command_step(
+    args: list[str],
+    after: Callable[[Path, dict[str, dict[str, Any]]], None] | None,
+    *,
+    sequential: bool,
+) -> Callable[[Path, dict[str, dict[str, Any]]], None]:
+    """``after`` preceded by recording the compare's flags in the folder (for the settling
+    command of :mod:`normlab.cli.answer`); a compare with a fixed number of seeds also removes
+    the sequential state an earlier ``--until-decided`` left, which no longer describes it."""
+
+    def step(out: Path, summaries: dict[str, dict[str, Any]]) -> None:
+        write_command(out, args)
+        if not sequential:
+            (Path(out) / SEQUENTIAL_FILE).unlink(missing_ok=True)
+        if after is not None:
+            after(out, summaries)
+
+    return step
+
+
+def _run_rounds(
+    cfg: Any,
+    out: Path,
+    console: Console,
+    after: Callable[[Path, dict[str, dict[str, Any]]], None],
+    max_seeds: int,
+    max_time: float,
+) -> dict[str, dict[str, Any]]:
+    """``--until-decided``: the rounds of :func:`normlab.experiment.rounds.run_until_decided`,
+    looked at by :class:`normlab.analysis.rounds.SequentialTracker` on the quality metric."""
+    from normlab.analysis.rounds import SequentialTracker
+    from normlab.analysis.sequential import plan_for
+    from normlab.experiment.rounds import look_schedule, run_until_decided
+    from normlab.run_format import testbed_format
+
+    if not max_time > 0:
+        raise ValueError(f"max_time: expected --max-time in seconds > 0, got {max_time!r}")
+    fmt = testbed_format(cfg.testbed)
+    looks = look_schedule(len(cfg.seed_list()), max_seeds)
+    plan = plan_for(
+        fmt.quality, lower_is_better=True, margin=cfg.margin(), looks=looks, testbed=cfg.testbed
+    )
+    base = cfg.baseline_arm()
+    tracker = SequentialTracker(
+        plan,
+        [a for a in cfg.arm_names() if a != base],
+        base,
+        fmt.quality,
+        fmt.short_unit,
+        max_time,
+    )
+    console.print(
+        f"until decided: looks after {', '.join(map(str, looks))} seeds on {fmt.quality}, "
+        f"margin ±{cfg.margin():g} {fmt.short_unit}, at most {max_time:g} s"
+    )
+    summaries, _ = run_until_decided(
+        cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after
+    )
+    return summaries

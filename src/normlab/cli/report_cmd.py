@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +9,7 @@ import typer
 from rich.console import Console
 
 from normlab.analysis.runs import CompareFolderError
+from normlab.cli.answer import print_answer
 from normlab.cli.app import app
 from normlab.run_format import (
     ANALYSIS_FILE,
@@ -62,9 +62,8 @@ def report(
     except (ValueError, OSError, MemoryError, UnicodeError) as err:
         raise fail(describe_error(err) or str(err), 1) from None
     summary = written[ANALYSIS_FILE]
-    rec = json.loads(summary.read_text(encoding="utf-8"))["recommendation"]
     console = Console()
-    console.print(f"[bold]{rec['headline']}[/bold]")
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
     console.print(f"        {written[REPORT_MD_FILE]}")
     console.print(f"Data:   {summary}, {written[RUNS_CSV_FILE]}")
+    print_answer(console, out)

@@ -515,12 +515,7 @@ def _run_locked(
             console.print(
                 f"arm {r['arm']}: {r['n_params']:,} parameters ({r['n_norm_params']:,} in norms)"
             )
-    steps = runs[0]["train"]["steps"]
-    console.print(
-        f"paired: shared parameters equal across arms for every seed; only "
-        f"{' and '.join(studied_factors(cfg))} differ. {len(runs)} runs × {steps} steps on "
-        f"{device} with {threads} threads"
-    )
+    console.print(paired_description(cfg, runs, device, threads))
     others = runs_not_planned(runs, out)
     if others:
         console.print(
@@ -532,6 +527,38 @@ def _run_locked(
         experiment_record(cfg, runs, data_info, environment(device, threads)),
     )
     return run_grid(runs, out, cfg.parallel, console, show_progress)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def paired_description(
+    cfg: ExperimentConfig, runs: list[dict[str, Any]], device: str, threads: int
+) -> str:
+    """The line that says what the grid varies and what it costs: only the factors with more
+    than one value differ (the norm, the placement, or both), each count with its plural."""
+    values = {
+        "norm": list(cfg.norms),
+        "placement": list(cfg.placements),
+        PRECISION_FACTOR: list(cfg.precisions),
+    }
+    factors = [*FACTOR_NAMES, PRECISION_FACTOR]
+    varied = [f for f in factors if len(values.get(f, [])) > 1] or ["norm"]
+    fixed = [
+        f"{f} {values[f][0]}"
+        for f in factors
+        if f not in varied and values.get(f) and (f, values[f]) != (PRECISION_FACTOR, ["fp32"])
+    ]  # float32, the default precision, goes without saying
+    fixed_text = f" ({', '.join(fixed)} for all)" if fixed else ""
+    steps = runs[0]["train"]["steps"]
+    seeds = len({r["seed"] for r in runs})
+    return (
+        f"paired: shared parameters equal across arms for every seed; only the "
+        f"{' and '.join(varied)} differ{'s' if len(varied) == 1 else ''}{fixed_text}. "
+        f"{_plural(len(runs), 'run')} ({_plural(seeds, 'seed')}) × {_plural(steps, 'step')} "
+        f"on {device} with {_plural(threads, 'thread')}"
+    )
 
 
 def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:

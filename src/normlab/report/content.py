@@ -14,7 +14,7 @@ from typing import Any
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.runs import CompareFolder
-from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
+from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
 from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import TestbedFormat, plot_path, testbed_format
 
@@ -193,7 +193,7 @@ def _verdict_table(a: dict[str, Any]) -> Table:
     return Table(
         columns=[
             "arm",
-            f"Δ {testbed.short_label} [{confidence_pct(a)}% CI]",
+            f"Δ {testbed.short_label} [{_quality_interval(a)}]",
             "quality",
             f"throughput ratio [{confidence_pct(a)}% CI]",
             "speed",
@@ -206,6 +206,14 @@ def _verdict_table(a: dict[str, Any]) -> Table:
         align=["left", "right", "left", "right", "left", "left", "left", "right", "left"],
         badges=(2, 4, 5, 6, 8),
     ).drop_empty((7,))
+
+
+def _quality_interval(a: dict[str, Any]) -> str:
+    """What the quality interval is: the t-interval, or after ``--until-decided`` the repeated
+    interval of the sequential decision (:func:`normlab.analysis.rounds.sequential_comparison`)."""
+    if a.get("sequential"):
+        return "repeated interval, see Method"
+    return f"{confidence_pct(a)}% CI"
 
 
 def _fixed_table(folder: CompareFolder) -> Table:
@@ -446,9 +454,8 @@ def _method(a: dict[str, Any]) -> list[str]:
         "also gives each p-value adjusted by Holm–Bonferroni over all the metrics compared for "
         "that arm (Holm = 0.03 means the result survives a family-wise error rate of 5%). A "
         "result is called better or worse only when its Holm-adjusted p is below α and the "
-        "difference is at least the smallest that matters (the margin for losses; 2% for "
-        "speed, 1% for memory and bytes, 5% for time, 10% for activation statistics, one "
-        "outlier channel, half a spike per run); an interval that excludes zero without that "
+        "difference is at least the smallest that matters (" + _smallest_words(a) + "); an "
+        "interval that excludes zero without that "
         "reads 'unconfirmed' or 'unclear size'. The quality metric, tested first, uses its "
         "unadjusted test. An arm that failed to learn (most runs stalled, did not learn or "
         "diverged) shows its secondary metrics as 'not comparable'. The recommendation rests "
@@ -456,6 +463,7 @@ def _method(a: dict[str, Any]) -> list[str]:
         "Quality, throughput and memory use finished runs; a diverged run is a result, and "
         "counts against its arm's stability; crashed or unfinished runs are excluded and listed.",
         *_fp8_note(a),
+        *_sequential_method(a),
     ]
 
 
@@ -471,6 +479,56 @@ def _fp8_note(a: dict[str, Any]) -> list[str]:
         "output channel) and input (one scale per token) were rounded through "
         "torch.float8_e4m3fn and multiplied in float32; the rounding is FP8's, the arithmetic "
         "is not."
+    ]
+
+
+def _smallest_words(a: dict[str, Any]) -> str:
+    """The smallest difference that matters of each compared metric, as the field declarations
+    give it (:func:`normlab.analysis.wording.smallest_for`): ``label δ``, metrics with the same
+    δ together."""
+    testbed = str(a.get("testbed") or "gpt")
+    groups: dict[str, list[str]] = {}
+    for name, info in a["metrics"].items():
+        spec = smallest_for(name, testbed)
+        if spec.value is None:
+            factor = f" × {spec.margin_factor:.3g}" if spec.margin_factor != 1 else ""
+            delta = f"the margin ±{_margin(a):g}{factor}"
+        elif spec.kind == "relative":
+            delta = f"{100 * spec.value:g}%"
+        else:
+            delta = f"{spec.value:g} {info['unit']}"
+        groups.setdefault(delta, []).append(str(info["label"]))
+    return "; ".join(f"{delta} for {', '.join(labels)}" for delta, labels in groups.items())
+
+
+def _sequential_method(a: dict[str, Any]) -> list[str]:
+    """The method paragraph of ``compare --until-decided`` (none without its state): which
+    procedure, the looks planned, each look's decisions, how many seeds it took and why it
+    stopped."""
+    state = a.get("sequential")
+    if not state:
+        return []
+    plan = state["plan"]
+    alpha = float(plan["alpha"])
+    looks = ", ".join(str(n) for n in plan["looks"])
+    budget = f" and a time budget of {plan['max_time_s']:g} s" if plan.get("max_time_s") else ""
+    margin = f"±{plan['margin']:g}" if plan.get("margin") else "none"
+    done = []
+    for look in state.get("looks", []):
+        words = ", ".join(f"{arm} {d['verdict']}" for arm, d in look["arms"].items())
+        done.append(f"after {look['n_seeds']} seeds: {words or 'no open arm'}")
+    stopped = (state.get("stopped") or {}).get("words", "the rounds were interrupted")
+    return [
+        f"Seeds were added in rounds until decided (--until-decided): a {state['procedure']} "
+        f"({state['citation']}). The looks were fixed before the first one: after {looks} seeds "
+        f"(the last is the most seeds planned){budget}. At each look the paired differences of "
+        f"{state['metric']} are tested against boundaries that spend α = {alpha:g} over the "
+        f"looks: equivalent when the repeated {round(100 * (1 - 2 * alpha))}% interval lies "
+        f"inside the margin ({margin}), better or worse when the repeated "
+        f"{round(100 * (1 - alpha))}% interval excludes zero, so the error rates hold however "
+        "many looks are made. An arm keeps its decision once made; at the last look an open "
+        "arm is inconclusive. The quality verdicts above are these sequential decisions, with "
+        "their repeated intervals. Looks: " + "; ".join(done) + f". It stopped because {stopped}.",
     ]
 
 

@@ -24,16 +24,19 @@ __all__ = [
     "FINISHED",
     "GROUPS",
     "HEAD_FIELDS",
+    "MARGIN",
     "POSTTRAIN",
     "POSTTRAIN_FIELDS",
     "QUALITY_UNIT",
     "RUN_STATUSES",
     "TAIL_FIELDS",
+    "TRAIN_MARGIN",
     "TRAIN_UNIT",
     "UNFINISHED",
     "Comparison",
     "Display",
     "MetricSpec",
+    "Smallest",
     "SummaryField",
     "compared_field",
 ]
@@ -84,6 +87,41 @@ class Display:
 
 
 @dataclass(frozen=True)
+class Smallest:
+    """The smallest difference of a compared field that matters, δ: ``relative`` (a fraction
+    of the baseline's mean, or of 1 for a ratio) or ``absolute`` (in the field's unit). A
+    ``value`` of None takes the experiment's equivalence margin times ``margin_factor``;
+    ``in_train_unit`` marks a margin that is first converted to the testbed's training-loss
+    unit (its ``train_per_quality``, ln 2 for the GPT's nats)."""
+
+    kind: str
+    value: float | None
+    margin_factor: float = 1.0
+    in_train_unit: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("relative", "absolute"):
+            raise ValueError(f"kind: expected 'relative' or 'absolute', got {self.kind!r}")
+
+    def resolve(self, margin: float | None) -> float:
+        """δ as a number: ``value``, or ``margin · margin_factor`` when ``value`` is None
+        (0 without a usable margin)."""
+        if self.value is not None:
+            return self.value
+        if margin is None or not math.isfinite(margin) or margin <= 0:
+            return 0.0
+        return margin * self.margin_factor
+
+
+MARGIN = Smallest("absolute", None)
+"""δ = the experiment's equivalence margin, in the quality unit."""
+TRAIN_MARGIN = Smallest("absolute", None, in_train_unit=True)
+"""δ = the experiment's margin converted to the training-loss unit."""
+DEFAULT_SMALLEST = Smallest("relative", 0.05)
+"""δ of a compared field that declares none: 5 % of the baseline."""
+
+
+@dataclass(frozen=True)
 class Comparison:
     """How the analysis compares a field across arms, paired by seed.
 
@@ -94,6 +132,10 @@ class Comparison:
     it is) or ``"train"`` (the margin converted to the training-loss unit). ``statuses``: the
     run statuses whose value counts. ``discrete``: small integer counts, decided by the exact
     sign test. ``censored``: a null in a finished run means "not reached" (a time to target).
+    ``smallest``: the smallest difference that matters (:class:`Smallest`; None: 5 % of the
+    baseline), the one number behind every better / worse / equivalent word.
+    ``trained_model``: the field describes what a trained model learned (quantization
+    degradation, activation outliers), so it is not comparable when an arm failed to learn.
     """
 
     label: str
@@ -105,6 +147,8 @@ class Comparison:
     statuses: tuple[str, ...] = (FINISHED,)
     discrete: bool = False
     censored: bool = False
+    smallest: Smallest | None = None
+    trained_model: bool = False
 
     def __post_init__(self) -> None:
         if self.group not in GROUPS:
@@ -179,6 +223,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="int8 weight-only PTQ degradation",
         unit=QUALITY_UNIT,
         group="post-training",
+        smallest=MARGIN,
+        trained_model=True,
     ),
     compared_field(
         "ptq_w8a8_delta",
@@ -186,6 +232,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="int8 W8A8 PTQ degradation",
         unit=QUALITY_UNIT,
         group="post-training",
+        smallest=MARGIN,
+        trained_model=True,
     ),
     compared_field(
         "ptq_fp8_delta",
@@ -193,6 +241,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="fp8 E4M3 PTQ degradation",
         unit=QUALITY_UNIT,
         group="post-training",
+        smallest=MARGIN,
+        trained_model=True,
     ),
     compared_field(
         "bf16_eval_delta",
@@ -200,6 +250,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="bf16 evaluation degradation",
         unit=QUALITY_UNIT,
         group="post-training",
+        smallest=MARGIN,
+        trained_model=True,
     ),
     compared_field(
         "act_kurtosis_max",
@@ -207,6 +259,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="max Linear-input kurtosis",
         unit="Gaussian = 3",
         group="post-training",
+        smallest=Smallest("relative", 0.10),
+        trained_model=True,
     ),
     compared_field(
         "act_max_over_rms",
@@ -214,6 +268,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="max Linear-input max|x| / RMS",
         unit="ratio",
         group="post-training",
+        smallest=Smallest("relative", 0.10),
+        trained_model=True,
     ),
     compared_field(
         "channel_rms_kurtosis_max",
@@ -221,6 +277,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="max kurtosis of Linear-input channel RMS",
         unit="no unit",
         group="post-training",
+        smallest=Smallest("relative", 0.10),
+        trained_model=True,
     ),
     compared_field(
         "outlier_channels",
@@ -228,6 +286,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
         label="outlier channels (max |x| ≥ 6)",
         unit="count",
         group="post-training",
+        smallest=Smallest("absolute", 1.0),
+        trained_model=True,
     ),
     SummaryField("ptq_fp8_method"),
     SummaryField("posttrain_errors"),
@@ -248,6 +308,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         unit=TRAIN_UNIT,
         group="quality",
         margin="train",
+        smallest=TRAIN_MARGIN,
     ),
     compared_field(
         "tokens_per_s",
@@ -257,6 +318,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         group="cost",
         lower_is_better=False,
         scale="ratio",
+        smallest=Smallest("relative", 0.02),
     ),
     compared_field(
         "peak_memory_bytes",
@@ -265,6 +327,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         unit="bytes",
         group="cost",
         scale="ratio",
+        smallest=Smallest("relative", 0.01),
     ),
     SummaryField("peak_memory_kind"),
     compared_field(
@@ -274,6 +337,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         unit="bytes",
         group="cost",
         scale="ratio",
+        smallest=Smallest("relative", 0.01),
     ),
     *POSTTRAIN,
     SummaryField("target_val_loss"),
@@ -285,6 +349,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         group="convergence",
         scale="ratio",
         censored=True,
+        smallest=Smallest("relative", 0.05),
     ),
     SummaryField("tokens_to_target"),
     compared_field(
@@ -295,6 +360,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         group="stability",
         statuses=DONE_STATUSES,
         discrete=True,
+        smallest=Smallest("absolute", 0.5),
     ),
     compared_field(
         "n_grad_spikes",
@@ -304,6 +370,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         group="stability",
         statuses=DONE_STATUSES,
         discrete=True,
+        smallest=Smallest("absolute", 0.5),
     ),
     compared_field(
         "n_skipped_steps",
@@ -313,6 +380,7 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
         group="stability",
         statuses=DONE_STATUSES,
         discrete=True,
+        smallest=Smallest("absolute", 1.0),
     ),
     SummaryField("n_clipped"),
     SummaryField("wall_s", _SECONDS),

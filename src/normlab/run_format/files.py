@@ -5,6 +5,7 @@ The layout (docs/run-format.md)::
     OUT/.lock  experiment.json  data/{data.json, tokens.u8}
         runs/<arm>__s<seed>/{run.json, metrics.jsonl, summary.json, samples.npy, reference.npy}
         summary.json  runs.csv  report.md  report.html  plots/<name>.png
+        command.json  sequential.json (--until-decided)
 
 The training side writes everything up to the runs' files; the report side writes the rest
 from those files alone. Both take the names from here.
@@ -17,6 +18,7 @@ from pathlib import Path
 
 __all__ = [
     "ANALYSIS_FILE",
+    "COMMAND_FILE",
     "DATA_DIR",
     "DATA_INFO_FILE",
     "EXPERIMENT_FILE",
@@ -31,6 +33,7 @@ __all__ = [
     "RUN_FILE",
     "RUN_ID_PATTERN",
     "SAMPLES_FILE",
+    "SEQUENTIAL_FILE",
     "SUMMARY_FILE",
     "TOKENS_FILE",
     "parse_run_id",
@@ -50,6 +53,12 @@ DATA_INFO_FILE = "data.json"
 TOKENS_FILE = "tokens.u8"
 """In :data:`DATA_DIR`: the GPT's token cache, train bytes then validation bytes (uint8)."""
 RUNS_DIR = "runs"
+SEQUENTIAL_FILE = "sequential.json"
+"""``compare --until-decided``: the sequential plan, each look (seeds, boundaries, decision per
+arm) and why the rounds stopped; ``normlab report`` shows it again."""
+COMMAND_FILE = "command.json"
+"""The flags of the last ``normlab compare`` that wrote the folder, so the report can print the
+exact command that would settle an open question."""
 """One folder per run, named by :func:`run_id`."""
 
 RUN_FILE = "run.json"

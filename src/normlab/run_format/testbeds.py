@@ -15,10 +15,12 @@ from functools import cached_property
 from normlab.run_format.fields import (
     GROUPS,
     HEAD_FIELDS,
+    MARGIN,
     QUALITY_UNIT,
     TAIL_FIELDS,
     Display,
     MetricSpec,
+    Smallest,
     SummaryField,
     compared_field,
 )
@@ -170,6 +172,7 @@ GPT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
         compared_field(
             "best_val_bpb",
@@ -178,6 +181,7 @@ GPT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
     ),
     quality="final_val_bpb",
@@ -210,6 +214,7 @@ DIT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
         compared_field(
             "best_val_loss",
@@ -218,6 +223,7 @@ DIT = TestbedFormat(
             unit=QUALITY_UNIT,
             group="quality",
             margin="quality",
+            smallest=MARGIN,
         ),
         compared_field(
             "final_sample_sw2",
@@ -225,6 +231,8 @@ DIT = TestbedFormat(
             label="sample SW2 to validation images",
             unit=SW2_UNIT,
             group="quality",
+            smallest=Smallest("relative", 0.05),
+            trained_model=True,
         ),
         compared_field(
             "final_sample_class_acc",
@@ -233,6 +241,8 @@ DIT = TestbedFormat(
             unit="fraction of samples",
             group="quality",
             lower_is_better=False,
+            smallest=Smallest("absolute", 0.02),
+            trained_model=True,
         ),
         compared_field(
             "final_sample_fd",
@@ -240,6 +250,8 @@ DIT = TestbedFormat(
             label="sample Fréchet distance (classifier features)",
             unit="squared feature units",
             group="quality",
+            smallest=Smallest("absolute", 1.0),
+            trained_model=True,
         ),
         SummaryField("sample_cfg_scale"),
     ),

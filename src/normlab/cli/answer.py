@@ -1,0 +1,217 @@
+"""The exact command that would settle an open comparison, and the closing terminal lines.
+
+``normlab compare`` records the flags it was given in ``OUT/``:data:`COMMAND_FILE`; the settling
+command is that same command with the same ``--out`` (so every finished run is reused):
+
+- after a fixed number of seeds: ``--seeds`` removed and ``--until-decided`` added (its look
+  schedule starts at the seeds already run, 3 by default), with ``--max-seeds`` raised to the
+  seeds that the power estimate says would likely settle it and ``--max-time`` to the time
+  those runs would take at the speed of the runs so far, where these exceed the defaults;
+- after ``--until-decided`` stopped on its time budget: the same command again (the rounds
+  already trained are reused, so it continues where it stopped), with ``--max-time`` set to
+  the time the remaining planned runs would take at the speed of the runs so far (else a
+  budget too small for one round would stop it again before it trains anything);
+- after ``--until-decided`` reached its last planned look undecided: ``--max-seeds`` doubled.
+  That is a new plan; its error rates assume it is fixed before any look, so the line says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from normlab._io import write_json_atomic
+from normlab.analysis.answer import answer_lines
+from normlab.analysis.rounds import read_state
+from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S, round_seconds
+from normlab.run_format import ANALYSIS_FILE, COMMAND_FILE, RUNS_DIR, SUMMARY_FILE
+
+__all__ = [
+    "compare_args",
+    "plan_size",
+    "print_answer",
+    "read_command",
+    "remaining_seconds",
+    "settle_command",
+    "write_command",
+]
+
+VALUE_FLAGS = ("--seeds", "--max-seeds", "--max-time", "--out")
+
+
+def compare_args(given: Mapping[str, Any]) -> list[str]:
+    """The command-line arguments of ``normlab compare`` that set ``given`` ({parameter:
+    value}; None and False are left out, True is a bare switch), in the order given."""
+    args: list[str] = []
+    for name, value in given.items():
+        if value is None or value is False:
+            continue
+        flag = "--" + name.replace("_", "-")
+        if value is True:
+            args.append(flag)
+        elif isinstance(value, float):
+            args += [flag, f"{value:g}"]
+        elif isinstance(value, list):
+            args += [flag, ",".join(str(v) for v in value)]
+        else:
+            args += [flag, str(value)]
+    return args
+
+
+def _without(args: Sequence[str], flags: Sequence[str]) -> list[str]:
+    """``args`` without ``flags`` and their values (``--flag v`` or ``--flag=v``)."""
+    kept, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            skip = "=" not in arg and name in VALUE_FLAGS
+            continue
+        kept.append(arg)
+    return kept
+
+
+def _value(args: Sequence[str], flag: str) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == flag and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def settle_command(
+    args: Sequence[str],
+    out: Path | str,
+    state: Mapping[str, Any] | None = None,
+    max_seeds: int | None = None,
+    max_time_s: float | None = None,
+) -> str:
+    """The command that would settle the question left open by ``normlab compare args``
+    (module docstring), with ``--out out``, shell-quoted. After fixed seeds, ``max_seeds`` and
+    ``max_time_s`` (when given and above the defaults) size the sequential plan."""
+    base = _without(args, ("--out",))
+    if state is None:
+        new = [*_without(base, ("--seeds", "--until-decided", "--max-seeds", "--max-time"))]
+        new.append("--until-decided")
+        if max_seeds is not None and max_seeds > DEFAULT_MAX_SEEDS:
+            new += ["--max-seeds", str(max_seeds)]
+        if max_time_s is not None and max_time_s > DEFAULT_MAX_TIME_S:
+            new += ["--max-time", f"{max_time_s:g}"]
+    elif (state.get("stopped") or {}).get("reason") == "max-seeds":
+        most = int(state["plan"]["max_seeds"])
+        new = [*_without(base, ("--max-seeds", "--max-time")), "--max-seeds", str(2 * most)]
+        if max_time_s is not None:
+            new += ["--max-time", f"{max_time_s:g}"]
+    elif max_time_s is not None:
+        new = [*_without(base, ("--max-time",)), "--max-time", f"{max_time_s:g}"]
+    else:
+        new = list(base)
+    return shlex.join(["normlab", "compare", *new, "--out", str(out)])
+
+
+def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float | None]:
+    """(most seeds, seconds) for the sequential plan that would settle the open arms of the
+    analysis ``a``: the largest seeds-needed estimate of an undecided arm (at least
+    :data:`DEFAULT_MAX_SEEDS`), and the time its new runs would take
+    (:func:`normlab.experiment.rounds.round_seconds` from the folder's runs, rounded up to a
+    minute), or (None, None) without an estimate."""
+    needs = [
+        v.get("seeds_needed")
+        for v in a.get("verdicts", {}).values()
+        if v.get("decision") == "undecided" and v.get("seeds_needed")
+    ]
+    if not needs:
+        return None, None
+    most = max(DEFAULT_MAX_SEEDS, *(int(n) for n in needs))
+    summaries = _summaries(out)
+    done = len({s.get("seed") for s in summaries.values()})
+    new_runs = max(0, most - done) * len(a.get("arm_order", []))
+    return most, _minutes(round_seconds(summaries, new_runs))
+
+
+def remaining_seconds(state: Mapping[str, Any], out: Path | str) -> float | None:
+    """After ``--until-decided`` stopped on its time budget: the time the runs up to the last
+    planned look would take; after it reached its last look: the time of the runs up to twice
+    as many seeds (:func:`settle_command`'s new plan); rounded up to a minute, else None."""
+    stopped = state.get("stopped") or {}
+    most = int(state["plan"]["max_seeds"])
+    if stopped.get("reason") == "max-seeds":
+        most *= 2
+    elif stopped.get("reason") != "max-time":
+        return None
+    runs = most - int(stopped.get("n_seeds", 0))
+    new_runs = max(0, runs) * (len(state.get("arms", [])) + 1)
+    return _minutes(round_seconds(_summaries(out), new_runs))
+
+
+def _minutes(seconds: float) -> float | None:
+    return math.ceil(seconds / 60) * 60 if seconds > 0 else None
+
+
+def _summaries(out: Path | str) -> dict[str, dict[str, Any]]:
+    summaries = {}
+    for path in (Path(out) / RUNS_DIR).glob(f"*/{SUMMARY_FILE}"):
+        try:
+            summaries[path.parent.name] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+    return summaries
+
+
+def write_command(out: Path, args: Sequence[str]) -> None:
+    """Record the flags of this compare in ``out/``:data:`COMMAND_FILE`."""
+    write_json_atomic(Path(out) / COMMAND_FILE, {"args": list(args)})
+
+
+def read_command(out: Path) -> list[str] | None:
+    """The flags recorded by :func:`write_command`, or None."""
+    try:
+        data = json.loads((Path(out) / COMMAND_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    args = data.get("args") if isinstance(data, dict) else None
+    return [str(a) for a in args] if isinstance(args, list) else None
+
+
+def print_answer(console: Console, out: Path, args: Sequence[str] | None = None) -> bool:
+    """Print the closing lines for the folder ``out`` from its analysis (``summary.json``) and
+    sequential state; ``args`` are the compare's flags (default: those recorded in the folder).
+    Returns False, printing nothing, when the folder has no analysis."""
+    try:
+        a = json.loads((Path(out) / ANALYSIS_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    state = read_state(out)
+    if args is None:
+        args = read_command(out)
+    if state is not None and "verdicts" not in state:
+        state = None
+    settle = None
+    if args is not None:
+        if state is None:
+            seeds, seconds = plan_size(a, out)
+        else:
+            seeds, seconds = None, remaining_seconds(state, out)
+        settle = settle_command(args, out, state, seeds, seconds)
+    lines = answer_lines(a, state, settle)
+    ended = state is not None and (state.get("stopped") or {}).get("reason") == "max-seeds"
+    if settle and ended and lines[-1].startswith("To settle"):
+        lines.insert(
+            len(lines) - 1,
+            "More seeds after the last planned look make a new plan, chosen after this one "
+            "ended undecided: its error rates then hold only approximately.",
+        )
+    console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False)
+    for line in lines[1:]:
+        console.print(escape(line), highlight=False, soft_wrap=True)
+    return True
