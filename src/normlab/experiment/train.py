@@ -23,6 +23,7 @@ import torch
 from torch import nn
 
 from normlab._io import append_jsonl
+from normlab.experiment import parallel as par_
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.schedule import lr_at, make_optimizer
@@ -138,7 +139,9 @@ def train_run(
     run_dir = Path(run_dir)
     t = spec["train"]
     seed = spec["seed"]
-    device = torch.device(spec["device"])
+    par = par_.run_parallel(spec)  # one process: rank 0 of 1, nothing changes
+    device = par.ctx.device
+    main = par.ctx.is_main
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(seed)
 
@@ -152,10 +155,13 @@ def train_run(
         )
     model.to(device)
     saved_bytes = _warm_up_counting_saved_bytes(task, device)
+    groups = task.parameter_groups()
+    par_.shard_task(task, par)
+    trained = par_.wrap_for_training(task, par)  # `model` itself for one process
     optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
     params = list(model.parameters())
-    groups = task.parameter_groups()
     tokens_per_step = task.tokens_per_step
+    rank_tokens_per_step = tokens_per_step * par.rows // par.global_rows
     total_steps = t["steps"]
     max_norm = t["grad_clip"] if t["grad_clip"] > 0 else math.inf
     a = spec["anomaly"]
@@ -171,6 +177,10 @@ def train_run(
     counts = {LOSS_SPIKE: 0, GRAD_SPIKE: 0, "clipped": 0}
     status, diverged_at, steps_done = FINISHED, None, 0
 
+    def log(record: dict[str, Any]) -> None:
+        if main:  # rank 0 writes the run's files
+            append_jsonl(metrics, record)
+
     def evaluate(step: int) -> None:
         record = {
             "type": EVAL_RECORD,
@@ -179,13 +189,11 @@ def train_run(
             "tokens_seen": step * tokens_per_step,
             "elapsed_s": train_time,
         }
-        append_jsonl(metrics, record)
+        log(record)
         evals.append(record)
 
     def anomaly(step: int, kind: str, value: float, z: float | None) -> None:
-        append_jsonl(
-            metrics, {"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z}
-        )
+        log({"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z})
 
     if wait_for_start is not None:
         wait_for_start()
@@ -203,12 +211,14 @@ def train_run(
         started = time.perf_counter()
         loss = task.train_loss(device)
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        loss_value = loss.item()
+        par_.scaled_loss(loss, par).backward()
+        loss_value = par_.global_loss(loss.item(), par)
         layer_norms = (
-            _group_grad_norms(model, groups) if step % t["layer_grad_interval"] == 0 else None
+            par_.layer_grad_norms(trained, groups, par, _group_grad_norms)
+            if step % t["layer_grad_interval"] == 0
+            else None
         )
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm).item()
+        grad_norm = par_.grad_norm(params, max_norm, par)
         finite = math.isfinite(loss_value) and math.isfinite(grad_norm)
         if finite:
             optimizer.step()
@@ -220,9 +230,8 @@ def train_run(
         counts["clipped"] += clipped
         losses.append(loss_value)
         if step > t["throughput_warmup"]:
-            throughputs.append(tokens_per_step / step_time)
-        append_jsonl(
-            metrics,
+            throughputs.append(rank_tokens_per_step / step_time)
+        log(
             {
                 "type": TRAIN_RECORD,
                 "step": step,
@@ -235,7 +244,7 @@ def train_run(
             },
         )
         if layer_norms is not None:
-            append_jsonl(metrics, {"type": LAYER_GRAD_RECORD, "step": step, "norms": layer_norms})
+            log({"type": LAYER_GRAD_RECORD, "step": step, "norms": layer_norms})
         if not finite:
             kind = NONFINITE_LOSS if not math.isfinite(loss_value) else NONFINITE_GRAD
             anomaly(step, kind, loss_value if kind == NONFINITE_LOSS else grad_norm, None)
@@ -254,8 +263,13 @@ def train_run(
         if on_step is not None:
             on_step(step)
 
-    n_params, n_norm_params = model.count_parameters()
     peak_bytes, peak_kind = _peak_memory(device)
+    tokens_per_s = statistics.median(throughputs) if throughputs else None
+    ranks = par_.rank_fields(par, peak_bytes, tokens_per_s)
+    if not par_.main_rank_model(task, spec, trained, par):
+        return {}  # ranks other than 0 write nothing
+    model = task.model
+    n_params, n_norm_params = model.count_parameters()
     finite_evals = [e for e in evals if e["val_loss"] is not None and math.isfinite(e["val_loss"])]
     reached = next(
         (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
@@ -281,8 +295,8 @@ def train_run(
         "n_norm_params": n_norm_params,
         **quality,
         "final_train_loss": statistics.fmean(tail) if tail else None,
-        "tokens_per_s": statistics.median(throughputs) if throughputs else None,
-        "peak_memory_bytes": peak_bytes,
+        "tokens_per_s": ranks["total_tokens_per_s"] if par.ctx.distributed else tokens_per_s,
+        "peak_memory_bytes": max(ranks["rank_peak_memory_bytes"]),
         "peak_memory_kind": peak_kind,
         "saved_activation_bytes": saved_bytes,
         **posttrain,
@@ -297,4 +311,5 @@ def train_run(
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "data_fingerprint": task.data_fingerprint,
+        **ranks,
     }

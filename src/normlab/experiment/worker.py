@@ -2,6 +2,8 @@
 
 :func:`worker_main` is the target of a ``spawn`` process started by the runner.
 :func:`execute_run` is the same work in the calling process (used by tests and debugging).
+``python -m normlab.experiment.worker RUN_DIR`` (:func:`rank_main`) is the entry point of a run
+started as a command: one plain process (a Ray task's child), or each rank under torchrun.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ __all__ = [
     "SUMMARY_FILE",
     "crashed_summary",
     "execute_run",
+    "rank_main",
     "read_spec",
     "summary_fields",
     "worker_main",
@@ -122,3 +125,71 @@ def worker_main(run_dir: str, progress: Any, go: Any) -> None:
         execute_run(Path(run_dir), on_step, orphaned, wait_for_start)
     except (RunAborted, KeyboardInterrupt):
         sys.exit(130)
+
+
+SUPERVISOR_ENV = "NORMLAB_SUPERVISOR_PID"
+"""The process that waits for a run started as a command; the run stops (unfinished) when it is
+gone, as a worker whose grid process is gone does."""
+
+
+def _supervisor_gone() -> Callable[[], bool]:
+    raw = os.environ.get(SUPERVISOR_ENV, "")
+    pid = int(raw) if raw.isdigit() else 0
+
+    def gone() -> bool:
+        if pid <= 0:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        return False
+
+    return gone
+
+
+def _rank_main(argv: list[str]) -> int:
+    """Train the run whose folder is ``argv[0]``. One process (no torchrun environment): as
+    :func:`execute_run` (a failure becomes a ``crashed`` summary). Under torchrun: every rank
+    trains its shard and rank 0 writes ``summary.json``; an exception propagates, so that
+    torchrun records the rank's error and stops the others (the launcher writes the crashed
+    summary)."""
+    if len(argv) != 1:
+        print("usage: python -m normlab.experiment.worker RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[0])
+    gone = _supervisor_gone()
+    if "WORLD_SIZE" not in os.environ:
+        try:
+            execute_run(run_dir, should_stop=gone)
+        except (RunAborted, KeyboardInterrupt):
+            return 130
+        return 0
+    from normlab.distributed import teardown
+
+    spec = read_spec(run_dir)
+    for module in spec.get("imports", []):
+        importlib.import_module(module)
+    try:
+        summary = train_run(spec, run_dir, should_stop=gone)
+        if summary:  # rank 0
+            write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    finally:
+        teardown()
+    return 0
+
+
+def rank_main(argv: list[str] | None = None) -> int:
+    """``python -m normlab.experiment.worker RUN_DIR``; under torchrun wrapped in
+    :func:`torch.distributed.elastic.multiprocessing.errors.record`, so a failing rank's
+    traceback reaches the launcher."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return record(_rank_main)(args)
+
+
+if __name__ == "__main__":
+    sys.exit(rank_main())
