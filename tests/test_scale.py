@@ -86,9 +86,10 @@ def test_ddp_two_processes_reproduce_one(config: Path, reference: Path, tmp_path
         assert s["total_tokens_per_s"] == pytest.approx(sum(s["rank_tokens_per_s"]))
         assert s["tokens_per_s"] == s["total_tokens_per_s"]
         assert s["final_val_bpb"] == pytest.approx(summary(reference, run)["final_val_bpb"], 1e-5)
-        assert json.loads((out / "runs" / run / "run.json").read_text())["launch"][
-            "nproc_per_node"
-        ] == 2
+        assert (
+            json.loads((out / "runs" / run / "run.json").read_text())["launch"]["nproc_per_node"]
+            == 2
+        )
 
 
 def test_plan_fsdp_run_and_xargs_grid(config: Path, reference: Path, tmp_path: Path) -> None:
@@ -161,7 +162,7 @@ def _ray_task_of(out: Path) -> int | None:
             stat = (proc / "stat").read_text()
         except OSError:
             continue
-        if b"normlab.experiment.worker" not in argv:
+        if b"normlab.experiment.rank_entry" not in argv:
             continue
         run_dir = Path(argv[-2].decode() if argv[-1] == b"" else argv[-1].decode())
         if run_dir.parent.parent != out or not (run_dir / "metrics.jsonl").exists():
@@ -251,3 +252,39 @@ def test_run_needs_a_planned_folder(tmp_path: Path) -> None:
     assert code == 1 and "--plan" in output
     code, output = invoke("--out", str(tmp_path), "--run", "x", "--seeds", "2")
     assert code == 2 and "--run" in output and "--seeds" in output
+
+
+def test_dit_uneven_shards_reproduce_one_process(tmp_path: Path) -> None:
+    """The DiT draws noises, times and dropped labels for the whole batch, then each rank keeps
+    its rows: 5 rows over 2 ranks (3 + 2, loss weights 6/5 and 4/5) give one process's losses."""
+    config = tmp_path / "dit.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "testbed": "dit",
+                "device": "cpu",
+                "threads": 1,
+                "seeds": 1,
+                "dit": {"d_model": 16, "n_layers": 1, "n_heads": 2, "time_freq_dim": 16},
+                "shapes": {"image_size": 8, "patch_size": 4, "n_train": 64, "n_val": 16},
+                "train": {"batch_size": 5, "warmup": 1, "eval_interval": 2, "steps": 4},
+            }
+        )
+    )
+    run = "adarms-pre__s0"
+    outs = {}
+    for n in ("1", "2"):
+        outs[n] = tmp_path / f"n{n}"
+        code, output = invoke(
+            "--config", str(config), "--nproc-per-node", n, "--plan", "--out", str(outs[n])
+        )
+        assert code == 0, output
+        code, output = invoke("--out", str(outs[n]), "--run", run)
+        assert code == 0, output
+    la, lb = losses(outs["1"], run), losses(outs["2"], run)
+    assert len(la) == len(lb) == 4
+    for x, y in zip(la, lb, strict=True):
+        assert abs(x - y) <= REL_TOL * abs(x)
+    one, two = summary(outs["1"], run), summary(outs["2"], run)
+    assert two["world_size"] == 2 and one["world_size"] == 1
+    assert two["final_val_loss"] == pytest.approx(one["final_val_loss"], rel=REL_TOL)

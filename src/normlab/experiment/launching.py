@@ -3,7 +3,7 @@
 :func:`launch_run` is what every executor calls for a run it does not train in a ``spawn``
 worker of its own: the local executor for a run on several processes, a Ray task, and
 ``normlab compare run``. The run's ``launch`` record (``run.json``) says how many processes;
-``python -m normlab.experiment.worker RUN_DIR`` is started once (one process) or under torchrun
+``python -m normlab.experiment.rank_entry RUN_DIR`` is started once (one process) or under torchrun
 (:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
 ``metrics.jsonl`` as rank 0 writes it. A run whose command fails without a summary (a crashed
 rank, a killed process) gets a ``crashed`` summary naming the failed rank and its error.
@@ -35,7 +35,7 @@ __all__ = [
     "world_size_of",
 ]
 
-WORKER_MODULE = "normlab.experiment.worker"
+WORKER_MODULE = "normlab.experiment.rank_entry"
 TORCHRUN_DIR = "torchrun"
 """torchrun's logs of a run on several processes, in its run folder."""
 POLL_S = 0.2

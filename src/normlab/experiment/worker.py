@@ -2,8 +2,8 @@
 
 :func:`worker_main` is the target of a ``spawn`` process started by the runner.
 :func:`execute_run` is the same work in the calling process (used by tests and debugging).
-``python -m normlab.experiment.worker RUN_DIR`` (:func:`rank_main`) is the entry point of a run
-started as a command: one plain process (a Ray task's child), or each rank under torchrun.
+:func:`rank_main` (``python -m normlab.experiment.rank_entry RUN_DIR``) is the entry point of a
+run started as a command: one plain process (a Ray task's child), or each rank under torchrun.
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ def _rank_main(argv: list[str]) -> int:
     torchrun records the rank's error and stops the others (the launcher writes the crashed
     summary)."""
     if len(argv) != 1:
-        print("usage: python -m normlab.experiment.worker RUN_DIR", file=sys.stderr)
+        print("usage: python -m normlab.experiment.rank_entry RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(argv[0])
     gone = _supervisor_gone()
@@ -182,14 +182,10 @@ def _rank_main(argv: list[str]) -> int:
 
 
 def rank_main(argv: list[str] | None = None) -> int:
-    """``python -m normlab.experiment.worker RUN_DIR``; under torchrun wrapped in
+    """``python -m normlab.experiment.rank_entry RUN_DIR``; under torchrun wrapped in
     :func:`torch.distributed.elastic.multiprocessing.errors.record`, so a failing rank's
     traceback reaches the launcher."""
     from torch.distributed.elastic.multiprocessing.errors import record
 
     args = list(sys.argv[1:] if argv is None else argv)
     return record(_rank_main)(args)
-
-
-if __name__ == "__main__":
-    sys.exit(rank_main())
