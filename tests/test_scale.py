@@ -288,3 +288,14 @@ def test_dit_uneven_shards_reproduce_one_process(tmp_path: Path) -> None:
     one, two = summary(outs["1"], run), summary(outs["2"], run)
     assert two["world_size"] == 2 and one["world_size"] == 1
     assert two["final_val_loss"] == pytest.approx(one["final_val_loss"], rel=REL_TOL)
+
+
+def test_step_timer_on_the_cpu_is_the_host_clock() -> None:
+    import torch
+
+    from normlab.experiment.step_timer import StepTimer
+
+    timer = StepTimer(torch.device("cpu"))
+    timer.start()
+    time.sleep(0.02)
+    assert 0.02 <= timer.stop() < 1.0

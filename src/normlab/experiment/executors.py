@@ -49,9 +49,11 @@ from normlab.experiment.config import EXECUTORS, ScaleSettings
 from normlab.experiment.environment import available_cpus
 from normlab.experiment.grid import first_difference, flatten
 from normlab.experiment.launching import (
+    WORKER_ENV,
     MetricsTail,
     launch_run,
     launched_worker_main,
+    worker_env,
     world_size_of,
 )
 from normlab.experiment.worker import crashed_summary, read_spec, worker_main
@@ -72,13 +74,6 @@ __all__ = [
     "worker_environment",
 ]
 
-WORKER_ENV = {
-    # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
-    # are not page-faulted in afresh on every step.
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": "100000000000",
-}
-
 
 def read_summary(run_dir: Path) -> dict[str, Any] | None:
     """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one)."""
@@ -96,7 +91,7 @@ def is_done(summary: dict[str, Any] | None) -> bool:
 @contextmanager
 def worker_environment(threads: int) -> Iterator[None]:
     """Set the allocator and thread variables for processes started inside the block."""
-    wanted = {**WORKER_ENV, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    wanted = worker_env(threads)
     saved = {k: os.environ.get(k) for k in wanted}
     os.environ.update(wanted)
     try:

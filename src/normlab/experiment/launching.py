@@ -27,11 +27,13 @@ from normlab.experiment.worker import SUPERVISOR_ENV, crashed_summary, read_spec
 from normlab.run_format import METRICS_FILE, SUMMARY_FILE, TRAIN_RECORD
 
 __all__ = [
+    "WORKER_ENV",
     "WORKER_MODULE",
     "MetricsTail",
     "launch_run",
     "launched_worker_main",
     "layout_of",
+    "worker_env",
     "world_size_of",
 ]
 
@@ -39,6 +41,19 @@ WORKER_MODULE = "normlab.experiment.rank_entry"
 TORCHRUN_DIR = "torchrun"
 """torchrun's logs of a run on several processes, in its run folder."""
 POLL_S = 0.2
+
+WORKER_ENV = {
+    # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
+    # are not page-faulted in afresh on every step.
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": "100000000000",
+}
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The environment of a run's process(es): :data:`WORKER_ENV` and ``threads`` OpenMP / MKL
+    threads."""
+    return {**WORKER_ENV, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
 
 
 def layout_of(spec: dict[str, Any]) -> Layout:
@@ -115,7 +130,7 @@ def launch_run(
     run_dir = Path(run_dir)
     spec = read_spec(run_dir)
     layout = layout_of(spec)
-    env = {SUPERVISOR_ENV: str(os.getpid())}
+    env = {**worker_env(int(spec["threads"])), SUPERVISOR_ENV: str(os.getpid())}
     outcome: dict[str, Any] = {}
 
     def target() -> None:

@@ -27,6 +27,7 @@ from normlab.experiment import parallel as par_
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.schedule import lr_at, make_optimizer
+from normlab.experiment.step_timer import StepTimer
 from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 from normlab.run_format import (
@@ -198,6 +199,7 @@ def train_run(
     if wait_for_start is not None:
         wait_for_start()
     wall_start = time.perf_counter()
+    timer = StepTimer(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model.train()
@@ -208,7 +210,7 @@ def train_run(
         lr = lr_at(step, t["lr"], total_steps, t["warmup"], t["min_lr_ratio"])
         for group in optimizer.param_groups:
             group["lr"] = lr
-        started = time.perf_counter()
+        timer.start()
         loss = task.train_loss(device)
         optimizer.zero_grad(set_to_none=True)
         par_.scaled_loss(loss, par).backward()
@@ -223,7 +225,7 @@ def train_run(
         if finite:
             optimizer.step()
         _sync(device)
-        step_time = time.perf_counter() - started
+        step_time = timer.stop()  # CUDA events on a GPU
         train_time += step_time
         steps_done = step
         clipped = finite and grad_norm > max_norm
