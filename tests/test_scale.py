@@ -299,3 +299,28 @@ def test_step_timer_on_the_cpu_is_the_host_clock() -> None:
     timer.start()
     time.sleep(0.02)
     assert 0.02 <= timer.stop() < 1.0
+
+
+def test_a_crashed_rank_fails_its_run_and_the_grid_goes_on(
+    config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rank 1 of every run raises (a module of ``imports`` that fails under ``RANK=1``): each
+    run is recorded ``crashed`` with rank 1's error, and the grid trains the next run."""
+    (tmp_path / "fail_rank_one.py").write_text(
+        "import os\n"
+        "if os.environ.get('RANK') == '1':\n"
+        "    raise RuntimeError('injected failure of rank 1')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(tmp_path), *sys.path]))
+    data = {**yaml.safe_load(config.read_text()), "imports": ["fail_rank_one"], "seeds": 1}
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(yaml.safe_dump(data))
+    out = tmp_path / "out"
+    code, output = invoke("--config", str(broken), "--nproc-per-node", "2", "--out", str(out))
+    assert code == 3, output  # every run crashed
+    for run in ("layernorm-pre__s0", "rmsnorm-pre__s0"):
+        s = summary(out, run)
+        assert s["status"] == "crashed"
+        assert s["error"].startswith("rank 1 of 2 failed"), s["error"]
+        assert "injected failure of rank 1" in s["error"] + s["traceback"]
