@@ -133,19 +133,30 @@ gone, as a worker whose grid process is gone does."""
 
 
 def _supervisor_gone() -> Callable[[], bool]:
+    """A check that the supervising process (:data:`SUPERVISOR_ENV`) has ended: when it is this
+    process's parent, that the parent changed (exact, even before the dead parent is reaped);
+    otherwise (a torchrun rank, whose parent is torchrun's agent) that it no longer exists or is
+    a zombie. Never true without the variable."""
     raw = os.environ.get(SUPERVISOR_ENV, "")
     pid = int(raw) if raw.isdigit() else 0
+    parent = os.getppid()
 
     def gone() -> bool:
         if pid <= 0:
             return False
+        if pid == parent:
+            return os.getppid() != parent
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
         except PermissionError:
             return False
-        return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2 :].startswith("Z")
 
     return gone
 
