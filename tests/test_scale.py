@@ -87,7 +87,7 @@ def test_ddp_two_processes_reproduce_one(config: Path, reference: Path, tmp_path
         assert s["tokens_per_s"] == s["total_tokens_per_s"]
         assert s["final_val_bpb"] == pytest.approx(summary(reference, run)["final_val_bpb"], 1e-5)
         assert (
-            json.loads((out / "runs" / run / "run.json").read_text())["launch"]["nproc_per_node"]
+            json.loads((out / "runs" / run / "run.json").read_text())["scale"]["nproc_per_node"]
             == 2
         )
 

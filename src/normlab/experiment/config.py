@@ -152,7 +152,8 @@ class ScaleSettings(Section):
         return self.nproc_per_node * self.nnodes
 
     def launch_spec(self) -> dict[str, Any]:
-        """The ``launch`` record of every run.json: how one run is started (torchrun layout)."""
+        """The ``scale`` record of a run.json on several processes: how the run is started
+        (its torchrun layout), under this section's own key names."""
         return {
             "nproc_per_node": self.nproc_per_node,
             "nnodes": self.nnodes,

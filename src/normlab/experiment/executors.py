@@ -9,7 +9,7 @@ the report do not depend on which one trained the grid.
 - ``local`` (:class:`LocalExecutor`): each run in its own ``spawn`` process of this machine, at
   most ``parallel`` at a time, the next one set up in standby while the others train (its
   process start-up is hidden behind training, and no run's timing includes it). A run on
-  several processes (``launch`` in its run.json) is started from that process with torchrun
+  several processes (``scale`` in its run.json) is started from that process with torchrun
   (:func:`normlab.experiment.launching.launch_run`).
 - ``ray`` (:class:`RayExecutor`): each run a Ray task needing ``threads`` × N CPUs (and N GPUs
   on CUDA) for its N processes, on the cluster at ``--ray-address`` (default: a local Ray
@@ -120,7 +120,7 @@ def _check_same_run(done_spec: dict[str, Any], planned: dict[str, Any], out: Pat
     """Raise ``ValueError`` if a finished run on disk was trained with other settings than the
     run this command plans under the same id (its results would be mixed into a new
     experiment)."""
-    how = [k for k in {**flatten(done_spec), **flatten(planned)} if k.startswith("launch.")]
+    how = [k for k in {**flatten(done_spec), **flatten(planned)} if k.startswith("scale.")]
     diff = first_difference(done_spec, planned, allowed=how)  # how it ran is not what it ran
     if diff is None:
         return

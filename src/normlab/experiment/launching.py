@@ -2,7 +2,7 @@
 
 :func:`launch_run` is what every executor calls for a run it does not train in a ``spawn``
 worker of its own: the local executor for a run on several processes, a Ray task, and
-``normlab compare run``. The run's ``launch`` record (``run.json``) says how many processes;
+``normlab compare --run``. The run's ``scale`` record (``run.json``) says how many processes;
 ``python -m normlab.experiment.rank_entry RUN_DIR`` is started once (one process) or under torchrun
 (:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
 ``metrics.jsonl`` as rank 0 writes it. A run whose command fails without a summary (a crashed
@@ -57,9 +57,9 @@ def worker_env(threads: int) -> dict[str, str]:
 
 
 def layout_of(spec: dict[str, Any]) -> Layout:
-    """The torchrun layout of the run config ``spec`` (its ``launch`` record; one process when
+    """The torchrun layout of the run config ``spec`` (its ``scale`` record; one process when
     it has none)."""
-    launch_rec = spec.get("launch") or {}
+    launch_rec = spec.get("scale") or {}
     return Layout(
         int(launch_rec.get("nproc_per_node", 1)),
         int(launch_rec.get("nnodes", 1)),
@@ -70,8 +70,8 @@ def layout_of(spec: dict[str, Any]) -> Layout:
 
 
 def world_size_of(spec: dict[str, Any]) -> int:
-    """N = processes of the run ``spec`` (1 without a ``launch`` record)."""
-    launch_rec = spec.get("launch") or {}
+    """N = processes of the run ``spec`` (1 without a ``scale`` record)."""
+    launch_rec = spec.get("scale") or {}
     return int(launch_rec.get("nproc_per_node", 1)) * int(launch_rec.get("nnodes", 1))
 
 

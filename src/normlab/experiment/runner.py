@@ -263,7 +263,7 @@ def _prepare_locked(
     runs = plan_runs(cfg, device, threads, data_info)
     if cfg.scale.world_size > 1:
         for r in runs:  # how each run is started (torchrun); not part of what it computes
-            r["launch"] = cfg.scale.launch_spec()
+            r["scale"] = cfg.scale.launch_spec()
     finished_runs(runs, out)  # refuses before experiment.json is touched
     seen = set()
     for r in runs:
@@ -298,7 +298,7 @@ def plan_experiment(cfg: ExperimentConfig, out: Path, console: Console | None = 
     Checks and locks as :func:`run_experiment`, prepares the data cache, writes
     ``experiment.json`` and, for every run not done, an empty run folder with its ``run.json``
     (a done run is left as it is). Nothing is trained; each run is then trained by
-    :func:`run_planned` (``normlab compare run --out OUT --run RUN_ID``), and ``normlab report
+    :func:`run_planned` (``normlab compare --out OUT --run RUN_ID``), and ``normlab report
     OUT`` builds the report."""
     console = console or Console()
     out = Path(out)
