@@ -257,7 +257,8 @@ def test_compare_ends_with_the_answer(tmp_path: Path, monkeypatch: pytest.Monkey
     import normlab.experiment.runner as runner
 
     def fake(cfg: Any, out: Path, console: Any = None, show_progress: bool = True,
-             after_training: Any = None) -> dict[str, dict[str, Any]]:  # fmt: skip
+             after_training: Any = None,
+             executor: Any = None) -> dict[str, dict[str, Any]]:  # fmt: skip
         shutil.copytree(_undecided_copy(tmp_path), out)
         summaries = {p.parent.name: json.loads(p.read_text())
                      for p in (Path(out) / "runs").glob("*/summary.json")}  # fmt: skip

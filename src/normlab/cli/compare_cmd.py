@@ -99,6 +99,10 @@ FLAG_KEYS = {
     "tokenizer": "data.tokenizer",
     "text_field": "data.text_field",
     "bpe_merges": "data.bpe_merges",
+    **{
+        flag: f"scale.{flag}"
+        for flag in ("nproc_per_node", "nnodes", "rdzv_endpoint", "fsdp", "executor", "ray_address")
+    },
 }
 """The config key each flag sets (flag parameter name → dotted key)."""
 
@@ -207,6 +211,36 @@ def compare(
     tokenizer: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["tokenizer"]))] = None,
     text_field: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["text_field"]))] = None,
     bpe_merges: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["bpe_merges"]))] = None,
+    nproc_per_node: Annotated[
+        int | None, typer.Option(help=flag_help(FLAG_KEYS["nproc_per_node"]))
+    ] = None,
+    nnodes: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["nnodes"]))] = None,
+    rdzv_endpoint: Annotated[
+        str | None, typer.Option(help=flag_help(FLAG_KEYS["rdzv_endpoint"]))
+    ] = None,
+    fsdp: Annotated[
+        bool | None, typer.Option("--fsdp/--no-fsdp", help=flag_help(FLAG_KEYS["fsdp"]))
+    ] = None,
+    executor: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["executor"]))] = None,
+    ray_address: Annotated[
+        str | None, typer.Option(help=flag_help(FLAG_KEYS["ray_address"]))
+    ] = None,
+    plan: Annotated[
+        bool,
+        typer.Option(
+            "--plan",
+            help="Prepare --out (data, experiment.json, each run's run.json) and print one "
+            "command per run to train (normlab compare --out OUT --run RUN_ID), for any "
+            "scheduler; then `normlab report OUT`.",
+        ),
+    ] = False,
+    run: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Train one run that --plan prepared in --out (by its id), and nothing else.",
+        ),
+    ] = None,
     out: Annotated[Path, typer.Option(help="Output folder; re-use it to resume.")] = DEFAULT_OUT,
     report: Annotated[
         bool, typer.Option("--report/--no-report", help="Build the report after training.")
@@ -223,6 +257,7 @@ def compare(
         signals_as_interrupt,
     )
     from normlab.experiment.config import ConfigError, validate_config
+    from normlab.experiment.executors import make_executor
     from normlab.experiment.lock import FolderLockedError
     from normlab.experiment.runner import GridStopped, run_experiment
 
@@ -248,11 +283,22 @@ def compare(
         "tokenizer": tokenizer,
         "text_field": text_field,
         "bpe_merges": bpe_merges,
+        "nproc_per_node": nproc_per_node,
+        "nnodes": nnodes,
+        "rdzv_endpoint": rdzv_endpoint,
+        "fsdp": fsdp,
+        "executor": executor,
+        "ray_address": ray_address,
     }
+    if run is not None:
+        _run_one(run, out, config, given, plan)
+        return
     overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
     try:
-        cfg = validate_config(build_config_dict(config, overrides))
-    except ConfigError as err:
+        merged = build_config_dict(config, overrides)
+        check_scale_options(merged)
+        cfg = validate_config(merged)
+    except (ConfigError, ValueError) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_BAD_CONFIG) from None
     args = compare_args(
@@ -260,6 +306,19 @@ def compare(
     )
     if until_decided:
         args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
+    if plan:
+        _plan(cfg, out)
+        return
+    try:
+        grid_executor = make_executor(cfg.scale)
+        if until_decided and grid_executor.name != "local":
+            raise ValueError(
+                "until_decided: --until-decided runs its rounds with the local executor; "
+                f"expected no --executor {grid_executor.name} with it"
+            )
+    except ValueError as err:
+        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
+        raise typer.Exit(EXIT_REFUSED) from None
     try:
         with signals_as_interrupt():
             check_utf8_path(out, "out")
@@ -269,7 +328,9 @@ def compare(
             if until_decided:
                 summaries = _run_rounds(cfg, out, console, after, max_seeds, max_time)
             else:
-                summaries = run_experiment(cfg, out, console=console, after_training=after)
+                summaries = run_experiment(
+                    cfg, out, console=console, after_training=after, executor=grid_executor
+                )
     except (GridStopped, ReportNotBuilt) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_STOPPED) from None
@@ -403,3 +464,81 @@ def _run_rounds(
         cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after
     )
     return summaries
+
+def check_scale_options(merged: dict[str, Any]) -> None:
+    """Raise ``ValueError`` with one line naming the option (``--nproc-per-node``, ``--fsdp``,
+    ``--executor``, …) when the ``scale`` section of the merged config (file and flags) does not
+    describe a launch; its other errors are left to the config's validation."""
+    from normlab.experiment.config import check_scale
+
+    scale = merged.get("scale")
+    if not isinstance(scale, dict):
+        return
+    values = (
+        scale.get("nproc_per_node", 1),
+        scale.get("nnodes", 1),
+        scale.get("rdzv_endpoint"),
+        scale.get("fsdp", False),
+        scale.get("executor", "local"),
+    )
+    if not isinstance(values[3], bool) or not all(isinstance(v, int) for v in values[:2]):
+        return
+    check_scale(*values)  # type: ignore[arg-type]
+
+
+def plan_commands(out: Path, run_ids: list[str]) -> list[str]:
+    """One self-contained shell command per run: ``normlab compare --out OUT --run RUN_ID``
+    (OUT absolute, so it runs from any folder)."""
+    import shlex
+
+    folder = shlex.quote(str(Path(out).absolute()))
+    return [f"normlab compare --out {folder} --run {shlex.quote(r)}" for r in run_ids]
+
+
+def _plan(cfg: Any, out: Path) -> None:
+    """``--plan``: prepare ``out`` and print the runs' commands, one a line, on stdout (all
+    else goes to stderr, so the output can be piped to a scheduler)."""
+    from normlab.experiment.lock import FolderLockedError
+    from normlab.experiment.runner import plan_experiment
+
+    console = Console(stderr=True)
+    try:
+        run_ids = plan_experiment(cfg, out, console=console)
+    except (FolderLockedError, ValueError) as err:
+        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
+        raise typer.Exit(EXIT_REFUSED) from None
+    for command in plan_commands(out, run_ids):
+        typer.echo(command)
+    console.print(
+        f"plan: {len(run_ids)} runs to train in {out}; run each command above (any order, any "
+        f"number at once), then: normlab report {out}"
+    )
+
+
+def _run_one(
+    run_id: str, out: Path, config: Path | None, given: dict[str, Any], plan: bool
+) -> None:
+    """``--run RUN_ID``: train that planned run of ``out`` (its run.json says how)."""
+    from normlab.experiment.lock import FolderLockedError
+    from normlab.experiment.runner import run_planned
+
+    console = Console()
+    others = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
+    if config is not None:
+        others.insert(0, "--config")
+    if plan:
+        others.insert(0, "--plan")
+    if others:
+        console.print(
+            f"[red]error:[/] --run: trains a planned run as its run.json says; expected only "
+            f"--out with it, got {', '.join(others)}",
+            highlight=False,
+        )
+        raise typer.Exit(EXIT_BAD_CONFIG)
+    try:
+        summary = run_planned(out, run_id, console=console)
+    except (FolderLockedError, ValueError) as err:
+        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
+        raise typer.Exit(EXIT_REFUSED) from None
+    if summary.get("status") not in DONE_STATUSES:
+        raise typer.Exit(EXIT_NO_RESULT)

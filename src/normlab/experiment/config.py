@@ -60,6 +60,7 @@ __all__ = [
     "DEFAULT_STEPS",
     "DIT_DEFAULT_NORMS",
     "DIT_TRAIN_DEFAULTS",
+    "EXECUTORS",
     "GUIDANCE_NEUTRAL",
     "AnomalySettings",
     "ConfigError",
@@ -69,9 +70,11 @@ __all__ = [
     "GPTSettings",
     "LMSettings",
     "ModelSettings",
+    "ScaleSettings",
     "ShapesSettings",
     "TrainSettings",
     "arm_name",
+    "check_scale",
     "describe_errors",
     "load_config_file",
     "load_yaml",
@@ -117,6 +120,71 @@ leaves them out for the others."""
 class Section(ConfigModel):
     """A config section, with the rules of the testbeds' sections (:class:`ConfigModel`):
     unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
+
+
+EXECUTORS = ("local", "ray")
+"""The executors that train a grid (``--executor``): ``local`` (worker processes on this
+machine) and ``ray`` (one Ray task per run); :mod:`normlab.experiment.executors` implements
+them."""
+
+
+def check_scale(
+    nproc_per_node: int,
+    nnodes: int = 1,
+    rdzv_endpoint: str | None = None,
+    fsdp: bool = False,
+    executor: str = "local",
+) -> None:
+    """Raise ``ValueError`` naming the option (``--nproc-per-node``, ``--nnodes``,
+    ``--rdzv-endpoint``, ``--fsdp``, ``--executor``) unless the values describe a launch:
+    N = nproc_per_node · nnodes >= 1 processes per run, a rendezvous endpoint across hosts,
+    FSDP only with N >= 2, a known executor."""
+    from normlab.distributed.launcher import Layout
+
+    Layout(nproc_per_node, nnodes, 0, rdzv_endpoint, fsdp)
+    if executor not in EXECUTORS:
+        raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
+
+
+class ScaleSettings(Section):
+    """How runs are executed, never what they compute: ``nproc_per_node`` processes per run on
+    each of ``nnodes`` hosts (torchrun; DDP, or FSDP2 with ``fsdp``), meeting at
+    ``rdzv_endpoint`` across hosts; ``executor`` (``local`` or ``ray``) trains the grid,
+    ``ray_address`` names the Ray cluster (none: a local Ray instance). The global batch, data
+    order and paired start do not depend on any of them."""
+
+    nproc_per_node: int = Field(
+        1, description="Processes per run (torchrun; DDP, or FSDP2 with --fsdp)."
+    )
+    nnodes: int = Field(1, description="Hosts per run (each runs --nproc-per-node processes).")
+    rdzv_endpoint: str | None = Field(
+        None, description="host:port where a run's hosts meet (needed with --nnodes > 1)."
+    )
+    fsdp: bool = Field(False, description="Shard the model with FSDP2 instead of DDP.")
+    executor: str = Field("local", description="Who trains the grid: local or ray.")
+    ray_address: str | None = Field(
+        None, description="Ray cluster address (default: start a local Ray instance)."
+    )
+
+    @model_validator(mode="after")
+    def _check_launch(self) -> ScaleSettings:
+        check_scale(self.nproc_per_node, self.nnodes, self.rdzv_endpoint, self.fsdp, self.executor)
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Processes per run: N = nproc_per_node · nnodes."""
+        return self.nproc_per_node * self.nnodes
+
+    def launch_spec(self) -> dict[str, Any]:
+        """The ``scale`` record of a run.json on several processes: how the run is started
+        (its torchrun layout), under this section's own key names."""
+        return {
+            "nproc_per_node": self.nproc_per_node,
+            "nnodes": self.nnodes,
+            "rdzv_endpoint": self.rdzv_endpoint,
+            "fsdp": self.fsdp,
+        }
 
 
 ModelSettings = GPTSettings
@@ -356,6 +424,7 @@ class ExperimentConfig(Section):
     data: DataSettings = Field(default_factory=DataSettings)
     dit: DiTSettings = Field(default_factory=DiTSettings)
     shapes: ShapesSettings = Field(default_factory=ShapesSettings)
+    scale: ScaleSettings = Field(default_factory=ScaleSettings)
     lm: LMSettings = Field(default_factory=LMSettings)
 
     @model_validator(mode="before")

@@ -6,62 +6,53 @@ Re-running the same command with the same ``--out`` skips every run whose ``summ
 ``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
 at most the runs in progress.
 
-While ``parallel`` runs train, the next run's worker is already started in standby: it imports,
-maps the data, builds and checks its model, then waits for the signal to train. Process start-up
-is thus hidden behind training (on a spare core), and no run's timing includes it.
+The runs are trained by an executor (:mod:`normlab.experiment.executors`: ``local`` worker
+processes, or Ray tasks). :func:`plan_experiment` stops before training instead: it prepares the
+folder (data, ``experiment.json``, each run's ``run.json``) so that :func:`run_planned` can
+train any one run by its id, from any process on any host that sees the folder.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import time
-from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from normlab._io import write_json_atomic
 from normlab.data.token_cache import is_cache_entry
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.environment import default_threads, environment, resolve_device
-from normlab.experiment.grid import (
-    FACTOR_NAMES,
-    PRECISION_FACTOR,
-    first_difference,
-    flatten,
-    plan_runs,
+from normlab.experiment.executors import (  # noqa: F401  (the grid's names, as before)
+    WORKER_ENV,
+    Executor,
+    GridStopped,
+    LocalExecutor,
+    _outcome,
+    finished_runs,
+    is_done,
+    prepare_run_dir,
+    read_summary,
+    run_grid,
+    stop_workers,
+    worker_environment,
 )
+from normlab.experiment.grid import FACTOR_NAMES, PRECISION_FACTOR, flatten, plan_runs
 from normlab.experiment.lock import OutputLock
 from normlab.experiment.sizes import check_experiment_sizes
 from normlab.experiment.testbeds import TESTBEDS
-from normlab.experiment.worker import crashed_summary, read_spec
-from normlab.experiment.worker_process import WorkerProcess
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
-    DONE_STATUSES,
     EXPERIMENT_FILE,
-    FINISHED,
     LOCK_FILE,
     RUN_FILE,
     RUNS_DIR,
-    SUMMARY_FILE,
     TOKENS_FILE,
     testbed_format,
 )
@@ -75,27 +66,6 @@ _CACHE_ENTRY = re.compile(
 and, while it is being written, the temporary files of :mod:`normlab._io` (any token cache's
 names and a BPE's cache folder too: :func:`normlab.data.is_cache_entry`)."""
 _EXPERIMENT_TMP = re.compile(rf"^\.{re.escape(EXPERIMENT_FILE)}\..+\.tmp$")
-WORKER_ENV = {
-    # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
-    # are not page-faulted in afresh on every step.
-    "MALLOC_MMAP_MAX_": "0",
-    "MALLOC_TRIM_THRESHOLD_": "100000000000",
-}
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one, or one
-    that is not a JSON object)."""
-    path = Path(run_dir) / SUMMARY_FILE
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def is_done(summary: dict[str, Any] | None) -> bool:
-    return summary is not None and summary.get("status") in DONE_STATUSES
 
 
 def experiment_record(
@@ -150,69 +120,6 @@ def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
     else {}."""
     records = {r["arm"]: r[NORM_SWAP_FIELD] for r in runs if NORM_SWAP_FIELD in r}
     return {"norm_swaps": records} if records else {}
-
-
-@contextmanager
-def worker_environment(threads: int) -> Iterator[None]:
-    """Set the allocator and thread variables for processes started inside the block."""
-    wanted = {**WORKER_ENV, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    saved = {k: os.environ.get(k) for k in wanted}
-    os.environ.update(wanted)
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
-@dataclass
-class _Active:
-    spec: dict[str, Any]
-    run_dir: Path
-    process: WorkerProcess
-    released: bool = False
-    started: float = field(default_factory=time.perf_counter)
-    step: int = 0
-
-
-DERIVED_FIELDS = ("init_digest", "n_params", "n_norm_params", NORM_SWAP_FIELD)
-"""Fields of a run config that follow from its settings (the model built from them)."""
-
-
-def _check_same_run(done_spec: dict[str, Any], planned: dict[str, Any], out: Path) -> None:
-    """Raise ``ValueError`` if a finished run on disk was trained with other settings than the
-    run this command plans under the same id (its results would be mixed into a new
-    experiment)."""
-    # a setting first, before what follows from it (the initial digest, counts, norm record)
-    diff = first_difference(done_spec, planned, DERIVED_FIELDS) or first_difference(
-        done_spec, planned
-    )
-    if diff is None:
-        return
-    key, done_value, planned_value = diff
-    raise ValueError(
-        f"out: {str(out)!r} already holds the finished run {planned['run_id']!r}, trained with "
-        f"{key} = {done_value}; this command asks for {key} = {planned_value}. Use another "
-        "--out, or delete the folder. Its experiment.json and runs are left as they were."
-    )
-
-
-def finished_runs(runs: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any]]:
-    """{run_id: summary} of the runs of ``runs`` that ``out`` already holds as done (finished
-    or diverged). Raises ``ValueError`` if one of them was trained with other settings than
-    planned; writes nothing."""
-    done: dict[str, dict[str, Any]] = {}
-    for spec in runs:
-        run_dir = Path(out) / RUNS_DIR / spec["run_id"]
-        summary = read_summary(run_dir)
-        if is_done(summary) and (run_dir / RUN_FILE).exists():
-            _check_same_run(read_spec(run_dir), spec, Path(out))
-            assert summary is not None  # is_done guarantees it
-            done[spec["run_id"]] = summary
-    return done
 
 
 def runs_not_planned(runs: list[dict[str, Any]], out: Path) -> list[str]:
@@ -304,146 +211,6 @@ def _is_unused(out: Path) -> bool:
     return not (out / EXPERIMENT_FILE).exists() and not (out / RUNS_DIR).exists()
 
 
-def _outcome(summary: dict[str, Any]) -> str:
-    status = summary.get("status")
-    if status == FINISHED:
-        if "final_val_bpb" in summary:  # the GPT testbed
-            bpb = summary.get("final_val_bpb")
-            return f"[green]finished[/] val bpb {bpb:.3f}" if bpb is not None else "finished"
-        loss = summary.get("final_val_loss")
-        return f"[green]finished[/] val loss {loss:.4f}" if loss is not None else "finished"
-    if status == "diverged":
-        return f"[yellow]diverged[/] at step {summary.get('diverged_at')}"
-    return f"[red]crashed[/] {escape(str(summary.get('error', '')))}"
-
-
-def run_grid(
-    runs: list[dict[str, Any]],
-    out: Path,
-    parallel: int = 1,
-    console: Console | None = None,
-    show_progress: bool = True,
-) -> dict[str, dict[str, Any]]:
-    """Train every run of ``runs`` that is not done, each in its own worker process
-    (:class:`normlab.experiment.worker_process.WorkerProcess`, bound to this process's
-    lifetime), at most ``parallel`` at a time (plus one in standby, see the module docstring).
-    Returns {run_id: summary} for the whole grid. Any exit stops every worker first; a system
-    error while training (``OSError``, ``MemoryError``) is raised as :class:`GridStopped`."""
-    console = console or Console()
-    out = Path(out)
-    summaries = finished_runs(runs, out)
-    todo = deque(spec for spec in runs if spec["run_id"] not in summaries)
-    if summaries:
-        console.print(f"{len(summaries)} of {len(runs)} runs already done in {out}; skipping them")
-    if not todo:
-        return summaries
-
-    active: list[_Active] = []
-    columns = (
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("steps"),
-        TimeElapsedColumn(),
-        TextColumn("ETA"),
-        TimeRemainingColumn(),
-    )
-    total_steps = sum(s["train"]["steps"] for s in todo)
-    n_todo = len(todo)
-    with Progress(*columns, console=console, disable=not show_progress) as progress:
-        task = progress.add_task(f"{n_todo} runs", total=total_steps)
-
-        def start(spec: dict[str, Any]) -> None:
-            run_dir = out / RUNS_DIR / spec["run_id"]
-            shutil.rmtree(run_dir, ignore_errors=True)  # unfinished: redo from scratch
-            write_json_atomic(run_dir / RUN_FILE, spec)
-            with worker_environment(spec["threads"]):
-                process = WorkerProcess(run_dir, name=f"normlab-{spec['run_id']}")
-            active.append(_Active(spec, run_dir, process))
-
-        def release_waiting() -> None:
-            running = sum(a.released for a in active)
-            for a in active:
-                if running >= parallel:
-                    return
-                if not a.released:
-                    a.process.release()
-                    a.released, a.started = True, time.perf_counter()
-                    running += 1
-
-        def drain(a: _Active) -> None:
-            step = a.process.last_step()
-            if step is not None:
-                progress.advance(task, step - a.step)
-                a.step = step
-
-        def finish(a: _Active) -> None:
-            a.process.join()
-            drain(a)
-            a.process.close()
-            progress.advance(task, a.spec["train"]["steps"] - a.step)
-            summary = read_summary(a.run_dir)
-            if summary is None:
-                code = a.process.exitcode
-                summary = crashed_summary(
-                    a.spec,
-                    f"the worker process exited with code {code} without a summary",
-                    f"exit code {code} (a negative code is the signal that ended it)",
-                )
-                write_json_atomic(a.run_dir / SUMMARY_FILE, summary)
-            summaries[a.spec["run_id"]] = summary
-            finished_here = len(summaries) - (len(runs) - n_todo)
-            progress.update(task, description=f"{finished_here}/{n_todo} runs")
-            progress.console.print(
-                f"{a.spec['run_id']}: {_outcome(summary)} ({time.perf_counter() - a.started:.1f} s)"
-            )
-
-        try:
-            while todo or active:
-                release_waiting()
-                while todo and len(active) < parallel + 1:
-                    start(todo.popleft())
-                release_waiting()
-                for a in list(active):
-                    drain(a)
-                    if not a.process.is_alive():
-                        finish(a)
-                        active.remove(a)
-                time.sleep(0.05)
-        except BaseException as err:
-            stop_workers([a.process for a in active])
-            if isinstance(err, (OSError, MemoryError)):
-                raise GridStopped(out, err) from err
-            raise
-    return {s["run_id"]: summaries[s["run_id"]] for s in runs}
-
-
-class GridStopped(RuntimeError):
-    """The grid stopped on a system error while training (a full disk, no memory, no more
-    processes): the runs that finished are kept, the others are redone by the same command."""
-
-    def __init__(self, out: Path, cause: BaseException) -> None:
-        if isinstance(cause, OSError):
-            reason = cause.strerror or str(cause)
-            if cause.filename is not None:
-                reason += f" ({str(cause.filename)!r})"
-        else:
-            reason = f"{type(cause).__name__}: {cause}".rstrip(": ")
-        super().__init__(
-            f"training stopped: {reason}; the finished runs are kept in {str(out)!r}. Fix the "
-            "cause (e.g. free disk space), then run the same command again to resume"
-        )
-
-
-def stop_workers(processes: list[WorkerProcess], timeout: float = 10.0) -> None:
-    """Stop every worker: close their inputs and send ``SIGTERM`` to all first, then wait for
-    each (``SIGKILL`` after ``timeout`` seconds), so that none outlives the grid."""
-    for p in processes:
-        p.terminate()
-    for p in processes:
-        p.stop(timeout)
-
-
 AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
 """A step run on the output folder and the runs' summaries when the grid has trained, while the
 folder is still locked (the CLI builds the report there)."""
@@ -455,9 +222,10 @@ def run_experiment(
     console: Console | None = None,
     show_progress: bool = True,
     after_training: AfterTraining | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run the whole experiment into ``out`` (see docs/run-format.md); returns {run_id:
-    summary}.
+    summary}. ``executor`` trains the runs (default: :class:`LocalExecutor`).
 
     ``out`` (a new or empty folder, or creatable, or the folder of an earlier compare; see
     :func:`check_out_contents`), the testbed's inputs (:meth:`Testbed.check_inputs`: the
@@ -484,7 +252,10 @@ def run_experiment(
     lock = OutputLock(out)
     try:
         lock.acquire()
-        summaries = _run_locked(cfg, out, device, threads, console, show_progress)
+        runs = _prepare_locked(cfg, out, device, threads, console)
+        summaries = (executor or LocalExecutor()).run(
+            runs, out, cfg.parallel, console, show_progress
+        )
         if after_training is not None:
             after_training(out, summaries)
     except BaseException:
@@ -496,17 +267,19 @@ def run_experiment(
     return summaries
 
 
-def _run_locked(
+def _prepare_locked(
     cfg: ExperimentConfig,
     out: Path,
     device: str,
     threads: int,
     console: Console,
-    show_progress: bool,
-) -> dict[str, dict[str, Any]]:
-    """Prepare the data, plan and check the runs, write ``experiment.json``, train the grid."""
+) -> list[dict[str, Any]]:
+    """Prepare the data, plan and check the runs, write ``experiment.json``; returns the runs."""
     data_info = prepare_data(cfg, out / DATA_DIR, console)
     runs = plan_runs(cfg, device, threads, data_info)
+    if cfg.scale.world_size > 1:
+        for r in runs:  # how each run is started (torchrun); not part of what it computes
+            r["scale"] = cfg.scale.launch_spec()
     finished_runs(runs, out)  # refuses before experiment.json is touched
     seen = set()
     for r in runs:
@@ -526,7 +299,86 @@ def _run_locked(
         out / EXPERIMENT_FILE,
         experiment_record(cfg, runs, data_info, environment(device, threads)),
     )
-    return run_grid(runs, out, cfg.parallel, console, show_progress)
+    return runs
+
+
+def plan_experiment(cfg: ExperimentConfig, out: Path, console: Console | None = None) -> list[str]:
+    """Prepare ``out`` for running the grid one run at a time, from any scheduler, and return
+    the ids of the runs still to train (in order).
+
+    Checks and locks as :func:`run_experiment`, prepares the data cache, writes
+    ``experiment.json`` and, for every run not done, an empty run folder with its ``run.json``
+    (a done run is left as it is). Nothing is trained; each run is then trained by
+    :func:`run_planned` (``normlab compare --out OUT --run RUN_ID``), and ``normlab report
+    OUT`` builds the report."""
+    console = console or Console()
+    out = Path(out)
+    created = check_out_path(out)
+    check_out_contents(out)
+    TESTBEDS[cfg.testbed].check_inputs(cfg)
+    device = resolve_device(cfg.device)
+    check_experiment_sizes(cfg, out)  # memory and disk, before anything is allocated
+    threads = cfg.threads or default_threads()
+    lock = OutputLock(out)
+    try:
+        lock.acquire()
+        runs = _prepare_locked(cfg, out, device, threads, console)
+        done = finished_runs(runs, out)
+        todo = [r for r in runs if r["run_id"] not in done]
+        for spec in todo:
+            prepare_run_dir(out, spec)
+    except BaseException:
+        if created is not None and lock.held and _is_unused(out):
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        lock.release()
+    return [r["run_id"] for r in todo]
+
+
+def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[str, Any]:
+    """Train the run ``run_id`` of the folder :func:`plan_experiment` prepared and return its
+    summary (a done run is skipped: its summary is returned as it is).
+
+    Holds the run folder's own lock (``runs/RUN_ID/.lock``), so two commands never train the
+    same run while other runs of the folder train at the same time; empties the folder but for
+    its ``run.json`` (an unfinished run is redone from scratch), then trains as
+    :func:`normlab.experiment.launching.launch_run` (one process, or torchrun). Raises
+    ``ValueError`` naming ``--out`` or ``--run`` when the folder or the run is not there, and
+    :class:`normlab.experiment.lock.FolderLockedError` when another command trains it."""
+    from normlab.experiment.launching import launch_run
+
+    console = console or Console()
+    out = Path(out)
+    if not (out / EXPERIMENT_FILE).is_file():
+        raise ValueError(
+            f"out: {str(out)!r} has no {EXPERIMENT_FILE}; expected the folder of "
+            "`normlab compare --plan --out OUT`"
+        )
+    run_dir = out / RUNS_DIR / run_id
+    if not (run_dir / RUN_FILE).is_file():
+        known = json.loads((out / EXPERIMENT_FILE).read_text(encoding="utf-8")).get("runs", [])
+        raise ValueError(
+            f"run: {run_id!r} is not a planned run of {str(out)!r}; expected one of "
+            f"{', '.join(known)}"
+        )
+    with OutputLock(run_dir):
+        summary = read_summary(run_dir)
+        if is_done(summary):
+            assert summary is not None
+            console.print(f"{run_id}: already done ({summary['status']}); skipping it")
+            return summary
+        for entry in run_dir.iterdir():
+            if entry.name in (RUN_FILE, LOCK_FILE):
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+        started = time.perf_counter()
+        summary = launch_run(run_dir)
+    console.print(f"{run_id}: {_outcome(summary)} ({time.perf_counter() - started:.1f} s)")
+    return summary
 
 
 def _plural(n: int, word: str) -> str:

@@ -29,11 +29,13 @@ import torch
 from torch import nn
 
 from normlab._io import append_jsonl
+from normlab.experiment import parallel as par_
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.health import norm_health
-from normlab.experiment.precision import DEFAULT_PRECISION, PrecisionStep
+from normlab.experiment.precision import DEFAULT_PRECISION, PrecisionStep, autocast_for
 from normlab.experiment.schedule import lr_at, make_optimizer
+from normlab.experiment.step_timer import StepTimer
 from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 from normlab.run_format import (
@@ -72,11 +74,6 @@ def _group_grad_norms(model: nn.Module, groups: dict[str, list[str]]) -> dict[st
                 torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
             ).item()
     return norms
-
-
-def _clip(params: list[nn.Parameter], max_norm: float) -> float:
-    """Clip the gradients to the global L2 norm ``max_norm``; the norm before clipping."""
-    return torch.nn.utils.clip_grad_norm_(params, max_norm).item()
 
 
 warm_up = warm_up_gpt  # the GPT's warm-up, under its earlier name
@@ -176,7 +173,9 @@ def train_run(
     run_dir = Path(run_dir)
     t = spec["train"]
     seed = spec["seed"]
-    device = torch.device(spec["device"])
+    par = par_.run_parallel(spec)  # one process: rank 0 of 1, nothing changes
+    device = par.ctx.device
+    main = par.ctx.is_main
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(seed)
 
@@ -189,13 +188,16 @@ def train_run(
             f"checked {spec['init_digest'][:16]}"
         )
     model.to(device)
+    with autocast_for(run_precision(spec), device):  # the warm-up sees the training precision
+        saved_bytes = _warm_up_counting_saved_bytes(task, device)
+    groups = task.parameter_groups()
+    par_.shard_task(task, par)
+    trained = par_.wrap_for_training(task, par)  # `model` itself for one process
     optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
     precision = precision_step(spec, device, optimizer)
-    with precision.autocast():
-        saved_bytes = _warm_up_counting_saved_bytes(task, device)
     params = list(model.parameters())
-    groups = task.parameter_groups()
     tokens_per_step = task.tokens_per_step
+    rank_tokens_per_step = tokens_per_step * par.rows // par.global_rows
     total_steps = t["steps"]
     max_norm = t["grad_clip"] if t["grad_clip"] > 0 else math.inf
     a = spec["anomaly"]
@@ -211,6 +213,10 @@ def train_run(
     counts = {LOSS_SPIKE: 0, GRAD_SPIKE: 0, "clipped": 0}
     status, diverged_at, steps_done = FINISHED, None, 0
 
+    def log(record: dict[str, Any]) -> None:
+        if main:  # rank 0 writes the run's files
+            append_jsonl(metrics, record)
+
     def evaluate(step: int) -> None:
         record = {
             "type": EVAL_RECORD,
@@ -219,20 +225,20 @@ def train_run(
             "tokens_seen": step * tokens_per_step,
             "elapsed_s": train_time,
         }
-        append_jsonl(metrics, record)
+        log(record)
         evals.append(record)
-        health = health_record(task, device, step)
+        # on one process only: a sharded model's forward needs every rank
+        health = health_record(task, device, step) if not par.ctx.distributed else None
         if health is not None:
-            append_jsonl(metrics, health)
+            log(health)
 
     def anomaly(step: int, kind: str, value: float, z: float | None) -> None:
-        append_jsonl(
-            metrics, {"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z}
-        )
+        log({"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z})
 
     if wait_for_start is not None:
         wait_for_start()
     wall_start = time.perf_counter()
+    timer = StepTimer(device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     model.train()
@@ -243,16 +249,16 @@ def train_run(
         lr = lr_at(step, t["lr"], total_steps, t["warmup"], t["min_lr_ratio"])
         for group in optimizer.param_groups:
             group["lr"] = lr
-        started = time.perf_counter()
+        timer.start()
         with precision.autocast():
             loss = task.train_loss(device)
         optimizer.zero_grad(set_to_none=True)
-        loss_value = loss.detach().item()
+        loss_value = par_.global_loss(loss.detach().item(), par)
         outcome = precision.run(
-            loss,
+            par_.scaled_loss(loss, par),
             loss_value,
-            partial(_clip, params, max_norm),
-            partial(_group_grad_norms, model, groups)
+            partial(par_.grad_norm, params, max_norm, par),
+            partial(par_.layer_grad_norms, trained, groups, par, _group_grad_norms)
             if step % t["layer_grad_interval"] == 0
             else None,
         )
@@ -260,16 +266,15 @@ def train_run(
         grad_norm, skipped = outcome.grad_norm, outcome.skipped
         finite = math.isfinite(loss_value) and (math.isfinite(grad_norm) or skipped)
         _sync(device)
-        step_time = time.perf_counter() - started
+        step_time = timer.stop()  # CUDA events on a GPU
         train_time += step_time
         steps_done = step
         clipped = outcome.stepped and grad_norm > max_norm
         counts["clipped"] += clipped
         losses.append(loss_value)
         if step > t["throughput_warmup"]:
-            throughputs.append(tokens_per_step / step_time)
-        append_jsonl(
-            metrics,
+            throughputs.append(rank_tokens_per_step / step_time)
+        log(
             {
                 "type": TRAIN_RECORD,
                 "step": step,
@@ -283,7 +288,7 @@ def train_run(
             },
         )
         if layer_norms is not None:
-            append_jsonl(metrics, {"type": LAYER_GRAD_RECORD, "step": step, "norms": layer_norms})
+            log({"type": LAYER_GRAD_RECORD, "step": step, "norms": layer_norms})
         if not finite:
             kind = NONFINITE_LOSS if not math.isfinite(loss_value) else NONFINITE_GRAD
             anomaly(step, kind, loss_value if kind == NONFINITE_LOSS else grad_norm, None)
@@ -302,8 +307,13 @@ def train_run(
         if on_step is not None:
             on_step(step)
 
-    n_params, n_norm_params = model.count_parameters()
     peak_bytes, peak_kind = _peak_memory(device)
+    tokens_per_s = statistics.median(throughputs) if throughputs else None
+    ranks = par_.rank_fields(par, peak_bytes, tokens_per_s)
+    if not par_.main_rank_model(task, spec, trained, par):
+        return {}  # ranks other than 0 write nothing
+    model = task.model
+    n_params, n_norm_params = model.count_parameters()
     finite_evals = [e for e in evals if e["val_loss"] is not None and math.isfinite(e["val_loss"])]
     reached = next(
         (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
@@ -330,8 +340,8 @@ def train_run(
         "n_norm_params": n_norm_params,
         **quality,
         "final_train_loss": statistics.fmean(tail) if tail else None,
-        "tokens_per_s": statistics.median(throughputs) if throughputs else None,
-        "peak_memory_bytes": peak_bytes,
+        "tokens_per_s": ranks["total_tokens_per_s"] if par.ctx.distributed else tokens_per_s,
+        "peak_memory_bytes": max(ranks["rank_peak_memory_bytes"]),
         "peak_memory_kind": peak_kind,
         "saved_activation_bytes": saved_bytes,
         **posttrain,
@@ -347,4 +357,5 @@ def train_run(
         "torch_version": torch.__version__,
         "threads": torch.get_num_threads(),
         "data_fingerprint": task.data_fingerprint,
+        **ranks,
     }

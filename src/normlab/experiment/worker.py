@@ -3,6 +3,8 @@
 :func:`serve_run` is the body of a worker process started by the runner through
 :mod:`normlab.experiment.bootstrap`.
 :func:`execute_run` is the same work in the calling process (used by tests and debugging).
+:func:`rank_main` (``python -m normlab.experiment.rank_entry RUN_DIR``) is the entry point of a
+run started as a command: one plain process (a Ray task's child), or each rank under torchrun.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ __all__ = [
     "SUMMARY_FILE",
     "crashed_summary",
     "execute_run",
+    "rank_main",
     "read_spec",
     "serve_run",
     "summary_fields",
@@ -147,8 +150,14 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
         if not is_locked(out):
             raise RunAborted(f"no command holds the lock of {str(out)!r}; not training")
 
+    from normlab.experiment.launching import launch_run, world_size_of  # it imports this module
+
     try:
-        execute_run(Path(run_dir), on_step, orphaned, wait_for_start)
+        if world_size_of(read_spec(Path(run_dir))) > 1:  # one run on several processes
+            wait_for_start()
+            launch_run(Path(run_dir), on_step, orphaned)
+        else:
+            execute_run(Path(run_dir), on_step, orphaned, wait_for_start)
     except (RunAborted, KeyboardInterrupt):
         return 130
     except (OSError, MemoryError) as err:  # e.g. a full disk while writing the summary
@@ -157,3 +166,78 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
         sys.stderr.write(f"normlab: run {Path(run_dir).name}: {reason}{where}\n")
         return 1
     return 0
+
+
+SUPERVISOR_ENV = "NORMLAB_SUPERVISOR_PID"
+"""The process that waits for a run started as a command; the run stops (unfinished) when it is
+gone, as a worker whose grid process is gone does."""
+
+
+def _supervisor_gone() -> Callable[[], bool]:
+    """A check that the supervising process (:data:`SUPERVISOR_ENV`) has ended: when it is this
+    process's parent, that the parent changed (exact, even before the dead parent is reaped);
+    otherwise (a torchrun rank, whose parent is torchrun's agent) that it no longer exists or is
+    a zombie. Never true without the variable."""
+    raw = os.environ.get(SUPERVISOR_ENV, "")
+    pid = int(raw) if raw.isdigit() else 0
+    parent = os.getppid()
+
+    def gone() -> bool:
+        if pid <= 0:
+            return False
+        if pid == parent:
+            return os.getppid() != parent
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            return False
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        return stat[stat.rindex(")") + 2 :].startswith("Z")
+
+    return gone
+
+
+def _rank_main(argv: list[str]) -> int:
+    """Train the run whose folder is ``argv[0]``. One process (no torchrun environment): as
+    :func:`execute_run` (a failure becomes a ``crashed`` summary). Under torchrun: every rank
+    trains its shard and rank 0 writes ``summary.json``; an exception propagates, so that
+    torchrun records the rank's error and stops the others (the launcher writes the crashed
+    summary)."""
+    if len(argv) != 1:
+        print("usage: python -m normlab.experiment.rank_entry RUN_DIR", file=sys.stderr)
+        return 2
+    run_dir = Path(argv[0])
+    gone = _supervisor_gone()
+    if "WORLD_SIZE" not in os.environ:
+        try:
+            execute_run(run_dir, should_stop=gone)
+        except (RunAborted, KeyboardInterrupt):
+            return 130
+        return 0
+    from normlab.distributed import teardown
+
+    spec = read_spec(run_dir)
+    for module in spec.get("imports", []):
+        importlib.import_module(module)
+    try:
+        summary = train_run(spec, run_dir, should_stop=gone)
+        if summary:  # rank 0
+            write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    finally:
+        teardown()
+    return 0
+
+
+def rank_main(argv: list[str] | None = None) -> int:
+    """``python -m normlab.experiment.rank_entry RUN_DIR``; under torchrun wrapped in
+    :func:`torch.distributed.elastic.multiprocessing.errors.record`, so a failing rank's
+    traceback reaches the launcher."""
+    from torch.distributed.elastic.multiprocessing.errors import record
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return record(_rank_main)(args)

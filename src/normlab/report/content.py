@@ -488,7 +488,15 @@ def _smallest_words(a: dict[str, Any]) -> str:
     δ together."""
     testbed = str(a.get("testbed") or "gpt")
     groups: dict[str, list[str]] = {}
+    compared = {
+        name
+        for by_metric in (a.get("comparisons") or {}).values()
+        for name, c in by_metric.items()
+        if isinstance(c, dict) and c.get("n_pairs")
+    }
     for name, info in a["metrics"].items():
+        if name not in compared:  # a metric no run recorded has no row, so no δ either
+            continue
         spec = smallest_for(name, testbed)
         if spec.value is None:
             factor = f" × {spec.margin_factor:.3g}" if spec.margin_factor != 1 else ""

@@ -300,6 +300,24 @@ compared paired like the other metrics but never part of the verdict."""
 POSTTRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in POSTTRAIN)
 """The names of :data:`POSTTRAIN`, in summary.json's order."""
 
+_SCALE_FIELDS = (
+    "world_size",
+    "parallel_mode",
+    "rank_peak_memory_bytes",
+    "rank_tokens_per_s",
+    "total_peak_memory_bytes",
+    "total_tokens_per_s",
+)
+
+_SCALE_FIELDS = (
+    "world_size",
+    "parallel_mode",
+    "rank_peak_memory_bytes",
+    "rank_tokens_per_s",
+    "total_peak_memory_bytes",
+    "total_tokens_per_s",
+)
+
 TAIL_FIELDS: tuple[SummaryField, ...] = (
     compared_field(
         "final_train_loss",
@@ -385,11 +403,15 @@ TAIL_FIELDS: tuple[SummaryField, ...] = (
     SummaryField("n_clipped"),
     SummaryField("wall_s", _SECONDS),
     *(SummaryField(name) for name in ("device", "torch_version", "threads", "data_fingerprint")),
+    *(SummaryField(name) for name in _SCALE_FIELDS),
 )
 """The fields after the testbed's validation fields: training loss, speed and memory,
-post-training effects, target, spikes, environment. Quality metrics count finished runs only
-(a diverged run's last numbers describe a truncated run; its divergence is judged under
-stability); spike counts also count diverged runs."""
+post-training effects, target, spikes, environment, and how the run was spread over
+processes: ``world_size`` N, ``parallel_mode`` (``single``, ``ddp``, ``fsdp``), each rank's
+peak memory and throughput (lists by rank) and their totals Σ_r (``tokens_per_s`` is the run's
+throughput, the total; ``peak_memory_bytes`` the largest rank's peak). Quality metrics count
+finished runs only (a diverged run's last numbers describe a truncated run; its divergence is
+judged under stability); spike counts also count diverged runs."""
 
 CRASH_FIELDS: tuple[str, ...] = ("error", "traceback")
 """Added to the summary of a ``crashed`` run: ``"ErrorType: message"`` and the traceback."""

@@ -1,0 +1,217 @@
+"""Train one run as a command and wait for it: a plain child process, or N ranks under torchrun.
+
+:func:`launch_run` is what every executor calls for a run it does not train in a ``spawn``
+worker of its own: the local executor for a run on several processes, a Ray task, and
+``normlab compare --run``. The run's ``scale`` record (``run.json``) says how many processes;
+``python -m normlab.experiment.rank_entry RUN_DIR`` is started once (one process) or under torchrun
+(:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
+``metrics.jsonl`` as rank 0 writes it. A run whose command fails without a summary (a crashed
+rank, a killed process) gets a ``crashed`` summary naming the failed rank and its error.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from normlab._io import write_json_atomic
+from normlab.distributed import LaunchResult, Layout, launch
+from normlab.experiment.train import RunAborted
+from normlab.experiment.worker import SUPERVISOR_ENV, crashed_summary, read_spec
+from normlab.run_format import METRICS_FILE, SUMMARY_FILE, TRAIN_RECORD
+
+__all__ = [
+    "WORKER_ENV",
+    "WORKER_MODULE",
+    "MetricsTail",
+    "launch_run",
+    "launched_worker_main",
+    "layout_of",
+    "worker_env",
+    "world_size_of",
+]
+
+WORKER_MODULE = "normlab.experiment.rank_entry"
+TORCHRUN_DIR = "torchrun"
+"""torchrun's logs of a run on several processes, in its run folder."""
+POLL_S = 0.2
+
+WORKER_ENV = {
+    # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
+    # are not page-faulted in afresh on every step.
+    "MALLOC_MMAP_MAX_": "0",
+    "MALLOC_TRIM_THRESHOLD_": "100000000000",
+}
+
+
+def worker_env(threads: int) -> dict[str, str]:
+    """The environment of a run's process(es): :data:`WORKER_ENV` and ``threads`` OpenMP / MKL
+    threads."""
+    return {**WORKER_ENV, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+
+
+def layout_of(spec: dict[str, Any]) -> Layout:
+    """The torchrun layout of the run config ``spec`` (its ``scale`` record; one process when
+    it has none)."""
+    launch_rec = spec.get("scale") or {}
+    return Layout(
+        int(launch_rec.get("nproc_per_node", 1)),
+        int(launch_rec.get("nnodes", 1)),
+        int(os.environ.get("NORMLAB_NODE_RANK", "0")),
+        launch_rec.get("rdzv_endpoint"),
+        bool(launch_rec.get("fsdp", False)),
+    )
+
+
+def world_size_of(spec: dict[str, Any]) -> int:
+    """N = processes of the run ``spec`` (1 without a ``scale`` record)."""
+    launch_rec = spec.get("scale") or {}
+    return int(launch_rec.get("nproc_per_node", 1)) * int(launch_rec.get("nnodes", 1))
+
+
+class MetricsTail:
+    """The last training step rank 0 logged, read from the run's ``metrics.jsonl`` as it grows."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / METRICS_FILE
+        self.offset = 0
+        self.step = 0
+
+    def poll(self) -> int:
+        """Read what was appended since the last call; return the last ``train`` step."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return self.step
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self.offset += end
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("type") == TRAIN_RECORD:
+                self.step = max(self.step, int(record["step"]))
+        return self.step
+
+
+def _crashed(spec: dict[str, Any], error: str, trace: str) -> dict[str, Any]:
+    return crashed_summary(spec, error, trace)
+
+
+def _read_summary(run_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def launch_run(
+    run_dir: Path,
+    on_step: Callable[[int], None] | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, Any]:
+    """Train the run in ``run_dir`` (its ``run.json``) in child process(es), wait, and return
+    its summary, writing a ``crashed`` one when the command left none.
+
+    ``on_step(step)`` gets rank 0's progress; ``should_stop()`` is polled and raises
+    :class:`RunAborted` (the children stop by themselves once this process is gone, see
+    :data:`normlab.experiment.worker.SUPERVISOR_ENV`). ``timeout_s`` bounds a torchrun launch.
+    """
+    run_dir = Path(run_dir)
+    spec = read_spec(run_dir)
+    layout = layout_of(spec)
+    env = {**worker_env(int(spec["threads"])), SUPERVISOR_ENV: str(os.getpid())}
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            if layout.world_size == 1:
+                cmd = [sys.executable, "-m", WORKER_MODULE, str(run_dir)]
+                proc = subprocess.run(cmd, env={**os.environ, **env}, check=False)
+                outcome["returncode"] = proc.returncode
+            else:
+                outcome["result"] = launch(
+                    WORKER_MODULE,
+                    [str(run_dir)],
+                    layout,
+                    log_dir=run_dir / TORCHRUN_DIR,
+                    env=env,
+                    timeout_s=timeout_s,
+                )
+        except BaseException as err:  # reported as the run's crash
+            outcome["error"] = err
+
+    thread = threading.Thread(target=target, name=f"launch-{spec['run_id']}", daemon=True)
+    thread.start()
+    tail = MetricsTail(run_dir)
+    while thread.is_alive():
+        thread.join(POLL_S)
+        if on_step is not None:
+            on_step(tail.poll())
+        if should_stop is not None and should_stop():
+            raise RunAborted("the grid's process is gone")
+    if on_step is not None:
+        on_step(tail.poll())
+    summary = _read_summary(run_dir)
+    if summary is not None:
+        return summary
+    summary = _crashed(spec, *_failure(outcome, layout))
+    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    return summary
+
+
+def _failure(outcome: dict[str, Any], layout: Layout) -> tuple[str, str]:
+    """(error, trace) of a command that left no summary."""
+    if "error" in outcome:
+        err = outcome["error"]
+        return f"{type(err).__name__}: {err}", repr(err)
+    result: LaunchResult | None = outcome.get("result")
+    if result is None:
+        code = outcome.get("returncode")
+        return (
+            f"the run's process exited with code {code} without a summary",
+            f"exit code {code} (a negative code is the signal that ended it)",
+        )
+    lines = result.error.strip().splitlines()
+    last = lines[-1] if lines else f"torchrun exited with code {result.returncode}"
+    rank = "a rank" if result.failed_rank is None else f"rank {result.failed_rank}"
+    timed = " (timed out)" if result.timed_out else ""
+    return (
+        f"{rank} of {layout.world_size} failed{timed}: {last}",
+        f"{result.error}\n(torchrun logs in {result.log_dir})",
+    )
+
+
+def launched_worker_main(run_dir: str, progress: Any, go: Any) -> None:
+    """The local executor's process for a run on several processes: wait for ``go``, then
+    :func:`launch_run`, reporting ``("step", n)`` on ``progress``; stops when the grid's process
+    is gone."""
+    parent = os.getppid()
+
+    def orphaned() -> bool:
+        return os.getppid() != parent
+
+    while not go.wait(0.5):
+        if orphaned():
+            sys.exit(130)
+    last = [0]
+
+    def on_step(step: int) -> None:
+        if step != last[0]:
+            last[0] = step
+            progress.put(("step", step))
+
+    try:
+        launch_run(Path(run_dir), on_step, orphaned)
+    except (RunAborted, KeyboardInterrupt):
+        sys.exit(130)
