@@ -7,6 +7,8 @@ that, and so does the paired initialisation.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,17 +31,17 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.placement = cfg.placement
-        self.norm_attn = self._norm(cfg)
+        self.norm_attn = self._norm(cfg, "attn")
         self.attn = CausalSelfAttention(cfg)
-        self.norm_mlp = self._norm(cfg)
+        self.norm_mlp = self._norm(cfg, "mlp")
         self.mlp = SwiGLU(cfg) if cfg.mlp == "swiglu" else MLP(cfg)
         if cfg.placement == "sandwich":
-            self.norm_attn_out = self._norm(cfg)
-            self.norm_mlp_out = self._norm(cfg)
+            self.norm_attn_out = self._norm(cfg, "attn")
+            self.norm_mlp_out = self._norm(cfg, "mlp")
 
     @staticmethod
-    def _norm(cfg: GPTConfig) -> nn.Module:
-        return make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha_init)
+    def _norm(cfg: GPTConfig, position: Literal["attn", "mlp"]) -> nn.Module:
+        return make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha(position))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.placement == "pre":
@@ -64,7 +66,7 @@ class GPT(nn.Module):
         )
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm_final = (
-            make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha_init)
+            make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha("final"))
             if cfg.has_final_norm
             else None
         )
