@@ -90,7 +90,12 @@ class GPTSettings(ConfigModel):
     that has an ε; ``dyt_alpha_init`` is Dynamic Tanh's initial α, and ``dyt_alpha_attn``,
     ``dyt_alpha_mlp``, ``dyt_alpha_final`` override it per position (None: ``dyt_alpha_init``)
     for the norms before attention (and after it, in sandwich), before the MLP (and after it)
-    and at the end, the DyT authors' LLaMA recipe of one α₀ per position. ``bias``: biases in the
+    and at the end, the DyT authors' LLaMA recipe of one α₀ per position.
+    ``dyt_embed_scale`` (None: off) gives a ``dyt`` arm a learnable scalar s after the token
+    embedding, h₀ = s · E[idx], starting at this value (√d_model is the usual choice): DyT does
+    not rescale its input as a norm does, so the embedding's entries (std ``init_std``) reach
+    the first tanh far below the unit scale a norm hands on. The scalar is the arm's own
+    parameter; other arms ignore the setting. ``bias``: biases in the
     Linears; ``tie_embeddings``: the output head shares the token embedding. ``init_std`` is the
     GPT-2 standard deviation; residual projections use ``init_std / sqrt(2 · n_layers)``.
     """
@@ -107,6 +112,7 @@ class GPTSettings(ConfigModel):
     dyt_alpha_attn: float | None = None
     dyt_alpha_mlp: float | None = None
     dyt_alpha_final: float | None = None
+    dyt_embed_scale: float | None = Field(None, gt=0)
     bias: bool = False
     tie_embeddings: bool = True
     init_std: float = Field(0.02, gt=0)

@@ -54,6 +54,25 @@ class Block(nn.Module):
         return h + self.norm_mlp_out(self.mlp(self.norm_mlp(h)))
 
 
+class EmbedScale(nn.Module):
+    """A learnable scalar s after the token embedding, h₀ = s · E[idx], s₀ = ``init`` (the DyT
+    arm's ``dyt_embed_scale``)."""
+
+    def __init__(self, init: float) -> None:
+        super().__init__()
+        self.init = float(init)
+        self.scale = nn.Parameter(torch.empty(()))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """s = ``init``."""
+        nn.init.constant_(self.scale, self.init)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """s · h."""
+        return h * self.scale.to(h.dtype)
+
+
 class GPT(nn.Module):
     """Token embedding (+ learned positions) → blocks → final norm (pre, sandwich) → tied head."""
 
@@ -61,6 +80,8 @@ class GPT(nn.Module):
         super().__init__()
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.norm == "dyt" and cfg.dyt_embed_scale is not None:  # the arm's own (norm_)
+            self.norm_embed_scale = EmbedScale(cfg.dyt_embed_scale)
         self.pos_emb = (
             nn.Embedding(cfg.context, cfg.d_model) if cfg.positions == "learned" else None
         )
@@ -85,6 +106,8 @@ class GPT(nn.Module):
         if t > self.config.context:
             raise ValueError(f"idx: sequence length {t} exceeds context {self.config.context}")
         h = self.tok_emb(idx)
+        if hasattr(self, "norm_embed_scale"):
+            h = self.norm_embed_scale(h)
         if self.pos_emb is not None:
             h = h + self.pos_emb(torch.arange(t, device=idx.device))
         for block in self.blocks:
