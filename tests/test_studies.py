@@ -145,3 +145,23 @@ def test_quick_mode_runs_one_study_end_to_end(tmp_path: Path) -> None:
         == 0
     )
     assert "aa_gain" in doc.read_text(encoding="utf-8")
+
+
+def test_dyt_embed_scale_is_the_dyt_arms_own_parameter() -> None:
+    from normlab.models import check_paired, init_gpt_paired_
+
+    base = {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8, "dyt_embed_scale": 4.0}
+    dyt = init_gpt_paired_(GPT(GPTConfig(**base, norm="dyt")), 0)
+    ln = init_gpt_paired_(GPT(GPTConfig(**base, norm="layernorm")), 0)
+    assert "norm_embed_scale.scale" in dyt.norm_parameter_names()
+    assert not hasattr(ln, "norm_embed_scale")  # other arms ignore the setting
+    check_paired({"dyt": dyt, "layernorm": ln})
+    assert float(dyt.norm_embed_scale.scale.detach()) == 4.0
+    idx = torch.randint(0, 256, (2, 8))
+    with torch.no_grad():
+        dyt.norm_embed_scale.scale.fill_(1.0)
+        ref = dyt(idx)[0]
+        dyt.norm_embed_scale.scale.fill_(4.0)
+        assert not torch.equal(ref, dyt(idx)[0])
+    with pytest.raises(ValueError, match="dyt_embed_scale"):
+        GPTConfig(dyt_embed_scale=0.0)
