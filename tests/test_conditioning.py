@@ -13,7 +13,7 @@ from normlab.data import prepare_shapes
 from normlab.experiment import plan_runs, validate_config
 from normlab.models import DiTConfig, build_dit, check_paired, dit_norm_kinds
 from normlab.models.dit import COND_PREFIX
-from normlab.models.norms import AdaLayerNorm, PlainCondNorm
+from normlab.models.norms import AdaLayerNorm, UnconditionedNorm
 
 MODES = ["adaln_zero", "adaln", "adarms", "cross_attention", "in_context"]
 
@@ -136,11 +136,11 @@ def test_adaln_starts_modulating_and_adaln_zero_does_not() -> None:
 def test_token_modes_use_plain_layernorms(norm: str) -> None:
     model = build_dit(tiny(norm, norm_eps=1e-4), seed=0)
     slots = [m for n, m in model.named_modules() if n.split(".")[-1].startswith("norm_")]
-    assert slots and all(type(m) is PlainCondNorm for m in slots)
+    assert slots and all(type(m) is UnconditionedNorm for m in slots)
     assert all(m.eps == 1e-4 for m in slots)
     assert not model.modulation_names()
     x = torch.randn(2, 5, 16)
-    y, gate = slots[0](x, None)
+    y, gate = slots[0](x)
     assert gate is None
     assert torch.allclose(y, torch.nn.functional.layer_norm(x, (16,), eps=1e-4), atol=1e-6)
 
@@ -165,8 +165,14 @@ def test_audit_still_finds_pre_norms(norm: str) -> None:
     model = build_dit(tiny(norm, n_classes=2), seed=0)
     a = audit_model(model, torch.randn(2, 6, 3), torch.rand(2), torch.tensor([0, 1]))
     assert a.placement == "pre"
-    sites = {s.name for s in a.norms}
-    assert {"blocks.0.norm_attn", "blocks.0.norm_mlp", "norm_final"} <= sites
+    sites = {s.name: s for s in a.norms}
+    assert {"blocks.0.norm_attn", "blocks.0.norm_mlp", "norm_final"} <= set(sites)
+    assert (norm == "cross_attention") == ("blocks.0.norm_xattn" in sites)
+    for name, s in sites.items():
+        assert s.role == ("final" if name == "norm_final" else "pre"), name
+        # modulated norms see c per sequence; the token modes' plain norms see no condition
+        assert s.conditioning == ("per sequence" if norm == "adaln" else "none"), name
+        assert not s.returns_gate, name
 
 
 def test_compare_plans_the_five_arms_paired(tmp_path: Path) -> None:

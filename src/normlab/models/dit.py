@@ -60,7 +60,7 @@ from normlab.models.norms import (
     IN_CONTEXT,
     TOKEN_CONDITIONING,
     AdaLayerNorm,
-    PlainCondNorm,
+    UnconditionedNorm,
     check_dit_norm,
     dit_norm_kinds,
 )
@@ -97,10 +97,10 @@ def make_dit_norm(
     where the kind offers one (a boolean ``gate`` attribute, as ``AdaRMSNorm(gate=False)``:
     [s, t] = Linear(c), and ``AdaLayerNormZero(gate=False)``); a kind that always returns a gate
     keeps it and the caller ignores it. ``kind`` is one :class:`DiTConfig` validated; a token
-    conditioning mode (``in_context``, ``cross_attention``) gets a :class:`PlainCondNorm`.
+    conditioning mode (``in_context``, ``cross_attention``) gets a :class:`UnconditionedNorm`.
     """
     if kind in TOKEN_CONDITIONING:
-        return PlainCondNorm(dim) if eps is None else PlainCondNorm(dim, eps=eps)
+        return UnconditionedNorm(dim) if eps is None else UnconditionedNorm(dim, eps=eps)
     kw: dict[str, Any] = {"cond_dim": cond_dim}
     norm = make_norm(kind, dim, **kw)
     if eps is not None and hasattr(norm, "eps") and norm.eps != eps:
@@ -225,6 +225,16 @@ def _norm_cond(norm: nn.Module, c: torch.Tensor, c_act: torch.Tensor) -> torch.T
     return c if applies_own_activation(norm) else c_act
 
 
+def _apply_norm(
+    norm: nn.Module, h: torch.Tensor, c: torch.Tensor, c_act: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(y, gate) of one norm slot: a plain norm (the token conditioning modes) gets no
+    condition, a conditional one c or SiLU(c) (:func:`_norm_cond`)."""
+    if isinstance(norm, UnconditionedNorm):
+        return norm(h)
+    return norm(h, _norm_cond(norm, c, c_act))
+
+
 def _gated_add(h: torch.Tensor, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
     """h + g ⊙ out (:func:`normlab.functional.gated_residual`); h + out for a norm with no gate."""
     return h + out if gate is None else gated_residual(h, out, gate)
@@ -261,14 +271,14 @@ class DiTBlock(nn.Module):
         """``h``: [B, T, D]; ``c``: [B, D]; ``c_act``: SiLU(c), computed here when not given;
         ``tokens``: the condition tokens [B, K, D] (needed with cross-attention)."""
         c_act = F.silu(c) if c_act is None else c_act
-        y, gate = self.norm_attn(h, _norm_cond(self.norm_attn, c, c_act))
+        y, gate = _apply_norm(self.norm_attn, h, c, c_act)
         h = _gated_add(h, self.attn(y), gate)
         if hasattr(self, "cond_xattn"):
             if tokens is None:
                 raise ValueError("tokens: a cross-attention block needs the condition tokens")
             y, _ = self.norm_xattn(h)
             h = h + self.cond_xattn(y, tokens)
-        y, gate = self.norm_mlp(h, _norm_cond(self.norm_mlp, c, c_act))
+        y, gate = _apply_norm(self.norm_mlp, h, c, c_act)
         return _gated_add(h, self.mlp(y), gate)
 
 

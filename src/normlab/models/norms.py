@@ -11,7 +11,7 @@ the DiT paper's conditioning ablation (Peebles & Xie 2023, Fig. 5):
 
 - a conditional norm kind (``adaln_zero``, ``adaln``, ``adarms``, …): c modulates every norm;
 - a token conditioning mode (:data:`TOKEN_CONDITIONING`): the norms are plain LayerNorms
-  (:class:`PlainCondNorm`, no modulation) and c enters as tokens: ``in_context`` prepends the
+  (:class:`UnconditionedNorm`, no modulation) and c enters as tokens: ``in_context`` prepends the
   condition tokens to the sequence (removed at the output), ``cross_attention`` adds a
   cross-attention sublayer per block that attends to them.
 """
@@ -58,13 +58,12 @@ class AdaLayerNorm(AdaLayerNormZero):
         self.modulation.reset_parameters()
 
 
-class PlainCondNorm(LayerNorm):
-    """A plain LayerNorm (γ, β) in a conditional norm's slot: ``forward(x, cond=None)`` returns
-    ``(γ ⊙ x̂ + β, None)`` and ignores ``cond``; the norms of the token conditioning modes."""
+class UnconditionedNorm(LayerNorm):
+    """A plain LayerNorm (γ, β) in a DiT norm slot, for the token conditioning modes: it takes
+    no condition, and ``forward(x)`` returns ``(γ ⊙ x̂ + β, None)`` (no gate), the shape of a
+    conditional norm's answer, so the DiT block adds the sublayer's output as is."""
 
-    def forward(  # type: ignore[override]
-        self, x: torch.Tensor, cond: torch.Tensor | None = None
-    ) -> tuple[torch.Tensor, None]:
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
         """y = γ ⊙ (x − μ)·rsqrt(σ² + ε) + β, no gate."""
         return super().forward(x), None
 
