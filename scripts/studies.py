@@ -17,6 +17,12 @@ half-width of its interval is the noise floor at that budget, and the default eq
 margins are compared against it, with the seeds that showing equivalence within the margin
 would take at the A/A's spread (:func:`normlab.analysis.seeds_needed`).
 
+Budget: 38 runs in all (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2 arms
+× 600 steps; aa_gain: 4 seeds × 2 arms × 400 steps; dit_conditioning: 3 seeds × 4 arms × 400
+steps), estimated at 30–40 minutes on 2 idle CPU cores from runs timed on a loaded machine
+(about 0.2 s per GPT step there with one thread); each study prints its wall time, and
+docs/studies.md records it.
+
 ``--quick`` runs every chosen study with a tiny model and a few steps (into its own folder,
 never mixed with real runs) to check the pipeline end to end; its document says so.
 """
