@@ -87,7 +87,15 @@ class GPTSettings(ConfigModel):
     ``d_model``), ``context`` tokens per window. ``mlp``: ``gelu`` (proj(GELU(fc(x))), hidden
     ``mlp_ratio · d_model``) or ``swiglu``. ``positions``: ``rope`` (rotary, needs an even head
     size) or ``learned``. ``norm_eps`` (None: each norm's own default) is passed to every norm
-    that has an ε; ``dyt_alpha_init`` is Dynamic Tanh's initial α. ``bias``: biases in the
+    that has an ε; ``dyt_alpha_init`` is Dynamic Tanh's initial α, and ``dyt_alpha_attn``,
+    ``dyt_alpha_mlp``, ``dyt_alpha_final`` override it per position (None: ``dyt_alpha_init``)
+    for the norms before attention (and after it, in sandwich), before the MLP (and after it)
+    and at the end, the DyT authors' LLaMA recipe of one α₀ per position.
+    ``dyt_embed_scale`` (None: off) gives a ``dyt`` arm a learnable scalar s after the token
+    embedding, h₀ = s · E[idx], starting at this value (an option of this harness, not taken
+    from the DyT paper): DyT does not rescale its input as a norm does, so the embedding's
+    entries (std ``init_std``) reach the first tanh far below the unit scale a norm hands on.
+    The scalar is the arm's own parameter; other arms ignore the setting. ``bias``: biases in the
     Linears; ``tie_embeddings``: the output head shares the token embedding. ``init_std`` is the
     GPT-2 standard deviation; residual projections use ``init_std / sqrt(2 · n_layers)``.
     """
@@ -101,6 +109,10 @@ class GPTSettings(ConfigModel):
     positions: Literal["learned", "rope"] = "rope"
     norm_eps: float | None = Field(1e-5, gt=0)
     dyt_alpha_init: float = 0.5
+    dyt_alpha_attn: float | None = None
+    dyt_alpha_mlp: float | None = None
+    dyt_alpha_final: float | None = None
+    dyt_embed_scale: float | None = Field(None, gt=0)
     bias: bool = False
     tie_embeddings: bool = True
     init_std: float = Field(0.02, gt=0)
@@ -120,6 +132,12 @@ class GPTSettings(ConfigModel):
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    def dyt_alpha(self, position: Literal["attn", "mlp", "final"]) -> float:
+        """Dynamic Tanh's initial α at ``position``: ``dyt_alpha_<position>``, or
+        ``dyt_alpha_init`` when that is None."""
+        value = getattr(self, f"dyt_alpha_{position}")
+        return self.dyt_alpha_init if value is None else value
 
 
 class GPTConfig(GPTSettings):

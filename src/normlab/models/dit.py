@@ -26,6 +26,20 @@ the output Linear₀ starts at zero too: the network outputs exactly 0 before tr
 Norm modules live in attributes whose names start with ``norm_`` (``norm_attn``, ``norm_mlp``,
 ``norm_final``), as in the GPT testbed; :meth:`DiT.norm_parameter_names` relies on that, and so
 does the paired initialisation (:func:`init_dit_paired_`).
+
+Conditioning ablation (DiT paper, Fig. 5): the arm may instead be a way of feeding the condition
+as tokens (:data:`normlab.models.norms.TOKEN_CONDITIONING`); every norm is then a plain
+LayerNorm (γ, β; no modulation, no gate) and the condition tokens are K = [TimeMLP(φ(t)),
+E[label]] ([B, K, D], K = 1 without labels), built from the same parameters that make c:
+
+- ``in_context``: h = [K tokens ; Linear(x_t) + pos], the blocks run on T + K tokens, and the
+  K condition tokens are dropped before the final norm;
+- ``cross_attention``: each block gains y = N_x(h); h ← h + CrossAttn(y, K) between its
+  attention and its MLP (queries from y, keys and values from K).
+
+Modules that only one such arm has (the cross-attention sublayers) live in attributes whose
+names start with ``cond_``; their parameters are the arm's own, like a norm's, so the pairing
+check compares only what every arm shares (:meth:`DiT.norm_parameter_names`).
 """
 
 from __future__ import annotations
@@ -41,10 +55,19 @@ from normlab.functional import gated_residual
 from normlab.models.config import DIT_POSITION_KINDS, DiTConfig
 from normlab.models.gpt import NORM_PREFIX
 from normlab.models.init import parameter_seed
-from normlab.models.norms import check_dit_norm, dit_norm_kinds
+from normlab.models.norms import (
+    CROSS_ATTENTION,
+    IN_CONTEXT,
+    TOKEN_CONDITIONING,
+    AdaLayerNorm,
+    UnconditionedNorm,
+    check_dit_norm,
+    dit_norm_kinds,
+)
 from normlab.registry import make_norm
 
 __all__ = [
+    "COND_PREFIX",
     "DIT_POSITION_KINDS",
     "DiT",
     "DiTBlock",
@@ -59,6 +82,11 @@ __all__ = [
 ]
 
 
+COND_PREFIX = "cond_"
+"""Attribute prefix of the modules that exist only in some conditioning arms (their own
+parameters, as a norm's)."""
+
+
 def make_dit_norm(
     kind: str, dim: int, cond_dim: int, eps: float | None = None, gate: bool = True
 ) -> nn.Module:
@@ -68,8 +96,11 @@ def make_dit_norm(
     so every arm of a comparison shares one ε. ``gate=False`` asks for a norm without a gate
     where the kind offers one (a boolean ``gate`` attribute, as ``AdaRMSNorm(gate=False)``:
     [s, t] = Linear(c), and ``AdaLayerNormZero(gate=False)``); a kind that always returns a gate
-    keeps it and the caller ignores it. ``kind`` is one :class:`DiTConfig` validated.
+    keeps it and the caller ignores it. ``kind`` is one :class:`DiTConfig` validated; a token
+    conditioning mode (``in_context``, ``cross_attention``) gets a :class:`UnconditionedNorm`.
     """
+    if kind in TOKEN_CONDITIONING:
+        return UnconditionedNorm(dim) if eps is None else UnconditionedNorm(dim, eps=eps)
     kw: dict[str, Any] = {"cond_dim": cond_dim}
     norm = make_norm(kind, dim, **kw)
     if eps is not None and hasattr(norm, "eps") and norm.eps != eps:
@@ -146,6 +177,31 @@ class SelfAttention(nn.Module):
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
+class CrossAttention(nn.Module):
+    """Multi-head attention from the tokens y [B, T, D] to the condition tokens k [B, K, D]:
+    proj(softmax(q kᵀ / √d_h) v), q = W_q y, [k, v] = W_kv k."""
+
+    def __init__(self, cfg: DiTConfig) -> None:
+        super().__init__()
+        self.n_heads = cfg.n_heads
+        self.q = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+        self.kv = nn.Linear(cfg.d_model, 2 * cfg.d_model, bias=cfg.bias)
+        self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
+
+    def forward(self, x: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        """``x``: [B, T, D]; ``tokens``: [B, K, D] → [B, T, D]."""
+        b, t, d = x.shape
+        k_len = tokens.shape[1]
+        h = self.n_heads
+        q = self.q(x).view(b, t, h, d // h).transpose(1, 2)
+        k, v = (
+            z.view(b, k_len, h, d // h).transpose(1, 2)
+            for z in self.kv(tokens.to(x.dtype)).split(d, dim=-1)
+        )
+        y = F.scaled_dot_product_attention(q, k, v)
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+
 class FeedForward(nn.Module):
     """proj(GELU_tanh(fc(x))), hidden size ``mlp_ratio · d`` (the DiT MLP)."""
 
@@ -169,6 +225,16 @@ def _norm_cond(norm: nn.Module, c: torch.Tensor, c_act: torch.Tensor) -> torch.T
     return c if applies_own_activation(norm) else c_act
 
 
+def _apply_norm(
+    norm: nn.Module, h: torch.Tensor, c: torch.Tensor, c_act: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(y, gate) of one norm slot: a plain norm (the token conditioning modes) gets no
+    condition, a conditional one c or SiLU(c) (:func:`_norm_cond`)."""
+    if isinstance(norm, UnconditionedNorm):
+        return norm(h)
+    return norm(h, _norm_cond(norm, c, c_act))
+
+
 def _gated_add(h: torch.Tensor, out: torch.Tensor, gate: torch.Tensor | None) -> torch.Tensor:
     """h + g ⊙ out (:func:`normlab.functional.gated_residual`); h + out for a norm with no gate."""
     return h + out if gate is None else gated_residual(h, out, gate)
@@ -181,23 +247,38 @@ class DiTBlock(nn.Module):
     y, g = N₂(h; c);  h ← h + g ⊙ MLP(y)
 
     (a norm that does not apply SiLU to its condition itself is given ``c_act`` = SiLU(c)).
+    With ``cross_attention`` (plain norms, no gates) a third sublayer sits between the two:
+    y = N_x(h); h ← h + CrossAttn(y, K).
     """
 
     def __init__(self, cfg: DiTConfig) -> None:
         super().__init__()
         self.norm_attn = make_dit_norm(cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps)
         self.attn = SelfAttention(cfg)
+        if cfg.norm == CROSS_ATTENTION:
+            self.norm_xattn = make_dit_norm(cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps)
+            self.cond_xattn = CrossAttention(cfg)
         self.norm_mlp = make_dit_norm(cfg.norm, cfg.d_model, cfg.d_model, cfg.norm_eps)
         self.mlp = FeedForward(cfg)
 
     def forward(
-        self, h: torch.Tensor, c: torch.Tensor, c_act: torch.Tensor | None = None
+        self,
+        h: torch.Tensor,
+        c: torch.Tensor,
+        c_act: torch.Tensor | None = None,
+        tokens: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """``h``: [B, T, D]; ``c``: [B, D]; ``c_act``: SiLU(c), computed here when not given."""
+        """``h``: [B, T, D]; ``c``: [B, D]; ``c_act``: SiLU(c), computed here when not given;
+        ``tokens``: the condition tokens [B, K, D] (needed with cross-attention)."""
         c_act = F.silu(c) if c_act is None else c_act
-        y, gate = self.norm_attn(h, _norm_cond(self.norm_attn, c, c_act))
+        y, gate = _apply_norm(self.norm_attn, h, c, c_act)
         h = _gated_add(h, self.attn(y), gate)
-        y, gate = self.norm_mlp(h, _norm_cond(self.norm_mlp, c, c_act))
+        if hasattr(self, "cond_xattn"):
+            if tokens is None:
+                raise ValueError("tokens: a cross-attention block needs the condition tokens")
+            y, _ = self.norm_xattn(h)
+            h = h + self.cond_xattn(y, tokens)
+        y, gate = _apply_norm(self.norm_mlp, h, c, c_act)
         return _gated_add(h, self.mlp(y), gate)
 
 
@@ -236,6 +317,16 @@ class DiT(nn.Module):
         self.head = nn.Linear(cfg.d_model, cfg.in_channels)
         init_dit_paired_(self, seed)
 
+    def condition_tokens(self, t: torch.Tensor, label: torch.Tensor | None = None) -> torch.Tensor:
+        """K = [TimeMLP(φ(t)), E[label]] ([B, K, D]; K = 1, the time alone, without labels);
+        label None means the null class (if any). :meth:`condition` is their sum."""
+        parts = [self.time_embed(t)]
+        if self.label_embed is not None:
+            if label is None:
+                label = torch.full_like(t, self.config.n_classes, dtype=torch.long)
+            parts.append(self.label_embed(label))
+        return torch.stack(parts, dim=1)
+
     def condition(self, t: torch.Tensor, label: torch.Tensor | None = None) -> torch.Tensor:
         """c = TimeMLP(φ(t)) + E[label] ([B, D]); label None means the null class (if any)."""
         c = self.time_embed(t)
@@ -254,13 +345,28 @@ class DiT(nn.Module):
         self._check_x(x)
         t = self._check_t(t, x)
         label = self._check_label(label, x)
+        h = self.x_embed(x) + self.pos_emb[: x.shape[1]].to(self.x_embed.weight.dtype)
+        if self.config.norm in TOKEN_CONDITIONING:
+            return self._forward_tokens(h, t, label)
         c = self.condition(t, label)
         c_act = F.silu(c)
-        h = self.x_embed(x) + self.pos_emb[: x.shape[1]].to(self.x_embed.weight.dtype)
         for block in self.blocks:
             h = block(h, c, c_act)
         # modulated (shift, scale); no gate, or one left unused
         y, _ = self.norm_final(h, _norm_cond(self.norm_final, c, c_act))
+        return self.head(y)
+
+    def _forward_tokens(
+        self, h: torch.Tensor, t: torch.Tensor, label: torch.Tensor | None
+    ) -> torch.Tensor:
+        """The token conditioning modes: the condition enters as tokens K, every norm plain."""
+        tokens = self.condition_tokens(t, label).to(h.dtype)
+        n_cond = tokens.shape[1] if self.config.norm == IN_CONTEXT else 0
+        if n_cond:
+            h = torch.cat([tokens, h], dim=1)
+        for block in self.blocks:
+            h = block(h, tokens, tokens, tokens)
+        y, _ = self.norm_final(h[:, n_cond:])
         return self.head(y)
 
     def _check_x(self, x: object) -> None:
@@ -333,11 +439,12 @@ class DiT(nn.Module):
         return label
 
     def norm_parameter_names(self) -> list[str]:
-        """Names of the parameters that belong to norm modules (their modulation Linears)."""
+        """Names of the arm's own parameters: those of norm modules (their modulation Linears)
+        and of the modules only some conditioning arms have (``cond_*``, the cross-attention)."""
         return [
             name
             for name, _ in self.named_parameters()
-            if any(part.startswith(NORM_PREFIX) for part in name.split(".")[:-1])
+            if any(part.startswith((NORM_PREFIX, COND_PREFIX)) for part in name.split(".")[:-1])
         ]
 
     def modulation_names(self) -> list[str]:
@@ -370,10 +477,17 @@ def init_dit_paired_(model: DiT, seed: int) -> DiT:
     Xavier's σ² = 2 / (fan_in + fan_out); embedding tables (labels, learned positions)
     ~ N(0, ``init_std``²); biases 0; the output Linear (``head``) 0, so the network outputs
     exactly 0; norm parameters are left to their module (the conditional norms zero their
-    modulation, so every gate starts closed). Values are drawn in float32 on the CPU and then
-    copied, so they do not depend on the device.
+    modulation, so every gate starts closed), except adaLN's modulation (:class:`AdaLayerNorm`),
+    drawn by name from torch's default U(−1/√fan_in, 1/√fan_in) so that it too is a function of
+    (``seed``, name); the ``cond_*`` modules (cross-attention) follow the rule of the shared
+    parameters. Values are drawn in float32 on the CPU and then copied, so they do not depend on
+    the device.
     """
-    norms = set(model.norm_parameter_names())
+    norms = {
+        n
+        for n, _ in model.named_parameters()
+        if any(part.startswith(NORM_PREFIX) for part in n.split(".")[:-1])
+    }
     fans = {
         f"{name}.weight": (m.in_features, m.out_features)
         for name, m in model.named_modules()
@@ -391,7 +505,21 @@ def init_dit_paired_(model: DiT, seed: int) -> DiT:
             values = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
         with torch.no_grad():
             param.copy_(values)
+    for prefix, module in model.named_modules():
+        if isinstance(module, AdaLayerNorm):
+            _init_default_linear_(module.modulation, f"{prefix}.modulation", seed)
     return model
+
+
+def _init_default_linear_(linear: nn.Linear, name: str, seed: int) -> None:
+    """W, b ~ U(−1/√fan_in, 1/√fan_in) (``torch.nn.Linear``'s default), each drawn from the
+    generator of (``seed``, its parameter name)."""
+    bound = 1.0 / math.sqrt(linear.in_features)
+    for pname, param in linear.named_parameters():
+        gen = torch.Generator(device="cpu").manual_seed(parameter_seed(seed, f"{name}.{pname}"))
+        values = (torch.rand(param.shape, generator=gen, dtype=torch.float32) * 2 - 1) * bound
+        with torch.no_grad():
+            param.copy_(values)
 
 
 def build_dit(cfg: DiTConfig, seed: int) -> DiT:

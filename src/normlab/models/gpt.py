@@ -7,6 +7,8 @@ that, and so does the paired initialisation.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -29,17 +31,17 @@ class Block(nn.Module):
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.placement = cfg.placement
-        self.norm_attn = self._norm(cfg)
+        self.norm_attn = self._norm(cfg, "attn")
         self.attn = CausalSelfAttention(cfg)
-        self.norm_mlp = self._norm(cfg)
+        self.norm_mlp = self._norm(cfg, "mlp")
         self.mlp = SwiGLU(cfg) if cfg.mlp == "swiglu" else MLP(cfg)
         if cfg.placement == "sandwich":
-            self.norm_attn_out = self._norm(cfg)
-            self.norm_mlp_out = self._norm(cfg)
+            self.norm_attn_out = self._norm(cfg, "attn")
+            self.norm_mlp_out = self._norm(cfg, "mlp")
 
     @staticmethod
-    def _norm(cfg: GPTConfig) -> nn.Module:
-        return make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha_init)
+    def _norm(cfg: GPTConfig, position: Literal["attn", "mlp"]) -> nn.Module:
+        return make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha(position))
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         if self.placement == "pre":
@@ -52,6 +54,25 @@ class Block(nn.Module):
         return h + self.norm_mlp_out(self.mlp(self.norm_mlp(h)))
 
 
+class EmbedScale(nn.Module):
+    """A learnable scalar s after the token embedding, h₀ = s · E[idx], s₀ = ``init`` (the DyT
+    arm's ``dyt_embed_scale``)."""
+
+    def __init__(self, init: float) -> None:
+        super().__init__()
+        self.init = float(init)
+        self.scale = nn.Parameter(torch.empty(()))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """s = ``init``."""
+        nn.init.constant_(self.scale, self.init)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        """s · h."""
+        return h * self.scale.to(h.dtype)
+
+
 class GPT(nn.Module):
     """Token embedding (+ learned positions) → blocks → final norm (pre, sandwich) → tied head."""
 
@@ -59,12 +80,14 @@ class GPT(nn.Module):
         super().__init__()
         self.config = cfg
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.d_model)
+        if cfg.norm == "dyt" and cfg.dyt_embed_scale is not None:  # the arm's own (norm_)
+            self.norm_embed_scale = EmbedScale(cfg.dyt_embed_scale)
         self.pos_emb = (
             nn.Embedding(cfg.context, cfg.d_model) if cfg.positions == "learned" else None
         )
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.n_layers))
         self.norm_final = (
-            make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha_init)
+            make_model_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.dyt_alpha("final"))
             if cfg.has_final_norm
             else None
         )
@@ -83,6 +106,8 @@ class GPT(nn.Module):
         if t > self.config.context:
             raise ValueError(f"idx: sequence length {t} exceeds context {self.config.context}")
         h = self.tok_emb(idx)
+        if hasattr(self, "norm_embed_scale"):
+            h = self.norm_embed_scale(h)
         if self.pos_emb is not None:
             h = h + self.pos_emb(torch.arange(t, device=idx.device))
         for block in self.blocks:

@@ -1,22 +1,77 @@
 """The norm slots of the testbeds: the GPT's (any unconditional registered kind, ``dyt`` or
-``none``) and the DiT's (any conditional registered kind).
+``none``) and the DiT's (any conditional registered kind, or a token conditioning mode).
 
-Importing this module registers ``"dyt"`` (:class:`normlab.layers.DynamicTanh`) with
+Importing this module registers ``"dyt"`` (:class:`normlab.layers.DynamicTanh`) and the
+conditional ``"adaln"`` (:class:`AdaLayerNorm`, adaLN without the zero initialisation) with
 :func:`normlab.register_norm`, so ``make_norm("dyt", D)`` works once ``normlab.models`` is
 imported.
+
+The DiT's arm (its ``norm``) chooses how the condition c enters the network, the one factor of
+the DiT paper's conditioning ablation (Peebles & Xie 2023, Fig. 5):
+
+- a conditional norm kind (``adaln_zero``, ``adaln``, ``adarms``, …): c modulates every norm;
+- a token conditioning mode (:data:`TOKEN_CONDITIONING`): the norms are plain LayerNorms
+  (:class:`UnconditionedNorm`, no modulation) and c enters as tokens: ``in_context`` prepends the
+  condition tokens to the sequence (removed at the output), ``cross_attention`` adds a
+  cross-attention sublayer per block that attends to them.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
+from normlab.layers.adaptive import AdaLayerNormZero
 from normlab.layers.dyt import DynamicTanh
+from normlab.layers.layer_norm import LayerNorm
 from normlab.registry import available_norms, is_conditional, make_norm, register_norm
 
 NO_NORM = "none"
 
+IN_CONTEXT = "in_context"
+CROSS_ATTENTION = "cross_attention"
+TOKEN_CONDITIONING = (IN_CONTEXT, CROSS_ATTENTION)
+"""The DiT arms whose condition enters as tokens, not through the norms."""
+
+
+class AdaLayerNorm(AdaLayerNormZero):
+    """adaLN (DiT's ablation, without "-Zero"): (shift, scale) = Linear(SiLU(c)),
+    y = x̂ ⊙ (1 + scale) + shift, x̂ = (x − μ)·rsqrt(σ² + ε); no gate (a gate fixed at 1: the
+    caller adds the sublayer's output as is). The modulation Linear keeps ``torch.nn.Linear``'s
+    default initialisation, W, b ~ U(−1/√cond_dim, 1/√cond_dim), so it modulates from the start.
+    ``forward(x, cond)`` returns ``(y, None)``.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        eps: float = 1e-6,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(dim, cond_dim, eps=eps, gate=False, device=device, dtype=dtype)
+        self.modulation = nn.Linear(self.cond_dim, 2 * self.dim, device=device, dtype=dtype)
+
+    def reset_parameters(self) -> None:
+        """``torch.nn.Linear``'s default: W, b ~ U(−1/√cond_dim, 1/√cond_dim)."""
+        self.modulation.reset_parameters()
+
+
+class UnconditionedNorm(LayerNorm):
+    """A plain LayerNorm (γ, β) in a DiT norm slot, for the token conditioning modes: it takes
+    no condition, and ``forward(x)`` returns ``(γ ⊙ x̂ + β, None)`` (no gate), the shape of a
+    conditional norm's answer, so the DiT block adds the sublayer's output as is."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, None]:  # type: ignore[override]
+        """y = γ ⊙ (x − μ)·rsqrt(σ² + ε) + β, no gate."""
+        return super().forward(x), None
+
+
 if "dyt" not in available_norms():
     register_norm("dyt", DynamicTanh)
+if "adaln" not in available_norms():
+    register_norm("adaln", AdaLayerNorm, conditional=True)
 
 
 def model_norm_kinds() -> list[str]:
@@ -44,14 +99,18 @@ def check_model_norm(kind: object) -> str:
 
 
 def dit_norm_kinds() -> list[str]:
-    """Norm kinds the DiT accepts: the registered conditional kinds (``adaln_zero``, ``adarms``)."""
-    return sorted(k for k in available_norms() if is_conditional(k))
+    """Arms the DiT accepts: the registered conditional kinds (``adaln``, ``adaln_zero``,
+    ``adarms``, …) and the token conditioning modes (``cross_attention``, ``in_context``)."""
+    return sorted([k for k in available_norms() if is_conditional(k)] + list(TOKEN_CONDITIONING))
 
 
 def check_dit_norm(kind: object) -> str:
-    """``kind`` must name a conditional registered norm (its forward is ``(x, cond) -> (y, g)``)."""
+    """``kind`` must name a conditional registered norm (its forward is ``(x, cond) -> (y, g)``)
+    or a token conditioning mode (:data:`TOKEN_CONDITIONING`)."""
     if not isinstance(kind, str):
         raise TypeError(f"norm: expected a norm name (str), got {type(kind).__name__} {kind!r}")
+    if kind in TOKEN_CONDITIONING:
+        return kind
     kinds = ", ".join(dit_norm_kinds())
     if kind not in available_norms():
         raise ValueError(
