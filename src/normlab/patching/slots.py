@@ -30,7 +30,7 @@ import torch
 from torch import nn
 from torch.nn.utils import parametrize
 
-from normlab.audit.model import _takes_cond, is_norm_module
+from normlab.audit.model import is_norm_module, takes_condition
 from normlab.patching.candidates import (
     _HOOKS,
     _OTHER_AXES,
@@ -116,7 +116,7 @@ def _check_swappable(module: nn.Module) -> None:
         raise Refused(
             "normalises over the batch or over channel groups, not each token's last dimension"
         )
-    if _takes_cond(module):
+    if takes_condition(module):
         raise Refused("a conditional norm (its forward takes cond), not a per-vector norm")
     if any(getattr(module, attr, None) for attr in _HOOKS):
         raise Refused("it has hooks, which a swap would drop")
