@@ -1,10 +1,10 @@
 """Review tests of the Triton kernels: what a CUDA GPU would hit and the interpreter hides.
 
-Runs like ``tests/test_triton_kernels.py``: in process under ``TRITON_INTERPRET=1`` (or on a GPU),
-otherwise one shard test re-runs this file's ``test_review_`` tests under the interpreter in a
-fresh process. ``test_review_kernels_compile_as_cuda_specialises_them`` compiles (no GPU needed)
-the launches of real calls for sm_90 with the argument specialisations of Triton's CUDA JIT,
-which the interpreter never applies: integer arguments equal to 1 become compile-time
+Runs like ``tests/kernels/test_triton_kernels.py``: in process under ``TRITON_INTERPRET=1`` (or on
+a GPU), otherwise one shard test re-runs this file's ``test_review_`` tests under the interpreter
+in a fresh process. ``test_review_kernels_compile_as_cuda_specialises_them`` compiles (no GPU
+needed) the launches of real calls for sm_90 with the argument specialisations of Triton's CUDA
+JIT, which the interpreter never applies: integer arguments equal to 1 become compile-time
 constants, others are marked divisible by 16 or not, pointers aligned or not, and bfloat16 is
 rounded by the hardware cast instead of the interpreter's software rounding.
 """
@@ -236,8 +236,8 @@ if not IN_PROCESS:
 
 
 # --------------------------------------------------------------------------------------------
-# ``python tests/test_triton_review.py --compile-as-cuda``: compile the launches of real calls
-# as the CUDA JIT specialises them, without a GPU (and without launching anything).
+# ``python tests/kernels/test_triton_review.py --compile-as-cuda``: compile the launches of real
+# calls as the CUDA JIT specialises them, without a GPU (and without launching anything).
 
 
 # ptxas counts the few registers it saves around the IEEE div/sqrt slow-path subroutine of

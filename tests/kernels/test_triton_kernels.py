@@ -662,7 +662,7 @@ if not IN_PROCESS:
 
 
 # --------------------------------------------------------------------------------------------
-# ``python tests/test_triton_kernels.py --compile-for-cuda`` (run by the test of that name).
+# ``python tests/kernels/test_triton_kernels.py --compile-for-cuda`` (run by the test of that name).
 
 _BF16_ARGS = ("X", "ADDEND", "GATE", "SCALE", "SHIFT", "Y", "H_OUT", "HN", "DY", "DH", "DX")
 _FORWARD_OPS = {

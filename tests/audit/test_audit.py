@@ -260,7 +260,7 @@ def test_the_audit_example_is_what_the_cli_prints(
     import types
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     pages = {}
     for name in ("docs/audit.md", "README.md"):
         text = (root / name).read_text(encoding="utf-8")

@@ -15,7 +15,7 @@ from normlab.experiment import ConfigError, OutputLock, load_config_file, valida
 from normlab.experiment.runner import check_out_contents, foreign_entries
 from normlab.experiment.schedule import lr_at
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = {
     "threads": 1,
     "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 16},
