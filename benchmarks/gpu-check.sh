@@ -14,7 +14,7 @@ print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"
 export MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
 # 1. Correctness: every Triton kernel, forward and every gradient, against float64 truth.
-"$python" -m pytest -q -x -p no:cacheprovider tests/test_triton_kernels.py
+"$python" -m pytest -q -x -p no:cacheprovider tests/kernels/test_triton_kernels.py
 # 2. The GPU targets: bf16 and fp16 at D >= 2048 (fp32 for reference), every installed peer.
 "$python" -m normlab bench --device cuda --ops rms,layer,add_rms,ada_rms \
   --dims 2048,4096,8192 --dtypes bf16,fp16,fp32 --reps 20 --out "$out"

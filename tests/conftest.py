@@ -1,4 +1,7 @@
-"""Shared fixtures.
+"""Shared fixtures, and the markers of the test folders.
+
+Each test gets the marker of its folder (``kernels``, ``layers``, ``compare``, ``audit``,
+``patching``, ``bench``, ``faults``); ``core`` marks kernels, layers and the top-level tests.
 
 ``backend`` runs a test once per backend that runs on the CPU here
 (:func:`normlab.kernels.backends_for`), so a backend registered later joins every
@@ -21,6 +24,33 @@ from normlab.kernels import backend_unavailable_reason, backends_for
 torch.set_num_threads(1)
 
 CPU_BACKENDS: list[str] = backends_for("cpu")
+
+TESTS = Path(__file__).resolve().parent
+FOLDER_MARKERS = ("kernels", "layers", "compare", "audit", "patching", "bench", "faults")
+"""Test folders under tests/, each its own marker (registered in pyproject.toml)."""
+CORE_FOLDERS = ("kernels", "layers")
+"""Folders that, with the top-level tests, make the ``core`` marker."""
+
+
+def folder_markers(path: Path) -> list[str]:
+    """The markers of a test file at ``path``: its folder's under tests/, plus ``core`` for
+    kernels, layers and the files directly in tests/; none outside tests/."""
+    try:
+        parts = path.resolve().relative_to(TESTS).parts
+    except ValueError:
+        return []
+    if len(parts) == 1:
+        return ["core"]
+    folder = parts[0]
+    markers = [folder] if folder in FOLDER_MARKERS else []
+    return [*markers, "core"] if folder in CORE_FOLDERS else markers
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its folder (see :func:`folder_markers`)."""
+    for item in items:
+        for name in folder_markers(item.path):
+            item.add_marker(name)
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -10,8 +11,13 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+import typer.main
+from rich.cells import cell_len
+from typer.testing import CliRunner
 
 import normlab
+from normlab._version import _read_version
+from normlab.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -58,4 +64,65 @@ def test_version_without_metadata_is_the_source_trees(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(metadata, "version", not_installed)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    assert normlab._read_version() == pyproject["project"]["version"]
+    assert _read_version() == pyproject["project"]["version"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review: help text that rewraps at any width; normlab --version
+# ----------------------------------------------------------------------------------------------
+def invoke(*args: str, columns: int | None = None) -> tuple[int, str]:
+    """Exit code and output (line breaks folded to spaces unless ``columns`` is given)."""
+    env = {"COLUMNS": str(columns)} if columns else None
+    result = CliRunner().invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    output = result.output if columns else " ".join(result.output.split())
+    return result.exit_code, output
+
+
+# --- help text rewraps; --version ----------------------------------------------------------------
+def _commands() -> list[tuple[str, str]]:
+    """(command path, help text) of every command and group of the CLI."""
+    found = []
+
+    def walk(cmd: object, path: str) -> None:
+        found.append((path, getattr(cmd, "help", None) or ""))
+        for name, sub in getattr(cmd, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "normlab")
+    return found
+
+
+def test_help_paragraphs_have_no_hard_line_breaks() -> None:
+    """Typer's rich help keeps single line breaks inside a paragraph, which splits sentences
+    mid-line at any terminal width; every paragraph must be one line."""
+    for path, text in _commands():
+        for paragraph in text.strip().split("\n\n"):
+            assert "\n" not in paragraph.strip(), f"{path}: {paragraph!r}"
+
+
+@pytest.mark.parametrize(
+    ("args", "sentence"),
+    [
+        (("--help",), "flow-matching DiT) with each norm on the same data"),
+        (("audit", "--help"), "where each sits (pre/post/sandwich, final) and its conditioning"),
+        (("compare", "--help"), "on this Python's own standard-library source."),
+    ],
+)
+def test_help_sentences_flow_at_a_wide_terminal(args: tuple[str, ...], sentence: str) -> None:
+    code, output = invoke(*args, columns=200)
+    assert code == 0 and sentence in output, output
+
+
+def test_every_help_renders_at_80_columns() -> None:
+    for path, _ in _commands():
+        code, output = invoke(*path.split()[1:], "--help", columns=80)
+        assert code == 0, (path, output)
+        assert max(cell_len(line) for line in output.splitlines()) <= 80, path
+
+
+def test_version() -> None:
+    code, output = invoke("--version")
+    assert code == 0 and output == f"normlab {normlab.__version__}"
+    assert json.dumps(normlab.__version__)  # a plain string

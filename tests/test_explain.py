@@ -158,3 +158,27 @@ def test_explain_transforms_past_float64_range_stay_exact() -> None:
     assert flipped.layer_norm_flipped and flipped.rms_norm_flipped
     assert scaled.layer_norm_hat == pytest.approx(e.layer_norm_hat, rel=1e-15)
     assert all(math.isfinite(v) for v in e.layer_norm_hat + e.rms_norm_hat)
+
+
+# ----------------------------------------------------------------------------------------------
+# Drop-in for torch: casting, constructors, compile/export, autocast, strides, empty batches
+# ----------------------------------------------------------------------------------------------
+# --- explain: errors name the argument ------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "exc", "fragment"),
+    [
+        ({"values": ["a", 1.0]}, TypeError, "values"),
+        ({"values": [[1.0, 2.0]]}, TypeError, "values"),
+        ({"values": [1.0, 2.0], "scale": float("nan")}, ValueError, "scale"),
+        ({"values": [1.0, 2.0], "shift": float("inf")}, ValueError, "shift"),
+        ({"values": [1.0, 2.0], "scale": "3"}, TypeError, "scale"),
+    ],
+)
+def test_explain_vector_errors_name_the_argument(kwargs: dict, exc: type, fragment: str) -> None:
+    with pytest.raises(exc, match=fragment) as info:
+        explain_vector(**kwargs)
+    assert "expected" in str(info.value)
+
+
+def test_explain_vector_accepts_any_iterable() -> None:
+    assert explain_vector(iter([1.0, 2.0])).x == explain_vector((1.0, 2.0)).x == [1.0, 2.0]

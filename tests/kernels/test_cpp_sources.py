@@ -18,7 +18,7 @@ import pytest
 from normlab.kernels import cpu
 from normlab.kernels.cpu import _build
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLANG_FORMAT_MAJOR = 21  # the version scripts/setup.sh installs (pip's clang-format wheel)
 
 

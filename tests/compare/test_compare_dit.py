@@ -22,13 +22,11 @@ from normlab.cli import app
 from normlab.cli.compare_cmd import build_config_dict
 from normlab.data import (
     SHAPE_CLASSES,
-    FlowBatches,
     load_shapes,
     make_shapes,
     patchify,
     prepare_shapes,
     unpatchify,
-    validation_triples,
 )
 from normlab.experiment import ConfigError, plan_runs, validate_config
 from normlab.experiment.config import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT
@@ -36,6 +34,7 @@ from normlab.experiment.runner import _outcome
 from normlab.experiment.testbeds import build_model, dit_config, make_testbed
 from normlab.experiment.worker import crashed_summary, summary_fields
 from normlab.models import shared_parameter_digests
+from normlab.models.flow_batches import FlowBatches, validation_triples
 from normlab.report import build_report
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"

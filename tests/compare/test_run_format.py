@@ -24,7 +24,7 @@ from normlab.experiment import grid, testbeds, validate_config
 from normlab.report.runs_csv import DIT_RUN_COLUMNS, RUN_COLUMNS
 
 PACKAGE = Path(normlab.__file__).resolve().parent
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "run-format.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "run-format.md"
 
 
 def _module_name(path: Path) -> str:

@@ -29,8 +29,9 @@ def test_fixture_is_reproducible_and_small(tmp_path):
     assert sorted(fresh) == sorted(stored)
     changed = [name for name in stored if stored[name] != fresh[name]]
     assert not changed, (
-        f"{changed} differ from tests/fixtures/make_compare_fixture.py's output; regenerate with "
-        "'python tests/fixtures/make_compare_fixture.py' if the change is intended"
+        f"{changed} differ from tests/compare/fixtures/make_compare_fixture.py's output; "
+        "regenerate with 'python tests/compare/fixtures/make_compare_fixture.py' if the change "
+        "is intended"
     )
     assert sum(len(b) for b in stored.values()) < 300_000
     anomalies = sum(

@@ -1,7 +1,7 @@
 """What the Triton test files share: how they run here, and their child processes.
 
 The kernels run in this process only on a GPU or under ``TRITON_INTERPRET=1`` set before triton
-was imported (see tests/test_triton_kernels.py); otherwise each file re-runs its tests in a
+was imported (see tests/kernels/test_triton_kernels.py); otherwise each file re-runs its tests in a
 fresh interpreter process, and compiles kernels for CUDA ahead of time in another.
 """
 
@@ -18,7 +18,7 @@ import torch
 INTERPRET = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "yes", "on")
 IN_PROCESS = INTERPRET or torch.cuda.is_available()
 DEVICE = "cpu" if INTERPRET or not torch.cuda.is_available() else "cuda"
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SKIPPED = 3
 """Exit status of a compile script that cannot compile for NVIDIA here."""
 

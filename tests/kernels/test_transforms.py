@@ -9,7 +9,7 @@ checked against central finite differences in float64. Shapes are tiny.
 
 The Triton backend runs here only under ``TRITON_INTERPRET=1`` (or on a GPU); otherwise one
 shard test re-runs this file's Triton cases in a fresh interpreter process (see
-tests/triton_harness.py).
+tests/kernels/triton_harness.py).
 """
 
 from __future__ import annotations
@@ -252,7 +252,7 @@ def test_forward_ad(op: str, backend: str, x_grad: bool, w_grad: bool, dual: str
     _close(out, ref_out, f"forward AD primal {op} on {backend}")
     _close(tan, ref_tan, f"forward AD tangent {op} on {backend}")
     # and reverse mode still works on the same inputs (the compiled backend's reverse mode
-    # compiles a variant per case: covered by tests/test_compiled_backend.py instead)
+    # compiles a variant per case: covered by tests/kernels/test_compiled_backend.py instead)
     if (x_grad or w_grad) and backend != "compiled":
         active = [t for t in inputs if t.requires_grad]
         got = torch.autograd.grad(_loss(op, backend)(*inputs), active)
@@ -319,7 +319,7 @@ def test_fast_path_still_runs_outside_transforms(backend: str) -> None:
     assert seen == [True] * 5
     assert not fused.uses_reference(x)
     if backend == "compiled":
-        return  # its provider compiles on first use: covered by tests/test_compiled_backend.py
+        return  # its provider compiles on first use: see tests/kernels/test_compiled_backend.py
     calls = []
     provider = fused.provider
     original = provider.forward

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from normlab.cli import app
+from normlab.cli.compare_cmd import EXIT_REFUSED
 from normlab.data import (
     EXCLUDED_DIRS,
     SourceFile,
@@ -270,3 +273,34 @@ def test_an_unreadable_source_is_named(tmp_path: Path) -> None:
             check_source(text)
     finally:
         text.chmod(0o644)
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review: --data is checked before the folder's cache
+# ----------------------------------------------------------------------------------------------
+def invoke(*args: str, columns: int | None = None) -> tuple[int, str]:
+    """Exit code and output (line breaks folded to spaces unless ``columns`` is given)."""
+    env = {"COLUMNS": str(columns)} if columns else None
+    result = CliRunner().invoke(app, list(args), env=env)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    output = result.output if columns else " ".join(result.output.split())
+    return result.exit_code, output
+
+
+# --- --data is checked before the folder's cache -------------------------------------------------
+def test_missing_data_is_named_even_with_an_old_cache(config: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    prepare_tokens(out / "data", None, max_bytes=200_000)  # a stdlib cache, as a compare leaves
+    (out / "experiment.json").write_text("{}")
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    missing = tmp_path / "nonexistent"
+    code, output = invoke(
+        "compare", "--config", str(config), "--data", str(missing), "--out", str(out), columns=1000
+    )
+    assert code == EXIT_REFUSED, output
+    assert f"data: no such file or folder '{missing}'" in " ".join(output.split())
+    assert "was built with" not in output
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.name != ".lock"} == {
+        p: t for p, t in before.items() if p.name != ".lock"
+    }

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,8 +14,10 @@ from torch import nn
 from typer.testing import CliRunner
 
 import normlab
+from normlab import audit
 from normlab.audit import audit_model, audit_norm
 from normlab.cli import app
+from normlab.cli.audit_targets import load_model, load_norm
 
 D = 64
 
@@ -255,7 +260,7 @@ def test_the_audit_example_is_what_the_cli_prints(
     import types
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     pages = {}
     for name in ("docs/audit.md", "README.md"):
         text = (root / name).read_text(encoding="utf-8")
@@ -286,3 +291,120 @@ def test_takes_condition_is_public() -> None:
 
     assert takes_condition(normlab.AdaRMSNorm(8, cond_dim=4))
     assert not takes_condition(nn.LayerNorm(8))
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review of the public API
+# ----------------------------------------------------------------------------------------------
+
+
+def test_audit_norm_says_what_the_norm_may_be() -> None:
+    with pytest.raises(TypeError, match=r"^f: expected the norm to probe: a torch.nn.Module"):
+        audit.audit_norm(3, 64)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^weight: expected the norm's gain"):
+        audit.audit_norm(nn.RMSNorm(64), 64, weight=(1.0,) * 64)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"^dim: expected an even integer"):
+        audit.audit_norm(nn.RMSNorm(64), "64")  # type: ignore[arg-type]
+
+
+def test_audit_norm_with_the_wrong_dim_names_it() -> None:
+    with pytest.raises(ValueError, match=r"^dim: 32 does not match the module's normalized_shape"):
+        audit.audit_norm(nn.RMSNorm(64), 32)
+
+    def fixed_size(x: torch.Tensor) -> torch.Tensor:  # no normalized_shape to read
+        return nn.functional.rms_norm(x, (64,))
+
+    with pytest.raises(ValueError, match=r"^f: 'norm' failed on the first probe.*dim=32"):
+        audit.audit_norm(fixed_size, 32)
+
+
+def _write_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, src: str) -> str:
+    (tmp_path / f"{name}.py").write_text(textwrap.dedent(src), encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    return name
+
+
+def test_a_factory_taking_dim_is_a_norm_target(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod = _write_module(
+        tmp_path,
+        monkeypatch,
+        "review_api_factories",
+        """
+        import torch
+
+        def make(dim):
+            return torch.nn.RMSNorm(dim, eps=1e-6)
+
+        def make_fn(dim):
+            return lambda x: torch.nn.functional.layer_norm(x, (dim,))
+
+        def broken(x, y, z):
+            return x
+        """,
+    )
+    fn, weight = load_norm(f"{mod}:make", 64)
+    assert isinstance(fn, nn.RMSNorm) and weight is fn.weight
+    fn2, weight2 = load_norm(f"{mod}:make_fn", 64)
+    assert weight2 is None and fn2(torch.randn(2, 64)).shape == (2, 64)
+    with pytest.raises(
+        ValueError, match=r"^target: .*broken is a callable, but.*factory fn\(dim\)"
+    ):
+        load_norm(f"{mod}:broken", 64)
+    result = CliRunner().invoke(app, ["audit", "norm", f"{mod}:make", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["normalizes"] and data["gain_form"] == "w"
+
+
+# ----------------------------------------------------------------------------------------------
+# 9. audit_norm finds a module's own gain, as the CLI does
+# ----------------------------------------------------------------------------------------------
+def test_audit_norm_finds_the_modules_weight() -> None:
+    m = nn.RMSNorm(64)
+    found = audit.audit_norm(m, 64)
+    given = audit.audit_norm(m, 64, weight=m.weight)
+    assert found.gain_form == given.gain_form == "w"
+    assert found.casting == given.casting
+    gemma = normlab.RMSNorm(64, weight_offset=1.0, casting="gemma")
+    assert audit.audit_norm(gemma, 64).gain_form == "1 + w"
+    ln = audit.audit_norm(nn.LayerNorm(64), 64)
+    assert ln.statistic == "variance (biased, D)" and ln.gain_form == "w"
+    assert audit.audit_norm(nn.RMSNorm(64, elementwise_affine=False), 64).gain_form == (
+        "no gain parameter exposed"
+    )
+
+
+def test_audit_norm_and_cli_agree_on_the_gain() -> None:
+    result = CliRunner().invoke(app, ["audit", "norm", "torch.nn:RMSNorm", "--json"])
+    assert result.exit_code == 0, result.output
+    cli = json.loads(result.output)
+    api = audit.audit_norm(nn.RMSNorm(64), 64, target="torch.nn:RMSNorm").to_dict()
+    assert cli["gain_form"] == api["gain_form"] == "w"
+    assert cli["statistic"] == api["statistic"]
+
+
+# ----------------------------------------------------------------------------------------------
+# 10. the audit's testbeds are compare's default testbeds
+# ----------------------------------------------------------------------------------------------
+def test_audit_testbeds_are_the_compare_defaults() -> None:
+    from normlab.data.shapes import SHAPE_CLASSES
+    from normlab.experiment.config import DiTSettings, ModelSettings, ShapesSettings
+
+    gpt, (tokens,) = load_model("gpt", "layernorm", "pre")
+    settings = ModelSettings()
+    assert len(gpt.blocks) == settings.n_layers
+    assert gpt.config.d_model == settings.d_model and gpt.config.context == settings.context
+    assert tokens.shape == (2, settings.context)
+    assert sum(p.numel() for p in gpt.parameters()) == 214_144  # compare's, with layernorm
+    dit, inputs = load_model("dit", "adaln_zero", "pre")
+    shapes = ShapesSettings()
+    want = DiTSettings().dit_config(
+        shapes.in_channels, shapes.seq_len, len(SHAPE_CLASSES), "adarms"
+    )
+    assert len(dit.blocks) == want.n_layers and dit.config.d_model == want.d_model
+    assert inputs[0].shape == (2, want.seq_len, want.in_channels)
+    result = audit.audit_model(dit, *inputs)
+    assert result.norms and all(s.returns_gate or s.role == "final" for s in result.norms)

@@ -6,8 +6,11 @@ import pytest
 import torch
 
 import normlab.functional as NF
-from conftest import CPU_BACKENDS
 from normlab.experiment.activations import SavedActivationBytes
+from normlab.kernels import backends_for
+
+CPU_BACKENDS = backends_for("cpu")
+"""The backends that run on the CPU here (as tests/conftest.py's ``backend`` fixture)."""
 
 
 def test_counts_each_storage_once_and_a_view_as_its_whole_storage() -> None:

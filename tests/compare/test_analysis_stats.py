@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,12 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+from normlab.analysis import analyze, compare_paired, load_compare_folder
 from normlab.analysis.power import seeds_needed, settle_probability
 from normlab.analysis.stats import (
     describe,
     holm_adjust,
     log_ratio_interval,
     paired_t_interval,
+    sign_test,
     t_interval,
     tost,
     tost_paired,
@@ -233,9 +236,6 @@ def test_holm_adjust_matches_its_definition(ps: list[float]) -> None:
 
 
 def test_every_comparison_carries_its_holm_adjusted_p() -> None:
-    from pathlib import Path
-
-    from normlab.analysis import analyze, load_compare_folder
 
     folder = load_compare_folder(Path(__file__).parent / "fixtures" / "compare_run")
     comps = analyze(folder)["comparisons"]
@@ -245,3 +245,81 @@ def test_every_comparison_carries_its_holm_adjusted_p() -> None:
         expected = dict(zip(tested, holm_adjust(list(tested.values())), strict=True))
         for name, c in arm_comps.items():
             assert c["p_holm"] == (pytest.approx(expected[name]) if name in expected else None)
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review, checked against scipy or a hand count
+# ----------------------------------------------------------------------------------------------
+# ---- seeds needed: noncentral-t tails -----------------------------------------------------
+def test_settle_probability_is_finite_far_in_the_tails():
+    """SciPy's nct.cdf(−12.7, 1, 269) is NaN; the power must still be ~1 at n = 2 for a
+    difference of 190 standard deviations, and seeds_needed must not skip n = 2."""
+    p = settle_probability(np.arange(2, 6), 0.019, 1e-4, 0.0)
+    assert np.all(np.isfinite(p)) and np.all(p > 0.999)
+    assert seeds_needed(0.019, 1e-4, 0.0) == 2
+    p_eq = settle_probability(np.arange(2, 6), 0.019, 1e-4, 0.02)
+    assert np.all(np.isfinite(p_eq)) and np.all(p_eq > 0.999)
+
+
+def test_settle_probability_matches_the_cdf_form_where_scipy_is_accurate():
+    n, delta, sigma, margin, alpha = np.arange(3, 12), 0.004, 0.01, 0.02, 0.05
+    df, se = n - 1.0, sigma / np.sqrt(n)
+    c2, c1 = stats.t.ppf(1 - alpha / 2, df), stats.t.ppf(1 - alpha, df)
+    p_sup = stats.nct.sf(c2, df, delta / se) + stats.nct.cdf(-c2, df, delta / se)
+    miss = stats.nct.cdf(c1, df, (delta + margin) / se) + stats.nct.sf(
+        -c1, df, (delta - margin) / se
+    )
+    expected = np.maximum(p_sup, np.clip(1 - miss, 0, 1))
+    np.testing.assert_allclose(settle_probability(n, delta, sigma, margin), expected, rtol=1e-9)
+
+
+# ---- counts: the exact sign test -----------------------------------------------------------
+@pytest.mark.parametrize(
+    "d",
+    [[1, 1, 1], [2, 1, 1, 0], [1, -1, 2, 3, 1, 1, 0, 4], [0, 0, 0], [-3, -1, -2, -1, -1, -2]],
+)
+def test_sign_test_matches_scipy_binomtest(d):
+    res = sign_test(d)
+    nonzero = [v for v in d if v != 0]
+    pos = sum(v > 0 for v in nonzero)
+    assert (res.n, res.n_pos, res.n_neg) == (len(d), pos, len(nonzero) - pos)
+    expected = stats.binomtest(pos, len(nonzero), 0.5).pvalue if nonzero else 1.0
+    assert res.p_value == pytest.approx(expected, rel=1e-12)
+
+
+def test_sign_test_textbook_values():
+    assert sign_test([1, 1, 1]).p_value == pytest.approx(0.25)  # 2 · (1/2)^3
+    assert sign_test([1] * 6).p_value == pytest.approx(2 / 64)
+    assert sign_test([]).p_value is None
+
+
+def test_equal_spike_differences_are_not_a_certain_difference():
+    """Three seeds, one spike more each: under 'no difference' that pattern has probability
+    1/4 (sign test). The t-test's zero-variance limit called it p = 0, while [2, 1, 1], more
+    spikes still, was not significant: the verdict fell as the evidence grew."""
+    equal = compare_paired([1, 1, 1], [0, 0, 0], lower_is_better=True, discrete=True)
+    more = compare_paired([2, 1, 1], [0, 0, 0], lower_is_better=True, discrete=True)
+    assert equal.verdict == more.verdict == "inconclusive"
+    assert equal.p_value == pytest.approx(0.25) and not equal.significant
+    assert equal.test.startswith("exact sign test")
+    six = compare_paired([1] * 6, [0] * 6, lower_is_better=True, discrete=True)
+    assert six.verdict == "worse" and six.p_value == pytest.approx(1 / 32)
+    fewer = compare_paired([0] * 6, [2, 1, 1, 3, 1, 1], lower_is_better=True, discrete=True)
+    assert fewer.verdict == "better"
+    same = compare_paired([2, 0, 1], [2, 0, 1], lower_is_better=True, discrete=True)
+    assert same.verdict == "equivalent"
+
+
+def test_discrete_direction_follows_the_sign_test_not_the_mean():
+    # six of seven seeds have one spike fewer; one seed has 40 more: the mean is positive
+    c = compare_paired([0] * 6 + [40], [1] * 6 + [0], lower_is_better=True, discrete=True)
+    assert c.mean_diff > 0
+    assert c.p_value == pytest.approx(stats.binomtest(1, 7, 0.5).pvalue)
+    assert c.verdict == "inconclusive"  # p = 0.125
+    c = compare_paired([0] * 8 + [40], [1] * 8 + [0], lower_is_better=True, discrete=True)
+    assert c.mean_diff > 0 and c.p_value < 0.05 and c.verdict == "better"
+
+
+def test_discrete_ratio_is_refused():
+    with pytest.raises(ValueError, match="discrete"):
+        compare_paired([1, 2], [1, 2], lower_is_better=True, scale="ratio", discrete=True)

@@ -306,3 +306,37 @@ def test_nan_stays_in_its_token(name: str, dtype: torch.dtype, backend: str) -> 
     assert torch.isnan(y[1, 2]).any()
     (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
     assert torch.isfinite(g[others]).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review of the public API
+# ----------------------------------------------------------------------------------------------
+D16 = 16
+
+
+def test_torch_style_layer_norm_call_gets_a_hint() -> None:
+    x, w, b = torch.randn(2, 64), torch.ones(64), torch.zeros(64)
+    for shape in ((64,), [64], 64, torch.Size([64])):
+        with pytest.raises(TypeError) as info:
+            NF.layer_norm(x, shape, w, b)  # type: ignore[arg-type]
+        msg = str(info.value)
+        assert msg.startswith("weight: expected a torch.Tensor or None")
+        assert "normalized_shape" in msg and "last dimension" in msg
+        assert "normlab.functional.layer_norm(x, weight, bias, eps)" in msg
+    with pytest.raises(TypeError) as info:
+        NF.rms_norm(x, "w")  # type: ignore[arg-type]
+    assert "normalized_shape" not in str(info.value)  # only for shape-like values
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. flags are bools
+# ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("value", ["no", 1, 0, None])
+def test_residual_in_fp32_must_be_a_bool(value: object) -> None:
+    x = torch.randn(2, D16).bfloat16()
+    for fn in (NF.add_rms_norm, NF.add_layer_norm):
+        with pytest.raises(TypeError, match=r"^residual_in_fp32: expected a bool"):
+            fn(x, x, residual_in_fp32=value)  # type: ignore[operator]
+    for fn in (NF.add_rms_norm, NF.add_layer_norm):
+        assert fn(x, x, residual_in_fp32=True)[1].dtype == torch.float32
+        assert fn(x, x, residual_in_fp32=False)[1].dtype == torch.bfloat16

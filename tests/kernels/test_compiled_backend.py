@@ -1,10 +1,10 @@
 """The fast backends: ``"compiled"`` (Inductor) and ``"cpp"`` (C++ kernels).
 
-Both are also in the shared matrix (tests/test_functional_matrix.py); here: each op's forward and
-every gradient against the reference at small shapes in float32 and bfloat16, no recompilation
-across batch sizes, lazy compilation, autograd use patterns, the C++ path's large-shape code
-(non-temporal stores, column sums split across lanes), its determinism and its fallback when no
-compiler exists. Shapes are few: compiling is slow on two cores.
+Both are also in the shared matrix (tests/kernels/test_functional_matrix.py); here: each op's
+forward and every gradient against the reference at small shapes in float32 and bfloat16, no
+recompilation across batch sizes, lazy compilation, autograd use patterns, the C++ path's
+large-shape code (non-temporal stores, column sums split across lanes), its determinism and its
+fallback when no compiler exists. Shapes are few: compiling is slow on two cores.
 """
 
 from __future__ import annotations

@@ -121,3 +121,27 @@ def test_registered_kinds_do_not_leak() -> None:
     """The clean_registry fixture of the tests above restored the registry."""
     assert "scaled" not in normlab.available_norms()
     assert "my_adarms" not in normlab.available_norms()
+
+
+# ----------------------------------------------------------------------------------------------
+# Found in review of the public API
+# ----------------------------------------------------------------------------------------------
+D = 16
+
+
+def test_other_flags_must_be_bools() -> None:
+    with pytest.raises(TypeError, match=r"^gate: expected a bool"):
+        normlab.dit_to_pi05(nn.Linear(4, 3 * D), gate="no")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^overwrite: expected a bool"):
+        normlab.register_norm("layernorm", normlab.LayerNorm, overwrite="yes")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"^conditional: expected a bool"):
+        normlab.register_norm("review_flag", normlab.LayerNorm, conditional=1)  # type: ignore[arg-type]
+    assert "review_flag" not in normlab.available_norms()
+
+
+def test_dyt_from_the_registry_keeps_bf16_like_layernorm() -> None:
+    import normlab.models  # registers "dyt"
+
+    x = torch.randn(2, 8).bfloat16()
+    for kind in ("dyt", "layernorm", "rmsnorm"):
+        assert normlab.make_norm(kind, 8)(x).dtype == torch.bfloat16, kind

@@ -1,0 +1,1 @@
+"""normlab audit: the black-box norm audit, its options and the model zoo."""

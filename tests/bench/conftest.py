@@ -1,0 +1,1 @@
+"""normlab bench: timing the backends and its options."""

@@ -1,0 +1,1 @@
+"""normlab compare: models, data, training runner, analysis, report, run format, CLI."""

@@ -1,0 +1,1 @@
+"""The nn.Module layers: drop-in modules, the norm registry, casting conventions."""

@@ -1,0 +1,1 @@
+"""replace_norms: swapping a model's norms in place."""
