@@ -342,7 +342,7 @@ def test_audit_model_of_an_hf_source() -> None:
 def test_hf_llama_example_is_valid() -> None:
     from normlab.experiment import load_config_file
 
-    path = Path(__file__).resolve().parent.parent / "examples" / "hf_llama.yaml"
+    path = Path(__file__).resolve().parents[2] / "examples" / "hf_llama.yaml"
     cfg = validate_config(load_config_file(path))
     assert cfg.testbed == "lm" and cfg.arm_names() == ["rmsnorm-pre", "layernorm-pre"]
     assert cfg.lm.model_set["hidden_size"] == 128 and cfg.lm.model_set["num_hidden_layers"] == 2

@@ -137,7 +137,7 @@ def test_plan_fsdp_run_and_xargs_grid(config: Path, reference: Path, tmp_path: P
 
 def _env() -> dict[str, str]:
     """This interpreter's ``normlab`` first on PATH, this checkout's sources importable."""
-    src = str(Path(__file__).resolve().parent.parent / "src")
+    src = str(Path(__file__).resolve().parents[2] / "src")
     path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
     pythonpath = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
     # a shared CI machine's memory is not the run's: keep Ray's node-wide OOM killer out of it

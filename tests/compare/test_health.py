@@ -242,9 +242,10 @@ def test_training_writes_health_at_every_evaluation_and_changes_nothing(
 
 @pytest.mark.parametrize("n_arms", [1, 2, 3, 6])
 def test_the_heatmap_has_no_overlapping_text(n_arms: int) -> None:
+    from test_figures import LONG_ARMS, _overlapping_texts
+
     from normlab.report.plots import plot_norm_health
     from normlab.report.style import arm_colors
-    from test_figures import LONG_ARMS, _overlapping_texts
 
     layers = [f"model.layers.{i}.post_attention_layernorm" for i in range(12)] + ["model.norm"]
     steps = list(range(0, 601, 50))

@@ -17,7 +17,7 @@ from normlab.layers import RMSNorm
 from normlab.models import GPT, GPTConfig
 from normlab.registry import make_norm
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_script() -> ModuleType:
