@@ -52,11 +52,11 @@ calibrate. Heavy-tailed seed-to-seed noise is not covered by this guarantee. Dif
 are the same in every seed (a metric that does not vary with the seed, s = 0) are exact: the verdict
 follows d̄ against 0 and Δ at once, with no test.
 
-Seeds needed (simulated, ``tests/compare/test_sequential.py``; looks at 3, 5, 7 and 10 seeds,
-α = 0.05, O'Brien–Fleming): a true difference of 0.5 / 1 / 1.5 / 2 seed-to-seed standard
-deviations is called at the right sign with probability about 0.27 / 0.77 / 0.98 / 1.0, after 9.7 / 8.8 /
-7.4 / 6.4 seeds on average. Pocock spending stops earlier on large effects (5.4 seeds at 2 sd)
-and has less power at the last look.
+Seeds needed (simulated, ``tests/compare/test_sequential.py``; looks at 3, 5, 7 and 10 seeds, α
+= 0.05, O'Brien–Fleming): a true difference of 0.5 / 1 / 1.5 / 2 seed-to-seed standard
+deviations is called at the right sign with probability about 0.27 / 0.77 / 0.98 / 1.0, after
+9.7 / 8.8 / 7.4 / 6.4 seeds on average. Pocock spending stops earlier on large effects (5.4
+seeds at 2 sd) and has less power at the last look.
 
 No futility stop is made (an arm is never dropped for looking hopeless); the caller may stop
 an arm that has failed to learn for that reason instead (see :mod:`normlab.analysis.wording`).
