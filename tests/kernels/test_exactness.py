@@ -143,6 +143,13 @@ def test_layer_norm_over_one_column_has_zero_input_gradient(
         assert torch.equal(dx, torch.zeros_like(dx)), f"add_layer_norm eps={eps}"
         assert torch.equal(dr, torch.zeros_like(dr)), f"add_layer_norm eps={eps}"
 
+        # with h's gradient too: the norm adds exactly nothing to it
+        y, h = NF.add_layer_norm(x, r, w, b, eps, backend=backend)
+        dh = torch.randn(h.shape, generator=g).to(h.dtype)
+        dx, dr = torch.autograd.grad((y, h), (x, r), (dy, dh))
+        assert torch.equal(dx, dh.to(dx.dtype)), f"add_layer_norm (y, h) eps={eps}"
+        assert torch.equal(dr, dh.to(dr.dtype)), f"add_layer_norm (y, h) eps={eps}"
+
         y = NF.ada_layer_norm(x, s, t, eps, backend=backend)
         (dx,) = torch.autograd.grad(y, x, dy)
         assert torch.equal(dx, torch.zeros_like(dx)), f"ada_layer_norm eps={eps}"
