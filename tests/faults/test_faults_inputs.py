@@ -230,15 +230,40 @@ def test_binary_garbage_in_experiment_json_is_named_by_the_report(
 
 
 def test_a_garbled_metrics_line_is_named_not_skipped(finished: Path, tmp_path: Path) -> None:
+    """A damaged metrics.jsonl is an error where it is read line by line; the report leaves that
+    run's curves out and says so (run, file and line), and keeps every other run's."""
     out, _ = _copy(finished, tmp_path)
-    metrics = sorted((out / "runs").iterdir())[0] / "metrics.jsonl"
+    runs = sorted((out / "runs").iterdir())
+    metrics = runs[0] / "metrics.jsonl"
     lines = metrics.read_text().splitlines(keepends=True)
     metrics.write_text(lines[0] + "#garbage\n" + "".join(lines[1:]))
+    (runs[1] / "metrics.jsonl").write_text("")
     with pytest.raises(ValueError, match="line 2"):
         read_jsonl(metrics)
     code, output = invoke("report", str(out))
-    assert code == 1
-    assert "metrics.jsonl" in error_lines(output)[0] and "line 2" in output
+    assert code == 0, output
+    report = (out / "report.md").read_text(encoding="utf-8")
+    note = next(line for line in report.splitlines() if "Curves left out" in line)
+    assert runs[0].name in note and "line 2" in note and "damaged" in note
+    assert runs[1].name in note and "holds no training records" in note
+
+
+def test_report_md_escapes_text_from_the_runs(finished: Path, tmp_path: Path) -> None:
+    """An error message of a crashed run lands in report.md as text: no HTML tag, no link."""
+    import json
+
+    out, _ = _copy(finished, tmp_path)
+    summary_path = sorted((out / "runs").iterdir())[0] / "summary.json"
+    summary = json.loads(summary_path.read_text())
+    summary.update(status="crashed", error="<script>alert(1)</script> [x](javascript:alert(1))")
+    summary_path.write_text(json.dumps(summary))
+    code, output = invoke("report", str(out))
+    assert code == 0, output
+    report = (out / "report.md").read_text(encoding="utf-8")
+    assert "<script>" not in report and "[x](javascript:" not in report
+    assert "&lt;script>" in report and "[x\\](javascript:alert(1))" in report
+    html = (out / "report.html").read_text(encoding="utf-8")
+    assert "<script>alert(1)" not in html
 
 
 def test_the_report_takes_the_lock(finished: Path, tmp_path: Path) -> None:

@@ -94,7 +94,10 @@ def run_learning(run: RunResult, reference: float | None = None) -> RunLearning:
         return RunLearning("diverged", None, None, None)
     if run.status != "finished" or not run.metrics_path.is_file():
         return RunLearning("unknown", None, None, None)
-    records = [r for r in read_jsonl(run.metrics_path) if r.get("type") == TRAIN_RECORD]
+    try:
+        records = [r for r in read_jsonl(run.metrics_path) if r.get("type") == TRAIN_RECORD]
+    except (OSError, ValueError):  # a damaged file: the report says so beside the curves
+        return RunLearning("unknown", None, None, None)
     records.sort(key=lambda r: r.get("step") if isinstance(r.get("step"), int) else 0)
     losses = [
         float(r["loss"])

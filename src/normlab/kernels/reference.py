@@ -37,12 +37,9 @@ def _rms_hat(x: torch.Tensor, eps: float) -> torch.Tensor:
 def _layer_hat(x: torch.Tensor, eps: float) -> torch.Tensor:
     """x̂ = (x − μ) · rsqrt(σ² + ε), biased variance, two-pass, in the statistics dtype."""
     xf = x.to(stats_dtype(x.dtype))
-    if xf.shape[-1] == 1:
-        # x − μ ≡ 0 for one element, so its gradient is 0 exactly: written as a product with 0,
-        # autograd gives 0 instead of g − g summed into x's other gradients with a rounding
-        xc = xf * 0.0
-    else:
-        xc = xf - xf.mean(-1, keepdim=True)
+    # x − μ ≡ 0 for one element, so its gradient is 0 exactly: written as a product with 0,
+    # autograd gives 0 instead of g − g summed into x's other gradients with a rounding
+    xc = xf * 0.0 if xf.shape[-1] == 1 else xf - xf.mean(-1, keepdim=True)
     var = xc.pow(2).mean(-1, keepdim=True)
     return xc * torch.rsqrt(var + eps)
 

@@ -280,7 +280,10 @@ def build_report(out_dir: Path) -> dict[str, Path]:
         for s in (factor_section(analysis), health_section(folder, arm_colors(folder.arms)))
         if s is not None
     ]
-    content = build_content(folder, analysis, verdict_plot, plots, sections)
+    problems = [
+        f"{c.run.run_id}: {c.problem}" for runs in curves.values() for c in runs if c.problem
+    ]
+    content = build_content(folder, analysis, verdict_plot, plots, sections, problems)
 
     written: dict[str, Path] = {}
     for p in [verdict_plot, *plots, *(p for s in sections for p in s.plots)]:

@@ -546,9 +546,11 @@ def build_content(
     verdict_plot: Plot | None,
     plots: list[Plot],
     sections: list[Section] | None = None,
+    curve_problems: list[str] | None = None,
 ) -> ReportContent:
     """Assemble the report's sections from the loaded folder, the analysis and the plots;
-    ``sections`` come after the curves."""
+    ``sections`` come after the curves; ``curve_problems`` ("run: why") name the runs whose
+    curves are left out."""
     a = analysis
     rec = a["recommendation"]
     details = [
@@ -574,6 +576,10 @@ def build_content(
         else "Some per-step curves are missing: no run with a result has train or eval records "
         "in its metrics.jsonl."
     )
+    if curve_problems:
+        curves_note = " ".join(
+            [curves_note, "Curves left out:", "; ".join(curve_problems) + "."]
+        ).strip()
     subtitle = (
         f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
         f"runs with a result · baseline {a['baseline_arm']} · equivalence margin "

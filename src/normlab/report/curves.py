@@ -38,6 +38,9 @@ class RunCurves:
     val_bpb: np.ndarray
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     val_loss: np.ndarray = field(default_factory=lambda: np.array([]))
+    problem: str | None = None
+    """Why the run has no curves (no metrics.jsonl, a damaged one, no training records);
+    None when it has them."""
     """The ``val_loss`` of each eval record (GPT: nats per byte; DiT: the flow-matching MSE)."""
 
     def value_at(self, step: int, series: str) -> float:
@@ -52,13 +55,23 @@ class RunCurves:
 
 
 def load_run_curves(run: RunResult) -> RunCurves:
-    """Read ``train``, ``eval`` and ``anomaly`` records of ``run`` (missing file: empty curves)."""
-    records = read_jsonl(run.metrics_path) if run.metrics_path.is_file() else []
+    """Read ``train``, ``eval`` and ``anomaly`` records of ``run``. A missing, unreadable or
+    damaged metrics.jsonl gives empty curves whose :attr:`RunCurves.problem` says why (the
+    report names the run and leaves its curves out, the rest of the report stands)."""
+    problem = None
+    try:
+        records = read_jsonl(run.metrics_path)
+    except FileNotFoundError:
+        records, problem = [], f"it has no {run.metrics_path.name}"
+    except (OSError, ValueError) as err:
+        records, problem = [], f"its curves are left out: {err}"
 
     def of_type(kind: str) -> list[dict[str, Any]]:
         return [r for r in records if r.get("type") == kind and _num(r.get("step")) == r["step"]]
 
     train, evals = of_type(TRAIN_RECORD), of_type(EVAL_RECORD)
+    if problem is None and not train:
+        problem = f"its {run.metrics_path.name} holds no training records"
     train.sort(key=lambda r: r["step"])
     evals.sort(key=lambda r: r["step"])
     return RunCurves(
@@ -70,6 +83,7 @@ def load_run_curves(run: RunResult) -> RunCurves:
         val_bpb=np.array([_num(r.get("val_bpb")) for r in evals]),
         anomalies=[r for r in records if r.get("type") == ANOMALY_RECORD],
         val_loss=np.array([_num(r.get("val_loss")) for r in evals]),
+        problem=problem,
     )
 
 

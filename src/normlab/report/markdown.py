@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from normlab.report.content import Plot, ReportContent, Section, Table
 
 __all__ = ["render_markdown"]
@@ -14,8 +16,16 @@ _STATUS_WORD = {
 }
 
 
+def _text(text: str) -> str:
+    """``text`` as literal Markdown: a ``<`` that would open an HTML tag or comment becomes
+    ``&lt;`` and the ``](`` that closes a link's text is escaped, so text that came from a run
+    (an error message, an arm or file name) can become neither HTML nor a link or an image
+    (``p < 0.05`` stays as it is)."""
+    return re.sub(r"<(?=[A-Za-z/!?])", "&lt;", text).replace("](", "\\](")
+
+
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    return _text(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _table(t: Table) -> str:
@@ -28,13 +38,13 @@ def _table(t: Table) -> str:
 
 
 def _plot(p: Plot) -> str:
-    return f"![{p.title}]({p.relpath})\n\n*{p.caption}*\n"
+    return f"![{_text(p.title)}]({p.relpath})\n\n*{_text(p.caption)}*\n"
 
 
 def _section(s: Section) -> list[str]:
-    out = [f"## {s.title}\n", *(f"{p}\n" for p in s.paragraphs)]
+    out = [f"## {_text(s.title)}\n", *(f"{_text(p)}\n" for p in s.paragraphs)]
     for caption, table in s.tables:
-        out.append(f"**{caption}**\n" if caption else "")
+        out.append(f"**{_text(caption)}**\n" if caption else "")
         out.append(_table(table))
     out.extend(_plot(p) for p in s.plots)
     return out
@@ -42,10 +52,10 @@ def _section(s: Section) -> list[str]:
 
 def render_markdown(c: ReportContent) -> str:
     """Lay out ``c`` as a Markdown document."""
-    out = [f"# {c.title}\n", f"{c.subtitle}\n"]
-    out.append(f"> **{_STATUS_WORD.get(c.status, 'Recommendation')}: {c.headline}**\n>")
+    out = [f"# {_text(c.title)}\n", f"{_text(c.subtitle)}\n"]
+    out.append(f"> **{_STATUS_WORD.get(c.status, 'Recommendation')}: {_text(c.headline)}**\n>")
     for arm, decision, text in c.arm_details:
-        out.append(f"> - **{arm}** ({decision}): {text}")
+        out.append(f"> - **{_text(arm)}** ({_text(decision)}): {_text(text)}")
     out.append("")
     out.append(_table(c.verdict_table))
     if c.verdict_plot is not None:
@@ -53,7 +63,7 @@ def render_markdown(c: ReportContent) -> str:
     out.append("## What was compared\n")
     if c.varied:
         out.append(
-            "**Varied:** " + "; ".join(f"{k} = {v}" for k, v in c.varied) + ". "
+            "**Varied:** " + "; ".join(f"{_text(k)} = {_text(v)}" for k, v in c.varied) + ". "
             "Everything else was held fixed:\n"
         )
     out.append(_table(c.fixed))
@@ -61,7 +71,7 @@ def render_markdown(c: ReportContent) -> str:
     out.append(_table(c.params))
     out.append("## Training curves and final numbers\n")
     if c.curves_note:
-        out.append(f"_{c.curves_note}_\n")
+        out.append(f"_{_text(c.curves_note)}_\n")
     out.extend(_plot(p) for p in c.plots)
     for section in c.sections:
         out.extend(_section(section))
@@ -69,10 +79,10 @@ def render_markdown(c: ReportContent) -> str:
     out.append(_table(c.stats_table))
     out.append("## Runs\n")
     if c.excluded:
-        out.append("Excluded from the statistics: " + "; ".join(c.excluded) + ".\n")
+        out.append("Excluded from the statistics: " + "; ".join(map(_text, c.excluded)) + ".\n")
     out.append(_table(c.runs_table))
     out.append("## Environment\n")
     out.append(_table(c.environment))
     out.append("## Method\n")
-    out.extend(f"- {line}" for line in c.method)
+    out.extend(f"- {_text(line)}" for line in c.method)
     return "\n".join(out).rstrip() + "\n"

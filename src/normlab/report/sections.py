@@ -94,7 +94,7 @@ def factor_section(a: Mapping[str, Any]) -> Section | None:
 def _health_records(run: RunResult) -> list[dict[str, Any]]:
     try:
         return [r for r in read_jsonl(run.metrics_path) if r.get("type") == HEALTH_RECORD]
-    except OSError:
+    except (OSError, ValueError):  # missing or damaged: the curves' note names the run
         return []
 
 
