@@ -77,9 +77,7 @@ def audit_norm_cmd(
 ) -> None:
     """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision.
 
-    Prints a verdict (``defect``, ``note`` or ``ok``) and every defect and note first, each with
-    its error and tolerance, then the table, then the checks that passed (with theirs);
-    ``--json`` gives the same, findings defects first.
+    Prints the verdict, then defects and notes with their error and tolerance, then the table.
     """
     try:
         check_dim(dim)
