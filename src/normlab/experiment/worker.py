@@ -123,9 +123,15 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
     go = threading.Event()
 
     def listen() -> None:
-        for line in sys.stdin.buffer:
-            if line.strip() == b"go":
-                go.set()
+        # os.read on the descriptor, not sys.stdin: a daemon thread blocked inside a buffered
+        # reader holds its lock, and the interpreter then aborts at exit ("could not acquire
+        # lock for <stdin> at interpreter shutdown")
+        pending = b""
+        with contextlib.suppress(OSError):  # no standard input at all: as if it closed
+            while chunk := os.read(0, 64):
+                pending += chunk
+                if b"go" in pending.split(b"\n"):
+                    go.set()
         gone.set()  # end of input: the parent closed the pipe or died
         go.set()
 

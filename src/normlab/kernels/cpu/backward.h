@@ -443,12 +443,10 @@ struct AvxBackward {
   }
 
   // Pass 2 over row r: dh = rstd·(d̂ − c0 − x̂·c1), rounded to h's dtype, + the incoming dh.
-  // Evaluated as dh = ((d̂ − c0) − (h − μ)·(rstd·c1))·rstd (RMSNorm: c0 = 0, μ = 0, and the
-  // product by rstd is one fused multiply-add with −0): x̂ is never formed, h − μ keeps LayerNorm
-  // free of cancellation, and no factor is rstd², which underflows float32 for rows of magnitude
-  // beyond ~1e19. c0 is subtracted before the product by rstd, not as a separate term rstd·c0:
-  // where d̂ − c0 and h − μ vanish (LayerNorm over D = 1) dh is then exactly 0, not the rounding
-  // error of rstd·c0.
+  // Evaluated as dh = (d̂ − (h − μ)·(rstd·c1))·rstd − rstd·c0, two fused multiply-adds: x̂ is
+  // never formed, h − μ keeps LayerNorm free of cancellation, and no factor is rstd², which
+  // underflows float32 for rows of magnitude beyond ~1e19. LayerNorm over D = 1 has both factors
+  // zero, so dh is exactly 0 there, not the rounding error of rstd·c0.
   // `ahead` is the row to prefetch meanwhile: the same row of the next group of rows.
   void row_grad(i64 r, const float* db, float c0, float c1, i64 ahead) const {
     const T* const dh = a.dh_in ? static_cast<const T*>(a.dh_in) + r * n : nullptr;
@@ -471,8 +469,11 @@ struct AvxBackward {
                      const T* __restrict dh, T* __restrict dxr, T* __restrict dor) const {
     const float rstd = rstds[r];
     const __m512 vm = _mm512_set1_ps(CENTRE ? means[r] : 0.0f);
-    const __m512 va = _mm512_set1_ps(rstd), va0 = _mm512_set1_ps(-0.0f);
-    const __m512 vc0 = _mm512_set1_ps(c0);
+    // LayerNorm over D = 1: h − μ ≡ 0, so the norm passes exactly no gradient to h (a zero
+    // factor, not the rounding error of rstd·c0 that grows with 1/√ε)
+    const bool none = CENTRE && n == 1;
+    const __m512 va = _mm512_set1_ps(none ? 0.0f : rstd);
+    const __m512 va0 = _mm512_set1_ps(none ? -0.0f : -rstd * c0);
     const __m512 vb = _mm512_set1_ps(rstd * c1);
     const T* __restrict const hr = h + r * n;
     const T* const gt = GATED ? static_cast<const T*>(a.gate) + (r / a.gate_group) * n : nullptr;
@@ -484,10 +485,7 @@ struct AvxBackward {
     const T* const gate = static_cast<const T*>(a.gate);
     const bool next = ahead < rows;
     auto grad = [&](__m512 hv, __m512 d) {  // before rounding and the incoming gradient
-      if constexpr (CENTRE) {
-        hv = _mm512_sub_ps(hv, vm);
-        d = _mm512_sub_ps(d, vc0);
-      }
+      if constexpr (CENTRE) hv = _mm512_sub_ps(hv, vm);
       return _mm512_fmadd_ps(_mm512_fnmadd_ps(hv, vb, d), va, va0);
     };
     // Tail: 16 columns in column order, any mask.

@@ -26,8 +26,9 @@
 //     d̂ = g·(1 + s)·gain, rounded like x̂ in the "llama" casting
 //     RMSNorm:   dh = rstd·(d̂ − x̂·Σ(d̂·x̂)/D)
 //     LayerNorm: dh = rstd·(d̂ − Σd̂/D − x̂·Σ(d̂·x̂)/D)
-//     (the AVX-512 path evaluates dh = ((d̂ − c0) − (h − μ)·(rstd·c1))·rstd with c0 = Σd̂/D
-//     and c1 = Σ(d̂·x̂)/D; no rstd² that could underflow, and dh = 0 exactly for D = 1)
+//     (the AVX-512 path evaluates dh = (d̂ − (h − μ)·(rstd·c1))·rstd − rstd·c0 with c0 = Σd̂/D
+//     and c1 = Σ(d̂·x̂)/D, as two fused multiply-adds; no rstd² that could underflow; the factors
+//     are 0 for LayerNorm over D = 1, whose dh is then exactly 0)
 //     dgain = Σrows g·q, dbias = Σrows g, dscale = Σgroup g·x̂, dshift = Σgroup g,
 //     dgate = Σgroup dh·o, do = dh·gate; dh adds the incoming gradient of the h output.
 //
