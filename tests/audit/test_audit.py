@@ -254,7 +254,8 @@ def test_the_audit_example_is_what_the_cli_prints(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """docs/audit.md's ``normlab audit norm mypkg.norms:MyRMSNorm`` example, run on its class,
-    is the CLI's output line for line; the README shows its first lines, then "…"."""
+    is the CLI's output line for line; the README shows the same command's first lines, then
+    "…"."""
     import re
     import sys
     import types
@@ -268,10 +269,10 @@ def test_the_audit_example_is_what_the_cli_prints(
             text = text[text.index("## normlab audit") :]
         code = re.search(r"```python\n(.*?)```", text, flags=re.DOTALL)
         shown = re.search(r"```text\n\$ normlab audit norm (\S+)\n(.*?)```", text, re.DOTALL)
-        assert code is not None and shown is not None, name
-        pages[name] = (code.group(1), shown.group(1), shown.group(2))
+        assert shown is not None and (code is not None or name == "README.md"), name
+        pages[name] = (code.group(1) if code else "", shown.group(1), shown.group(2))
     code, target, expected = pages["docs/audit.md"]
-    assert pages["README.md"][:2] == (code, target)
+    assert pages["README.md"][1] == target
     module = types.ModuleType("mypkg.norms")
     exec(compile(code, "docs/audit.md", "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "mypkg", types.ModuleType("mypkg"))
