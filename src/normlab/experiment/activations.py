@@ -15,7 +15,7 @@ the mean and 1/σ of every row, RMSNorm's only 1/rms, a fused kernel less than a
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from types import TracebackType
 
 import torch
@@ -77,3 +77,20 @@ def _storage_bytes(t: torch.Tensor) -> int:
         return int(t.untyped_storage().nbytes())
     except (RuntimeError, NotImplementedError):
         return t.numel() * t.element_size()
+
+
+def run_hooked_pass(
+    model: torch.nn.Module,
+    run_batch: Callable[[torch.nn.Module], object],
+    handles: Iterable[torch.utils.hooks.RemovableHandle],
+) -> None:
+    """Run ``run_batch(model)`` once in eval mode, then remove the hooks ``handles`` and
+    restore the training mode, even when the forward raises."""
+    was_training = model.training
+    model.eval()
+    try:
+        run_batch(model)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from normlab.audit.model import is_norm_module
+from normlab.experiment.activations import run_hooked_pass
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 from normlab.run_format import HEALTH_STATS
 
@@ -223,14 +224,7 @@ def norm_health(
         return hook
 
     handles = [m.register_forward_hook(hook_for(n)) for n, m in layers]
-    was_training = model.training
-    model.eval()
-    try:
-        run_batch(model)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+    run_hooked_pass(model, run_batch, handles)
     result: dict[str, dict[str, Any]] = {}
     for name, module in layers:
         if not seen[name]:

@@ -49,6 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab.experiment.activations import run_hooked_pass
 from normlab.run_format import POSTTRAIN_FIELDS
 
 __all__ = [
@@ -183,14 +184,7 @@ def activation_outliers(
         return hook
 
     handles = [m.register_forward_pre_hook(hook_for(n)) for n, m in linears]
-    was_training = model.training
-    model.eval()
-    try:
-        run_batch(model)
-    finally:
-        for h in handles:
-            h.remove()
-        model.train(was_training)
+    run_hooked_pass(model, run_batch, handles)
     missing = [n for n, _ in linears if n not in stats]
     if missing:
         raise RuntimeError(f"the batch did not reach blocks.{', blocks.'.join(missing)}")

@@ -18,7 +18,8 @@ import json
 import re
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -243,6 +244,22 @@ def run_experiment(
     """
     console = console or Console()
     out = Path(out)
+    with _prepared(cfg, out, console) as runs:
+        summaries = (executor or LocalExecutor()).run(
+            runs, out, cfg.parallel, console, show_progress
+        )
+        if after_training is not None:
+            after_training(out, summaries)
+    return summaries
+
+
+@contextmanager
+def _prepared(cfg: ExperimentConfig, out: Path, console: Console) -> Iterator[list[dict[str, Any]]]:
+    """Check everything that can be checked before ``out`` is written (its path and contents,
+    the testbed's inputs, the device, the sizes), take ``out``'s lock, prepare the data and
+    ``experiment.json`` (:func:`_prepare_locked`) and yield the planned runs; the lock is held
+    until the block ends. A folder this call created is removed again if the block fails
+    before anything was written into it."""
     created = check_out_path(out)
     check_out_contents(out)
     TESTBEDS[cfg.testbed].check_inputs(cfg)
@@ -252,19 +269,13 @@ def run_experiment(
     lock = OutputLock(out)
     try:
         lock.acquire()
-        runs = _prepare_locked(cfg, out, device, threads, console)
-        summaries = (executor or LocalExecutor()).run(
-            runs, out, cfg.parallel, console, show_progress
-        )
-        if after_training is not None:
-            after_training(out, summaries)
+        yield _prepare_locked(cfg, out, device, threads, console)
     except BaseException:
         if created is not None and lock.held and _is_unused(out):
             shutil.rmtree(created, ignore_errors=True)
         raise
     finally:
         lock.release()
-    return summaries
 
 
 def _prepare_locked(
@@ -313,26 +324,11 @@ def plan_experiment(cfg: ExperimentConfig, out: Path, console: Console | None = 
     OUT`` builds the report."""
     console = console or Console()
     out = Path(out)
-    created = check_out_path(out)
-    check_out_contents(out)
-    TESTBEDS[cfg.testbed].check_inputs(cfg)
-    device = resolve_device(cfg.device)
-    check_experiment_sizes(cfg, out)  # memory and disk, before anything is allocated
-    threads = cfg.threads or default_threads()
-    lock = OutputLock(out)
-    try:
-        lock.acquire()
-        runs = _prepare_locked(cfg, out, device, threads, console)
+    with _prepared(cfg, out, console) as runs:
         done = finished_runs(runs, out)
         todo = [r for r in runs if r["run_id"] not in done]
         for spec in todo:
             prepare_run_dir(out, spec)
-    except BaseException:
-        if created is not None and lock.held and _is_unused(out):
-            shutil.rmtree(created, ignore_errors=True)
-        raise
-    finally:
-        lock.release()
     return [r["run_id"] for r in todo]
 
 
