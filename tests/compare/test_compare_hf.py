@@ -344,7 +344,9 @@ def test_hf_llama_example_is_valid() -> None:
 
     path = Path(__file__).resolve().parents[2] / "examples" / "hf_llama.yaml"
     cfg = validate_config(load_config_file(path))
-    assert cfg.testbed == "lm" and cfg.arm_names() == ["rmsnorm-pre", "layernorm-pre"]
+    assert cfg.testbed == "lm" and cfg.precisions == ["fp32", "bf16"]
+    arms = [f"{n}-pre-{p}" for p in ("fp32", "bf16") for n in ("rmsnorm", "layernorm")]
+    assert cfg.arm_names() == arms
     assert cfg.lm.model_set["hidden_size"] == 128 and cfg.lm.model_set["num_hidden_layers"] == 2
     assert cfg.data.bpe_merges is not None and cfg.seed_list() == [0, 1, 2]
     LMTestbed.check_inputs(cfg)  # the LlamaConfig builds
