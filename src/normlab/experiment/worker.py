@@ -236,7 +236,13 @@ def _rank_main(argv: list[str]) -> int:
             write_json_atomic(run_dir / SUMMARY_FILE, summary)
     finally:
         teardown()
-    return 0
+    # The rank's work is done and on disk: leave without the interpreter's shutdown, where a
+    # collective library's background thread still joinable at exit has aborted the process
+    # ("terminate called without an active exception", seen on CPU with gloo) and torchrun then
+    # records the finished run as crashed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def rank_main(argv: list[str] | None = None) -> int:
