@@ -66,6 +66,8 @@ class Study:
     expected: dict[str, str]
     worst: str | None = None
     quick: dict[str, Any] = field(default_factory=dict)
+    shown: tuple[str, ...] = ()
+    """Secondary summary fields whose per-arm means the document shows beside the quality."""
 
     @property
     def config(self) -> Path:
@@ -121,6 +123,7 @@ STUDIES: tuple[Study, ...] = (
         {"adaln-pre": "worse", "cross_attention-pre": "worse", "in_context-pre": "worse"},
         worst="in_context-pre",
         quick=QUICK_DIT,
+        shown=("final_sample_class_acc", "final_sample_fd", "final_sample_sw2"),
     ),
 )
 STUDY_NAMES = tuple(s.name for s in STUDIES)
@@ -181,8 +184,15 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
             )
         c = analysis["comparisons"][arm][quality]
         arms[arm] = {**c, "expected": expected, "agreement": agreement(expected, c["verdict"])}
+    fields = (quality, *study.shown)
+    means = {
+        arm: {f: analysis["arms"][arm].get(f, {}).get("mean") for f in fields}
+        for arm in analysis["arm_order"]
+    }
     result: dict[str, Any] = {
         "baseline": analysis["baseline_arm"],
+        "means": means,
+        "fields": {f: analysis["metrics"][f] for f in fields if f in analysis["metrics"]},
         "quality": quality,
         "unit": analysis["metrics"][quality]["unit"],
         "margin_key": margin_key,
@@ -226,6 +236,17 @@ def noise_floor(aa: dict[str, Any]) -> dict[str, Any]:
 
 def _num(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
+
+
+def _means_table(r: dict[str, Any]) -> list[str]:
+    """Each arm's mean over its seeds of the quality metric and the study's shown fields."""
+    fields = [f for f in r["fields"] if any(m.get(f) is not None for m in r["means"].values())]
+    head = [f"{r['fields'][f].get('label', f)} ({r['fields'][f].get('unit', '')})" for f in fields]
+    lines = ["| arm (mean over seeds) | " + " | ".join(head) + " |"]
+    lines.append("|---|" + "---|" * len(fields))
+    for arm, m in r["means"].items():
+        lines.append(f"| {arm} | " + " | ".join(_num(m.get(f)) for f in fields) + " |")
+    return lines
 
 
 def render(
@@ -279,10 +300,18 @@ def render(
             f"{r['margin_key']} = {r['margin']}.",
         ]
         for arm, a in r["arms"].items():
+            settle = ""
+            if a["verdict"] == "inconclusive":
+                n = a.get("seeds_needed")
+                settle = (
+                    f"; about {n} paired seeds would likely settle it"
+                    if n is not None
+                    else "; no affordable number of seeds is likely to settle it at this spread"
+                )
             lines.append(
                 f"- {arm}: expected {a['expected']}, measured {a['verdict']} "
                 f"({a['n_pairs']} pairs, mean diff {_num(a['mean_diff'])}, 95% CI "
-                f"[{_num(a['ci_low'])}, {_num(a['ci_high'])}]): **{a['agreement']}**."
+                f"[{_num(a['ci_low'])}, {_num(a['ci_high'])}]{settle}): **{a['agreement']}**."
             )
         if "worst" in r:
             w = r["worst"]
@@ -291,7 +320,7 @@ def render(
                 f"- Worst arm: expected {w['expected']}, measured {w['measured']} (largest mean "
                 f"paired difference): **{verdict}**."
             )
-        lines.append("")
+        lines += ["", *_means_table(r), ""]
     if AA_STUDY in results:
         f = noise_floor(results[AA_STUDY])
         lines += [

@@ -81,8 +81,8 @@ def test_dit_defaults() -> None:
     cfg = validate_config({"testbed": "dit"})
     assert cfg.norms == ["adaln_zero", "adarms"] and cfg.placements == ["pre"]
     assert cfg.arm_names() == ["adaln_zero-pre", "adarms-pre"]
-    assert cfg.train.batch_size == 32 and cfg.train.weight_decay == 0.0 and cfg.train.lr == 2e-3
-    assert cfg.train.target_val_loss == 0.3 and cfg.resolved_steps() == 600
+    assert cfg.train.batch_size == 32 and cfg.train.weight_decay == 0.0 and cfg.train.lr == 3e-3
+    assert cfg.train.target_val_loss == 0.3 and cfg.resolved_steps() == 2400
     assert cfg.margin() == cfg.margin_val_loss == MARGIN_KEYS["dit"][1]
     assert cfg.shapes.seq_len == 16 and cfg.shapes.in_channels == 16
     # tokens per step are images × patches per image

@@ -136,12 +136,12 @@ def test_compare_flags_take_default_and_help_from_the_config() -> None:
         assert field.description and flag_help(dotted).startswith(
             field.description.removesuffix(".")
         ), dotted
-    assert "(default: 0.005; dit: 0.002)" in flag_help("train.lr")
+    assert "(default: 0.005; dit: 0.003)" in flag_help("train.lr")
     assert "(default: 16; dit: 32)" in flag_help("train.batch_size")
     assert "(default: layernorm,rmsnorm; dit: adaln_zero,adarms)" in flag_help("norms")
     assert "(default: 3)" in flag_help("seeds")
     result = CliRunner().invoke(app, ["compare", "--help"], env={"COLUMNS": "200"})
-    assert result.exit_code == 0 and "Peak learning rate (default: 0.005; dit: 0.002)." in (
+    assert result.exit_code == 0 and "Peak learning rate (default: 0.005; dit: 0.003)." in (
         result.output
     )
 
