@@ -142,10 +142,29 @@ def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
 
 def agreement(expected: str, verdict: str) -> str:
     """``agree`` when the measured verdict is the expected one, ``undecided`` when it is
-    ``inconclusive``, ``disagree`` otherwise."""
+    ``inconclusive`` or ``unclear size`` (significant, but not shown to reach the margin),
+    ``disagree`` otherwise."""
     if verdict == expected:
         return AGREE
-    return UNDECIDED if verdict == "inconclusive" else DISAGREE
+    return UNDECIDED if verdict in ("inconclusive", "unclear size") else DISAGREE
+
+
+def worst_arm(diffs: dict[str, float | None], baseline: str, lower_is_better: bool) -> str:
+    """The arm with the worst mean paired difference to the baseline, the baseline itself
+    counting as 0 (when every arm beats it, the baseline is the worst); arms without a
+    difference are left out."""
+    sign = 1.0 if lower_is_better else -1.0
+    candidates = {baseline: 0.0, **{a: d for a, d in diffs.items() if d is not None}}
+    return max(candidates, key=lambda a: sign * candidates[a])
+
+
+def measured_verdict(verdict: dict[str, Any]) -> tuple[str, str]:
+    """The study's reading of one arm's report verdict (``analysis["verdicts"][arm]``): its
+    quality word, except that an arm that failed to learn (most runs diverged, stalled or did
+    not learn) is ``worse`` whatever its few finished runs say; and the report's stability
+    sentence, which says why."""
+    failed = verdict["reason"].endswith("failed to learn")
+    return ("worse" if failed else verdict["quality"]), verdict["stability_text"]
 
 
 def compare_command(config: Path, out: Path) -> list[str]:
@@ -183,7 +202,14 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
                 f"{', '.join(analysis['comparisons'])}"
             )
         c = analysis["comparisons"][arm][quality]
-        arms[arm] = {**c, "expected": expected, "agreement": agreement(expected, c["verdict"])}
+        verdict, stability = measured_verdict(analysis["verdicts"][arm])
+        arms[arm] = {
+            **c,
+            "verdict": verdict,
+            "stability": stability,
+            "expected": expected,
+            "agreement": agreement(expected, verdict),
+        }
     fields = (quality, *study.shown)
     means = {
         arm: {f: analysis["arms"][arm].get(f, {}).get("mean") for f in fields}
@@ -204,9 +230,8 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
         },
     }
     if study.worst is not None:
-        diffs = {a: d for a, d in result["all_diffs"].items() if d is not None}
-        sign = 1.0 if analysis["metrics"][quality]["lower_is_better"] else -1.0
-        measured = max(diffs, key=lambda a: sign * diffs[a]) if diffs else None
+        lower = analysis["metrics"][quality]["lower_is_better"]
+        measured = worst_arm(result["all_diffs"], result["baseline"], lower)
         result["worst"] = {"expected": study.worst, "measured": measured}
     return result
 
@@ -301,7 +326,7 @@ def render(
         ]
         for arm, a in r["arms"].items():
             settle = ""
-            if a["verdict"] == "inconclusive":
+            if a["verdict"] in ("inconclusive", "unclear size"):
                 n = a.get("seeds_needed")
                 settle = (
                     f"; about {n} paired seeds would likely settle it"
@@ -311,14 +336,15 @@ def render(
             lines.append(
                 f"- {arm}: expected {a['expected']}, measured {a['verdict']} "
                 f"({a['n_pairs']} pairs, mean diff {_num(a['mean_diff'])}, 95% CI "
-                f"[{_num(a['ci_low'])}, {_num(a['ci_high'])}]{settle}): **{a['agreement']}**."
+                f"[{_num(a['ci_low'])}, {_num(a['ci_high'])}]{settle}): **{a['agreement']}**. "
+                f"{a['stability']}"
             )
         if "worst" in r:
             w = r["worst"]
             verdict = AGREE if w["measured"] == w["expected"] else DISAGREE
             lines.append(
-                f"- Worst arm: expected {w['expected']}, measured {w['measured']} (largest mean "
-                f"paired difference): **{verdict}**."
+                f"- Worst arm: expected {w['expected']}, measured {w['measured']} (the worst "
+                f"mean paired difference to the baseline, which counts as 0): **{verdict}**."
             )
         lines += ["", *_means_table(r), ""]
     if AA_STUDY in results:

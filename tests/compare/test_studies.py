@@ -117,6 +117,16 @@ def test_agreement() -> None:
     assert studies.agreement("equivalent", "inconclusive") == "undecided"
     assert studies.agreement("equivalent", "better") == "disagree"
     assert studies.agreement("worse", "better") == "disagree"
+    assert studies.agreement("worse", "unclear size") == "undecided"
+
+
+def test_an_arm_that_failed_to_learn_is_worse_whatever_its_quality_word() -> None:
+    base = {"quality": "inconclusive", "stability_text": "Stability: s.", "reason": "r"}
+    failed = {**base, "reason": "layernorm-post failed to learn"}
+    assert studies.measured_verdict(failed) == ("worse", "Stability: s.")
+    assert studies.measured_verdict(base) == ("inconclusive", "Stability: s.")
+    less_stable = {**base, "quality": "equivalent", "reason": "x is less stable"}
+    assert studies.measured_verdict(less_stable)[0] == "equivalent"
 
 
 def test_deep_merge_keeps_the_other_keys() -> None:
@@ -165,3 +175,11 @@ def test_dyt_embed_scale_is_the_dyt_arms_own_parameter() -> None:
         assert not torch.equal(ref, dyt(idx)[0])
     with pytest.raises(ValueError, match="dyt_embed_scale"):
         GPTConfig(dyt_embed_scale=0.0)
+
+
+def test_the_worst_arm_counts_the_baseline_and_the_metric_direction() -> None:
+    diffs = {"a": 0.02, "b": 0.05, "c": None}
+    assert studies.worst_arm(diffs, "base", lower_is_better=True) == "b"
+    assert studies.worst_arm({"a": -0.02, "b": -0.01}, "base", lower_is_better=True) == "base"
+    assert studies.worst_arm(diffs, "base", lower_is_better=False) == "base"
+    assert studies.worst_arm({"a": -0.02, "b": 0.01}, "base", lower_is_better=False) == "a"
