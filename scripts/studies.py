@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import subprocess
 import sys
@@ -44,7 +45,7 @@ import yaml
 
 from normlab._io import write_text_atomic
 from normlab.analysis import analyze, load_compare_folder, seeds_needed
-from normlab.run_format import EXPERIMENT_FILE
+from normlab.run_format import EXPERIMENT_FILE, RUNS_DIR, SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
 STUDY_DIR = ROOT / "examples" / "studies"
@@ -172,6 +173,22 @@ def compare_command(config: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "normlab", "compare", "--config", str(config), "--out", str(out)]
 
 
+def shown_command(cmd: Sequence[str]) -> str:
+    """``cmd`` as a reader would type it: ``normlab …`` with paths under the checkout made
+    relative to it."""
+
+    def rel(arg: str) -> str:
+        path = Path(arg)
+        if path.is_absolute() and path.is_relative_to(ROOT):
+            return str(path.relative_to(ROOT))
+        return arg
+
+    args = list(cmd)
+    if args[1:3] == ["-m", "normlab"]:
+        args = ["normlab", *args[3:]]
+    return " ".join(rel(a) for a in args)
+
+
 def quick_config(study: Study, work: Path) -> Path:
     """The study's config with its ``quick`` overrides laid over it, written under ``work``."""
     data = yaml.safe_load(study.config.read_text(encoding="utf-8"))
@@ -187,6 +204,17 @@ def run_study(study: Study, out: Path, quick: bool) -> tuple[list[str], float]:
     start = time.perf_counter()
     subprocess.run(cmd, check=True)
     return cmd, time.perf_counter() - start
+
+
+def run_seconds(folder: Path) -> tuple[float, int]:
+    """The summed wall time (``wall_s``) of the study's runs that wrote a summary, and how
+    many they are: the training time, whichever call or process ran them."""
+    total, n = 0.0, 0
+    for path in sorted((folder / RUNS_DIR).glob(f"*/{SUMMARY_FILE}")):
+        wall = json.loads(path.read_text(encoding="utf-8")).get("wall_s")
+        if isinstance(wall, (int, float)):
+            total, n = total + float(wall), n + 1
+    return total, n
 
 
 def study_result(study: Study, folder: Path) -> dict[str, Any]:
@@ -216,6 +244,7 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
         for arm in analysis["arm_order"]
     }
     result: dict[str, Any] = {
+        "run_seconds": run_seconds(folder),
         "baseline": analysis["baseline_arm"],
         "means": means,
         "fields": {f: analysis["metrics"][f] for f in fields if f in analysis["metrics"]},
@@ -319,8 +348,10 @@ def render(
             f"## {name}",
             "",
             f"- Literature: {s.source}: {s.claim}.",
-            f"- Command: `{' '.join(commands[name])}` ({seconds.get(name, 0.0):.0f} s this call;"
-            " 0 when every run was already finished).",
+            f"- Command: `{shown_command(commands[name])}` "
+            f"({seconds.get(name, 0.0):.0f} s this call, 0 when every run was already "
+            f"finished; its {r['run_seconds'][1]} runs trained for {r['run_seconds'][0]:.0f} s "
+            "in all).",
             f"- Quality metric: {r['quality']} ({r['unit']}); equivalence margin "
             f"{r['margin_key']} = {r['margin']}.",
         ]
