@@ -146,9 +146,7 @@ def test_the_summary_fields_are_documented_in_order() -> None:
             for name in re.findall(r"`([a-z0-9_]+)`", line.split("|")[1])
         )
     )
-    declared = list(
-        dict.fromkeys(f for t in RF.TESTBED_FORMATS.values() for f in t.summary_fields)
-    )
+    declared = list(dict.fromkeys(f for t in RF.TESTBED_FORMATS.values() for f in t.summary_fields))
     assert set(documented) == set(declared)
     for testbed in RF.TESTBED_FORMATS.values():
         order = [documented.index(f) for f in testbed.summary_fields]

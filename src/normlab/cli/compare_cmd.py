@@ -465,6 +465,7 @@ def _run_rounds(
     )
     return summaries
 
+
 def check_scale_options(merged: dict[str, Any]) -> None:
     """Raise ``ValueError`` with one line naming the option (``--nproc-per-node``, ``--fsdp``,
     ``--executor``, …) when the ``scale`` section of the merged config (file and flags) does not

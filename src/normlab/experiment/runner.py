@@ -85,7 +85,16 @@ def experiment_record(
     first = runs[0]
     fixed = {f: v[0] for f, v in values.items() if f not in varied}
     keys = (
-        "testbed", "model", "dit", "shapes", "lm", "train", "anomaly", "device", "threads", "data"
+        "testbed",
+        "model",
+        "dit",
+        "shapes",
+        "lm",
+        "train",
+        "anomaly",
+        "device",
+        "threads",
+        "data",
     )
     fixed.update(flatten({k: first[k] for k in keys if k in first}))
     margin_key = testbed_format(cfg.testbed).margin_key
