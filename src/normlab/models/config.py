@@ -92,9 +92,10 @@ class GPTSettings(ConfigModel):
     for the norms before attention (and after it, in sandwich), before the MLP (and after it)
     and at the end, the DyT authors' LLaMA recipe of one α₀ per position.
     ``dyt_embed_scale`` (None: off) gives a ``dyt`` arm a learnable scalar s after the token
-    embedding, h₀ = s · E[idx], starting at this value (an option of this harness, not taken
-    from the DyT paper): DyT does not rescale its input as a norm does, so the embedding's
-    entries (std ``init_std``) reach the first tanh far below the unit scale a norm hands on.
+    embedding, h₀ = s · E[idx], starting at this value (the DyT authors' LLaMA code has such a
+    scalar, started at √d_model there): DyT does not rescale its input as a norm does, so
+    without it the embedding's entries (std ``init_std``) reach the first tanh far below the
+    unit scale a norm hands on; s₀ = 1 / ``init_std`` brings them to unit scale.
     The scalar is the arm's own parameter; other arms ignore the setting. ``bias``: biases in the
     Linears; ``tie_embeddings``: the output head shares the token embedding. ``init_std`` is the
     GPT-2 standard deviation; residual projections use ``init_std / sqrt(2 · n_layers)``.
