@@ -5,23 +5,23 @@
 
 Each study is one ``normlab compare --config examples/studies/<study>.yaml --out <out>/<study>``
 (resumable: a re-run skips finished runs). Its folder is then analysed with
-:func:`normlab.analysis.analyze` (what the report writes to ``analysis.json``) and, per arm
-against the baseline, the literature's expected direction is set beside the measured verdict on
+:func:`normlab.analysis.analyze` (what the report writes to the folder's ``summary.json``) and, per arm
+against the baseline, the literature's expected direction is set beside the report's verdict on
 the testbed's quality metric (val bpb for the GPT, the validation flow-matching loss for the
 DiT) with its interval: ``agree`` when the verdict is the expected one, ``undecided`` when it is
-``inconclusive``, ``disagree`` otherwise. A study may also expect one arm to be the worst; that
-is checked on the mean paired differences.
+``inconclusive`` or ``unclear size``, ``disagree`` otherwise; an arm that failed to learn counts
+as ``worse``. A study may also expect one arm to be the worst; that is checked on the mean
+paired differences, the baseline counting as 0.
 
 The A/A study (``aa_gain``: the same function twice) measures the harness's resolution: the
-half-width of its interval is the noise floor at that budget, and the default equivalence
-margins are compared against it, with the seeds that showing equivalence within the margin
-would take at the A/A's spread (:func:`normlab.analysis.seeds_needed`).
+spread of its paired differences is the noise of one seed at the default budget, and each
+default equivalence margin is set against it with the paired seeds that showing equivalence
+within the margin would take at that spread (:func:`normlab.analysis.seeds_needed`).
 
-Budget: 38 runs in all (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2 arms
-× 600 steps; aa_gain: 4 seeds × 2 arms × 400 steps; dit_conditioning: 3 seeds × 4 arms × 400
-steps), estimated at 30–40 minutes on 2 idle CPU cores from runs timed on a loaded machine
-(about 0.2 s per GPT step there with one thread); each study prints its wall time, and
-docs/studies.md records it.
+Budget: 50 runs in all (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2 arms
+× 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; dit_conditioning: 3 seeds × 4 arms × 2400
+steps), about 25 minutes of training on one core (2026-12-01: the GPT runs 18–29 s each, the
+DiT runs 44–63 s); docs/studies.md records each study's training time.
 
 ``--quick`` runs every chosen study with a tiny model and a few steps (into its own folder,
 never mixed with real runs) to check the pipeline end to end; its document says so.
@@ -45,6 +45,7 @@ import yaml
 
 from normlab._io import write_text_atomic
 from normlab.analysis import analyze, load_compare_folder, seeds_needed
+from normlab.experiment.rounds import DEFAULT_MAX_SEEDS
 from normlab.run_format import EXPERIMENT_FILE, RUNS_DIR, SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -54,6 +55,10 @@ AGREE, DISAGREE, UNDECIDED = "agree", "disagree", "undecided"
 DEFAULT_MARGINS = {"margin_bpb": 0.02, "margin_val_loss": 0.002}
 """The default runs' equivalence margins (``examples/default.yaml``, ``examples/dit.yaml``)."""
 AA_STUDY = "aa_gain"
+DEFAULT_SEEDS = 3
+"""Paired seeds of the default runs."""
+AFFORDABLE_SEEDS = 100
+"""Beyond this many paired seeds per comparison, a margin is called unaffordable to show."""
 
 
 @dataclass(frozen=True)
@@ -217,6 +222,11 @@ def run_seconds(folder: Path) -> tuple[float, int]:
     return total, n
 
 
+def _by_seed(stats: dict[str, Any]) -> dict[int, float]:
+    """An arm's values of one metric keyed by seed (``analysis["arms"][arm][metric]``)."""
+    return dict(zip(stats.get("seeds", []), stats.get("values", []), strict=True))
+
+
 def study_result(study: Study, folder: Path) -> dict[str, Any]:
     """The analysis of one study's folder, reduced to what docs/studies.md shows."""
     analysis = analyze(load_compare_folder(folder))
@@ -243,7 +253,13 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
         arm: {f: analysis["arms"][arm].get(f, {}).get("mean") for f in fields}
         for arm in analysis["arm_order"]
     }
+    base_values = _by_seed(analysis["arms"][analysis["baseline_arm"]][quality])
+    seed_diffs = {}
+    for arm in analysis["comparisons"]:
+        values = _by_seed(analysis["arms"][arm][quality])
+        seed_diffs[arm] = {k: v - base_values[k] for k, v in values.items() if k in base_values}
     result: dict[str, Any] = {
+        "seed_diffs": seed_diffs,
         "run_seconds": run_seconds(folder),
         "baseline": analysis["baseline_arm"],
         "means": means,
@@ -265,6 +281,18 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
     return result
 
 
+def margin_reach(needed: int | None) -> str:
+    """Which run can show equivalence within a margin that needs ``needed`` paired seeds (None:
+    more than 1000): ``default`` (the default 3 seeds), ``until-decided`` (within
+    ``--until-decided``'s default ``--max-seeds``), ``longer`` (more seeds than that, but at
+    most 100) or ``unaffordable``."""
+    if needed is None or needed > AFFORDABLE_SEEDS:
+        return "unaffordable"
+    if needed <= DEFAULT_SEEDS:
+        return "default"
+    return "until-decided" if needed <= DEFAULT_MAX_SEEDS else "longer"
+
+
 def noise_floor(aa: dict[str, Any]) -> dict[str, Any]:
     """The A/A comparison's resolution: its mean difference, interval, half-width (the floor)
     and, per default margin in the A/A's unit, whether it lies above the floor and how many
@@ -275,6 +303,8 @@ def noise_floor(aa: dict[str, Any]) -> dict[str, Any]:
     sd = c["sd_diff"]
     need = seeds_needed(0.0, sd, margin) if sd and sd > 0 else 2
     return {
+        "seed_diffs": aa["seed_diffs"][arm],
+        "reach": margin_reach(need),
         "arm": arm,
         "mean_diff": c["mean_diff"],
         "ci": (c["ci_low"], c["ci_high"]),
@@ -290,6 +320,15 @@ def noise_floor(aa: dict[str, Any]) -> dict[str, Any]:
 
 def _num(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
+
+
+def _timing(name: str, seconds: dict[str, float], r: dict[str, Any]) -> str:
+    """The study's training time, and this call's wall time when this call ran it."""
+    total, n = r["run_seconds"]
+    trained = f"its {n} runs trained for {total:.0f} s in all"
+    if name not in seconds:
+        return trained
+    return f"{seconds[name]:.0f} s this call, 0 when every run was already finished; {trained}"
 
 
 def _means_table(r: dict[str, Any]) -> list[str]:
@@ -348,10 +387,7 @@ def render(
             f"## {name}",
             "",
             f"- Literature: {s.source}: {s.claim}.",
-            f"- Command: `{shown_command(commands[name])}` "
-            f"({seconds.get(name, 0.0):.0f} s this call, 0 when every run was already "
-            f"finished; its {r['run_seconds'][1]} runs trained for {r['run_seconds'][0]:.0f} s "
-            "in all).",
+            f"- Command: `{shown_command(commands[name])}` ({_timing(name, seconds, r)}).",
             f"- Quality metric: {r['quality']} ({r['unit']}); equivalence margin "
             f"{r['margin_key']} = {r['margin']}.",
         ]
@@ -383,25 +419,41 @@ def render(
         lines += [
             "## Noise floor (from the A/A study)",
             "",
-            f"The A/A arms compute the same function, so {f['arm']}'s measured difference, "
-            f"{_num(f['mean_diff'])} with 95% CI [{_num(f['ci'][0])}, {_num(f['ci'][1])}] over "
-            f"{f['n_pairs']} pairs (sd of the paired differences {_num(f['sd_diff'])}), is the "
-            f"harness's resolution at this budget: a half-width of {_num(f['half_width'])}.",
+            f"The A/A arms compute the same function, so every difference between them is the "
+            f"harness's own noise: {f['arm']} − baseline per seed "
+            + ", ".join(f"{_num(d, 3)} (seed {k})" for k, d in sorted(f["seed_diffs"].items()))
+            + f"; mean {_num(f['mean_diff'])}, 95% CI [{_num(f['ci'][0])}, {_num(f['ci'][1])}] "
+            f"over {f['n_pairs']} pairs. The spread of the paired differences, sd "
+            f"{_num(f['sd_diff'])}, is the resolution of one seed at this budget; the "
+            f"interval's half-width at {f['n_pairs']} pairs is {_num(f['half_width'])}.",
             "",
         ]
-        if f["above_floor"]:
-            lines.append(
-                f"The default {f['margin_key']} = {f['margin']} lies above this floor: "
-                f"equivalence within it can be shown; at the A/A's spread TOST needs about "
-                f"{f['seeds_needed']} paired seeds (80% power)."
-            )
-        else:
-            need = "more than 1000" if f["seeds_needed"] is None else f"about {f['seeds_needed']}"
-            lines.append(
-                f"The default {f['margin_key']} = {f['margin']} lies **below** this floor: "
-                f"equivalence within it cannot be shown with an affordable number of seeds at "
-                f"this budget ({need} paired seeds at the A/A's spread, 80% power)."
-            )
+        need, margin = f["seeds_needed"], f"{f['margin_key']} = {f['margin']}"
+        side = "above" if f["above_floor"] else "**below**"
+        reach = {
+            "default": f"the default {DEFAULT_SEEDS} seeds can show equivalence within it",
+            "until-decided": (
+                f"showing equivalence within it takes about {need} paired seeds (80% power at "
+                f"the A/A's spread, true difference 0), more than the default {DEFAULT_SEEDS} "
+                f"but within `--until-decided`'s default `--max-seeds {DEFAULT_MAX_SEEDS}`"
+            ),
+            "longer": (
+                f"showing equivalence within it takes about {need} paired seeds (80% power at "
+                f"the A/A's spread, true difference 0): more than the default {DEFAULT_SEEDS} "
+                f"and more than `--until-decided`'s default `--max-seeds {DEFAULT_MAX_SEEDS}`, "
+                f"so no default run can show it; an undecided verdict between two arms whose "
+                f"true difference is well inside the margin is the expected outcome of a "
+                f"default run at this budget"
+            ),
+            "unaffordable": (
+                "equivalence within it cannot be shown with any affordable number of seeds "
+                f"at this budget (more than {AFFORDABLE_SEEDS} paired seeds at the A/A's "
+                "spread)"
+            ),
+        }[f["reach"]]
+        lines.append(
+            f"The default {margin} lies {side} the half-width at {f['n_pairs']} pairs; {reach}."
+        )
         lines += [
             "",
             "The A/A study runs on the GPT testbed, so it measures the floor in bits per byte. "

@@ -183,3 +183,13 @@ def test_the_worst_arm_counts_the_baseline_and_the_metric_direction() -> None:
     assert studies.worst_arm({"a": -0.02, "b": -0.01}, "base", lower_is_better=True) == "base"
     assert studies.worst_arm(diffs, "base", lower_is_better=False) == "base"
     assert studies.worst_arm({"a": -0.02, "b": 0.01}, "base", lower_is_better=False) == "a"
+
+
+def test_margin_reach_names_the_run_that_can_show_equivalence() -> None:
+    assert studies.margin_reach(2) == "default"
+    assert studies.margin_reach(studies.DEFAULT_SEEDS) == "default"
+    assert studies.margin_reach(studies.DEFAULT_SEEDS + 1) == "until-decided"
+    assert studies.margin_reach(studies.DEFAULT_MAX_SEEDS) == "until-decided"
+    assert studies.margin_reach(studies.DEFAULT_MAX_SEEDS + 1) == "longer"
+    assert studies.margin_reach(studies.AFFORDABLE_SEEDS + 1) == "unaffordable"
+    assert studies.margin_reach(None) == "unaffordable"
