@@ -5,13 +5,13 @@
 
 Each study is one ``normlab compare --config examples/studies/<study>.yaml --out <out>/<study>``
 (resumable: a re-run skips finished runs). Its folder is then analysed with
-:func:`normlab.analysis.analyze` (what the report writes to the folder's ``summary.json``) and, per arm
-against the baseline, the literature's expected direction is set beside the report's verdict on
-the testbed's quality metric (val bpb for the GPT, the validation flow-matching loss for the
-DiT) with its interval: ``agree`` when the verdict is the expected one, ``undecided`` when it is
-``inconclusive`` or ``unclear size``, ``disagree`` otherwise; an arm that failed to learn counts
-as ``worse``. A study may also expect one arm to be the worst; that is checked on the mean
-paired differences, the baseline counting as 0.
+:func:`normlab.analysis.analyze` (what the report writes to the folder's ``summary.json``) and,
+per arm against the baseline, the literature's expected direction is set beside the report's
+verdict on the testbed's quality metric (val bpb for the GPT, the validation flow-matching loss
+for the DiT) with its interval: ``agree`` when the verdict is the expected one, ``undecided``
+when it is ``inconclusive`` or ``unclear size``, ``disagree`` otherwise; an arm that failed to
+learn counts as ``worse``. A study may also expect one arm to be the worst; that is checked on
+the mean paired differences, the baseline counting as 0.
 
 The A/A study (``aa_gain``: the same function twice) measures the harness's resolution: the
 spread of its paired differences is the noise of one seed at the default budget, and each
