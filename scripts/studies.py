@@ -368,7 +368,17 @@ def render(
             "the literature. Do not read the verdicts below as results.",
             "",
         ]
+    tally = [a["agreement"] for r in results.values() for a in r["arms"].values()]
+    tally += [
+        AGREE if r["worst"]["measured"] == r["worst"]["expected"] else DISAGREE
+        for r in results.values()
+        if "worst" in r
+    ]
     lines += [
+        f"Of {len(tally)} expectations (one per arm, and the worst arm where a study names "
+        f"one): {tally.count(AGREE)} agree, {tally.count(UNDECIDED)} undecided, "
+        f"{tally.count(DISAGREE)} disagree.",
+        "",
         "| study | arm vs baseline | expected | measured | mean diff [95% CI] | agreement |",
         "|---|---|---|---|---|---|",
     ]
