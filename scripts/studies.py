@@ -441,7 +441,10 @@ def render(
         need, margin = f["seeds_needed"], f"{f['margin_key']} = {f['margin']}"
         side = "above" if f["above_floor"] else "**below**"
         reach = {
-            "default": f"the default {DEFAULT_SEEDS} seeds can show equivalence within it",
+            "default": (
+                f"at the A/A's spread (true difference 0) the default {DEFAULT_SEEDS} paired "
+                f"seeds show equivalence within it with at least 80% power ({need} would do)"
+            ),
             "until-decided": (
                 f"showing equivalence within it takes about {need} paired seeds (80% power at "
                 f"the A/A's spread, true difference 0), more than the default {DEFAULT_SEEDS} "
