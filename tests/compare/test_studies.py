@@ -193,3 +193,12 @@ def test_margin_reach_names_the_run_that_can_show_equivalence() -> None:
     assert studies.margin_reach(studies.DEFAULT_MAX_SEEDS + 1) == "longer"
     assert studies.margin_reach(studies.AFFORDABLE_SEEDS + 1) == "unaffordable"
     assert studies.margin_reach(None) == "unaffordable"
+
+
+def test_the_committed_document_reports_every_study_from_real_runs() -> None:
+    text = (studies.ROOT / "docs" / "studies.md").read_text(encoding="utf-8")
+    assert "Quick mode" not in text
+    for name in studies.STUDY_NAMES:
+        assert f"\n## {name}\n" in text, name
+        assert f"| {name} |" in text, name
+    assert "## Noise floor (from the A/A study)" in text
