@@ -45,6 +45,8 @@ import yaml
 
 from normlab._io import write_text_atomic
 from normlab.analysis import analyze, load_compare_folder, seeds_needed
+from normlab.analysis.comparison import compare_paired
+from normlab.analysis.wording import Smallest, judge
 from normlab.experiment.rounds import DEFAULT_MAX_SEEDS
 from normlab.run_format import EXPERIMENT_FILE, RUNS_DIR, SUMMARY_FILE
 
@@ -164,6 +166,55 @@ def worst_arm(diffs: dict[str, float | None], baseline: str, lower_is_better: bo
     return max(candidates, key=lambda a: sign * candidates[a])
 
 
+def worst_check(
+    seed_diffs: dict[str, dict[int, float]],
+    baseline: str,
+    expected: str,
+    lower_is_better: bool,
+    margin: float,
+) -> dict[str, Any]:
+    """Is ``expected`` the worst arm? ``seed_diffs[arm][seed]`` is arm − baseline per seed (the
+    baseline is an arm too, at 0). The measured worst is the worst mean (:func:`worst_arm`);
+    it is then compared, paired by seed, with the arm it must beat: the runner-up when it is
+    the expected arm, else the expected arm. ``agree``: the expected arm is the worst and
+    worse than the runner-up (the report's rule: interval excludes 0 and the difference
+    reaches ``margin``); ``disagree``: another arm is worse than the expected one by that
+    rule; ``undecided`` otherwise (the two cannot be told apart at these seeds)."""
+    seeds = sorted(set.intersection(*(set(d) for d in seed_diffs.values())))
+    per_arm = {baseline: [0.0] * len(seeds)}
+    per_arm.update({a: [d[k] for k in seeds] for a, d in seed_diffs.items()})
+    means = {a: sum(v) / len(v) if v else None for a, v in per_arm.items()}
+    measured = worst_arm(
+        {a: m for a, m in means.items() if a != baseline}, baseline, lower_is_better
+    )
+    ranked = sorted(
+        means, key=lambda a: (1.0 if lower_is_better else -1.0) * means[a], reverse=True
+    )
+    other = ranked[1] if measured == expected else expected
+    c = compare_paired(
+        per_arm[measured], per_arm[other], lower_is_better=lower_is_better, margin=margin
+    )
+    word = judge(
+        c,
+        "quality",
+        lower_is_better=lower_is_better,
+        smallest=Smallest("absolute", margin),
+        primary=True,
+    ).word
+    agreement = UNDECIDED  # the two cannot be told apart
+    if word == "worse":
+        agreement = AGREE if measured == expected else DISAGREE
+    return {
+        "expected": expected,
+        "measured": measured,
+        "against": other,
+        "mean_diff": c.mean_diff,
+        "ci": (c.ci_low, c.ci_high),
+        "word": word,
+        "agreement": agreement,
+    }
+
+
 def measured_verdict(verdict: dict[str, Any]) -> tuple[str, str]:
     """The study's reading of one arm's report verdict (``analysis["verdicts"][arm]``): its
     quality word, except that an arm that failed to learn (most runs diverged, stalled or did
@@ -276,8 +327,9 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
     }
     if study.worst is not None:
         lower = analysis["metrics"][quality]["lower_is_better"]
-        measured = worst_arm(result["all_diffs"], result["baseline"], lower)
-        result["worst"] = {"expected": study.worst, "measured": measured}
+        result["worst"] = worst_check(
+            seed_diffs, result["baseline"], study.worst, lower, result["margin"]
+        )
     return result
 
 
@@ -369,11 +421,7 @@ def render(
             "",
         ]
     tally = [a["agreement"] for r in results.values() for a in r["arms"].values()]
-    tally += [
-        AGREE if r["worst"]["measured"] == r["worst"]["expected"] else DISAGREE
-        for r in results.values()
-        if "worst" in r
-    ]
+    tally += [r["worst"]["agreement"] for r in results.values() if "worst" in r]
     lines += [
         f"Of {len(tally)} expectations (one per arm, and the worst arm where a study names "
         f"one): {tally.count(AGREE)} agree, {tally.count(UNDECIDED)} undecided, "
@@ -418,10 +466,12 @@ def render(
             )
         if "worst" in r:
             w = r["worst"]
-            verdict = AGREE if w["measured"] == w["expected"] else DISAGREE
             lines.append(
                 f"- Worst arm: expected {w['expected']}, measured {w['measured']} (the worst "
-                f"mean paired difference to the baseline, which counts as 0): **{verdict}**."
+                f"mean paired difference to the baseline, which counts as 0); {w['measured']} "
+                f"− {w['against']} {_num(w['mean_diff'])} {r['unit']}, 95% CI "
+                f"[{_num(w['ci'][0])}, {_num(w['ci'][1])}]: {w['word']} "
+                f"(margin {r['margin']}): **{w['agreement']}**."
             )
         lines += ["", *_means_table(r), ""]
     if AA_STUDY in results:

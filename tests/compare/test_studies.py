@@ -202,3 +202,25 @@ def test_the_committed_document_reports_every_study_from_real_runs() -> None:
         assert f"\n## {name}\n" in text, name
         assert f"| {name} |" in text, name
     assert "## Noise floor (from the A/A study)" in text
+
+
+def test_worst_check_needs_the_worst_arm_to_be_told_apart_from_the_runner_up() -> None:
+    seeds = range(5)
+    spread = [0.001, -0.001, 0.0005, -0.0005, 0.0]
+
+    def arm(mean: float) -> dict[int, float]:
+        return {k: mean + e for k, e in zip(seeds, spread, strict=True)}
+
+    clear = {"a": arm(0.01), "b": arm(0.05)}
+    agree = studies.worst_check(clear, "base", "b", lower_is_better=True, margin=0.002)
+    assert (agree["measured"], agree["against"], agree["agreement"]) == ("b", "a", "agree")
+    disagree = studies.worst_check(clear, "base", "a", lower_is_better=True, margin=0.002)
+    assert (disagree["measured"], disagree["against"]) == ("b", "a")
+    assert disagree["agreement"] == "disagree"
+    tied = {"a": arm(0.0500), "b": {k: v + 0.0001 * (-1) ** k for k, v in arm(0.0502).items()}}
+    undecided = studies.worst_check(tied, "base", "b", lower_is_better=True, margin=0.002)
+    assert undecided["measured"] == "b" and undecided["agreement"] == "undecided"
+    # every arm better than the baseline: the baseline is the worst
+    better = {"a": arm(-0.03), "b": arm(-0.01)}
+    base = studies.worst_check(better, "base", "b", lower_is_better=True, margin=0.002)
+    assert base["measured"] == "base" and base["agreement"] == "disagree"
