@@ -18,10 +18,11 @@ spread of its paired differences is the noise of one seed at the default budget,
 default equivalence margin is set against it with the paired seeds that showing equivalence
 within the margin would take at that spread (:func:`normlab.analysis.seeds_needed`).
 
-Budget: 50 runs in all (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2 arms
-× 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; dit_conditioning: 3 seeds × 4 arms × 2400
-steps), about 25 minutes of training on one core (2026-12-01: the GPT runs 18–29 s each, the
-DiT runs 44–63 s); docs/studies.md records each study's training time.
+Budget: 50 runs at the least (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2
+arms × 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; dit_conditioning: 3 seeds × 4 arms ×
+2400 steps), about 25 minutes of training on one core (2026-12-01: the GPT runs 18–29 s each,
+the DiT runs 44–63 s); layernorm_rmsnorm runs ``--until-decided`` and may add up to 13 seeds
+(26 runs, about 9 more minutes). docs/studies.md records each study's training time.
 
 ``--quick`` runs every chosen study with a tiny model and a few steps (into its own folder,
 never mixed with real runs) to check the pipeline end to end; its document says so.
@@ -76,6 +77,8 @@ class Study:
     quick: dict[str, Any] = field(default_factory=dict)
     shown: tuple[str, ...] = ()
     """Secondary summary fields whose per-arm means the document shows beside the quality."""
+    until_decided: tuple[int, int] | None = None
+    """(max seeds, max seconds) for a study run with ``--until-decided``; None: fixed seeds."""
 
     @property
     def config(self) -> Path:
@@ -88,6 +91,8 @@ QUICK_GPT: dict[str, Any] = {
     "train": {"steps": 6, "batch_size": 4, "eval_interval": 3, "eval_windows": 8, "warmup": 1},
     "data": {"max_bytes": 65536},
 }
+QUICK_MAX_SEEDS = 4
+"""A sequential study's most seeds in quick mode."""
 QUICK_DIT: dict[str, Any] = {
     "seeds": 2,
     "dit": {"d_model": 16, "n_layers": 1, "n_heads": 2, "time_freq_dim": 16},
@@ -109,6 +114,7 @@ STUDIES: tuple[Study, ...] = (
         "RMSNorm matches LayerNorm's quality",
         {"rmsnorm-pre": "equivalent"},
         quick=QUICK_GPT,
+        until_decided=(16, 1500),
     ),
     Study(
         AA_STUDY,
@@ -224,9 +230,17 @@ def measured_verdict(verdict: dict[str, Any]) -> tuple[str, str]:
     return ("worse" if failed else verdict["quality"]), verdict["stability_text"]
 
 
-def compare_command(config: Path, out: Path) -> list[str]:
-    """The ``normlab compare`` command of one study (this Python's normlab)."""
-    return [sys.executable, "-m", "normlab", "compare", "--config", str(config), "--out", str(out)]
+def compare_command(
+    config: Path, out: Path, until_decided: tuple[int, int] | None = None
+) -> list[str]:
+    """The ``normlab compare`` command of one study (this Python's normlab); with
+    ``until_decided`` = (max seeds, max seconds), a sequential run that adds paired seeds until
+    every arm is decided."""
+    cmd = [sys.executable, "-m", "normlab", "compare", "--config", str(config), "--out", str(out)]
+    if until_decided is not None:
+        seeds, seconds = until_decided
+        cmd += ["--until-decided", "--max-seeds", str(seeds), "--max-time", str(seconds)]
+    return cmd
 
 
 def shown_command(cmd: Sequence[str]) -> str:
@@ -256,7 +270,10 @@ def quick_config(study: Study, work: Path) -> Path:
 def run_study(study: Study, out: Path, quick: bool) -> tuple[list[str], float]:
     """Run (or resume) one study into ``out / study.name``; returns its command and seconds."""
     config = quick_config(study, out) if quick else study.config
-    cmd = compare_command(config, out / study.name)
+    sequential = study.until_decided
+    if quick and sequential is not None:  # a pipeline check: two looks at most
+        sequential = (min(sequential[0], QUICK_MAX_SEEDS), sequential[1])
+    cmd = compare_command(config, out / study.name, sequential)
     start = time.perf_counter()
     subprocess.run(cmd, check=True)
     return cmd, time.perf_counter() - start
@@ -310,6 +327,7 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
         values = _by_seed(analysis["arms"][arm][quality])
         seed_diffs[arm] = {k: v - base_values[k] for k, v in values.items() if k in base_values}
     result: dict[str, Any] = {
+        "interval": "repeated 95% CI" if analysis.get("sequential") else "95% CI",
         "seed_diffs": seed_diffs,
         "run_seconds": run_seconds(folder),
         "baseline": analysis["baseline_arm"],
@@ -372,6 +390,28 @@ def noise_floor(aa: dict[str, Any]) -> dict[str, Any]:
 
 def _num(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
+
+
+def _equivalence_spreads(results: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per arm (outside the A/A study) expected equivalent: the spread of its paired
+    differences and the paired seeds that showing equivalence within its margin would take at
+    that spread if the true difference were 0 (fixed-sample TOST, 80% power)."""
+    lines = []
+    for name, r in results.items():
+        if name == AA_STUDY:
+            continue
+        for arm, a in r["arms"].items():
+            sd = a.get("sd_diff")
+            if a["expected"] != "equivalent" or not sd:
+                continue
+            need = seeds_needed(0.0, sd, r["margin"])
+            need_text = "more than 1000" if need is None else f"about {need}"
+            lines.append(
+                f"- {name}, {arm} vs {r['baseline']}: sd {_num(sd)} {r['unit']} over "
+                f"{a['n_pairs']} pairs; {need_text} paired seeds for {r['margin_key']} = "
+                f"{r['margin']}."
+            )
+    return lines
 
 
 def _timing(name: str, seconds: dict[str, float], r: dict[str, Any]) -> str:
@@ -460,7 +500,7 @@ def render(
                 )
             lines.append(
                 f"- {arm}: expected {a['expected']}, measured {a['verdict']} "
-                f"({a['n_pairs']} pairs, mean diff {_num(a['mean_diff'])}, 95% CI "
+                f"({a['n_pairs']} pairs, mean diff {_num(a['mean_diff'])}, {r['interval']} "
                 f"[{_num(a['ci_low'])}, {_num(a['ci_high'])}]{settle}): **{a['agreement']}**. "
                 f"{a['stability']}"
             )
@@ -517,6 +557,16 @@ def render(
         lines.append(
             f"The default {margin} lies {side} the half-width at {f['n_pairs']} pairs; {reach}."
         )
+        spreads = _equivalence_spreads(results)
+        if spreads:
+            lines += [
+                "",
+                "Arms that compute different functions part further than the A/A's rounding "
+                "does, so their paired spread, not the A/A's, sets the seeds an equivalence "
+                "question needs:",
+                "",
+                *spreads,
+            ]
         lines += [
             "",
             "The A/A study runs on the GPT testbed, so it measures the floor in bits per byte. "
@@ -588,7 +638,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.no_run:
             if not (folder / EXPERIMENT_FILE).exists():
                 p.error(f"--no-run: {folder} holds no compare run")
-            commands[s.name] = compare_command(s.config, folder)
+            commands[s.name] = compare_command(s.config, folder, s.until_decided)
         else:
             commands[s.name], seconds[s.name] = run_study(s, out, args.quick)
             print(f"{s.name}: {seconds[s.name]:.0f} s", flush=True)

@@ -224,3 +224,12 @@ def test_worst_check_needs_the_worst_arm_to_be_told_apart_from_the_runner_up() -
     better = {"a": arm(-0.03), "b": arm(-0.01)}
     base = studies.worst_check(better, "base", "b", lower_is_better=True, margin=0.002)
     assert base["measured"] == "base" and base["agreement"] == "disagree"
+
+
+def test_a_sequential_study_runs_until_decided_with_its_limits() -> None:
+    cmd = studies.compare_command(Path("c.yaml"), Path("out"), (16, 1500))
+    assert cmd[cmd.index("--max-seeds") + 1] == "16" and "--until-decided" in cmd
+    assert cmd[cmd.index("--max-time") + 1] == "1500"
+    assert "--until-decided" not in studies.compare_command(Path("c.yaml"), Path("out"))
+    shown = studies.shown_command([*cmd[:1], "-m", "normlab", *cmd[3:]])
+    assert shown.startswith("normlab compare --config c.yaml --out out --until-decided")
