@@ -79,6 +79,8 @@ class Study:
     """Secondary summary fields whose per-arm means the document shows beside the quality."""
     until_decided: tuple[int, int] | None = None
     """(max seeds, max seconds) for a study run with ``--until-decided``; None: fixed seeds."""
+    note: str = ""
+    """A pointer the document prints under the study (where its settings were chosen)."""
 
     @property
     def config(self) -> Path:
@@ -129,6 +131,11 @@ STUDIES: tuple[Study, ...] = (
         "DyT matches LayerNorm when alpha0 is tuned",
         {"dyt-pre": "equivalent"},
         quick=QUICK_GPT,
+        note=(
+            "the recipe (LLaMA's SwiGLU and untied head, a scalar after the embedding, alpha0 "
+            "per position) and how the gap moves with the shared learning rate and the budget: "
+            '[results.md, "DyT in the GPT testbed"](results.md#dyt-in-the-gpt-testbed)'
+        ),
     ),
     Study(
         "dit_conditioning",
@@ -486,6 +493,7 @@ def render(
             "",
             f"- Literature: {s.source}: {s.claim}.",
             f"- Command: `{shown_command(commands[name])}` ({_timing(name, seconds, r)}).",
+            *([f"- Settings: {s.note}."] if s.note else []),
             f"- Quality metric: {r['quality']} ({r['unit']}); equivalence margin "
             f"{r['margin_key']} = {r['margin']}.",
         ]
