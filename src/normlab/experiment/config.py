@@ -227,9 +227,9 @@ class TrainSettings(Section):
 
     Give ``steps`` or ``tokens`` (converted to ⌈tokens / (batch_size · tokens per sample)⌉ steps,
     tokens per sample being the GPT's context or the DiT's patches per image), not both; with
-    neither, ``steps`` is 600. ``warmup`` (steps of linear warm-up to the peak ``lr``) is 0 or
-    fewer than the steps, so that the cosine decay follows it (checked by
-    :class:`ExperimentConfig`, which knows the steps ``tokens`` gives).
+    neither, ``steps`` is 600 (the DiT testbed's: 2400). ``warmup`` (steps of linear warm-up
+    to the peak ``lr``) is 0 or fewer than the steps, so that the cosine decay follows it
+    (checked by :class:`ExperimentConfig`, which knows the steps ``tokens`` gives).
     ``grad_clip`` 0 turns clipping off. ``target_val_loss`` (GPT: nats per byte; DiT: the
     validation flow-matching MSE) is the level for time- and tokens-to-target.
     ``throughput_warmup`` steps are left out of tokens/s. ``eval_windows`` (GPT only): the
