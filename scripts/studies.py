@@ -225,6 +225,7 @@ def worst_check(
         "ci": (c.ci_low, c.ci_high),
         "word": word,
         "agreement": agreement,
+        "seeds_needed": c.seeds_needed if agreement == UNDECIDED else None,
     }
 
 
@@ -421,6 +422,16 @@ def _equivalence_spreads(results: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _settle(w: dict[str, Any]) -> str:
+    """``; about N paired seeds would likely settle it`` for an undecided worst-arm check."""
+    if w["agreement"] != UNDECIDED:
+        return ""
+    n = w.get("seeds_needed")
+    if n is None:
+        return "; no affordable number of seeds is likely to settle it at this spread"
+    return f"; about {n} paired seeds would likely settle it"
+
+
 def _timing(name: str, seconds: dict[str, float], r: dict[str, Any]) -> str:
     """The study's training time, and this call's wall time when this call ran it."""
     total, n = r["run_seconds"]
@@ -519,7 +530,7 @@ def render(
                 f"mean paired difference to the baseline, which counts as 0); {w['measured']} "
                 f"− {w['against']} {_num(w['mean_diff'])} {r['unit']}, 95% CI "
                 f"[{_num(w['ci'][0])}, {_num(w['ci'][1])}]: {w['word']} "
-                f"(margin {r['margin']}): **{w['agreement']}**."
+                f"(margin {r['margin']}{_settle(w)}): **{w['agreement']}**."
             )
         lines += ["", *_means_table(r), ""]
     if AA_STUDY in results:
