@@ -447,3 +447,19 @@ def test_step_times_wait_for_asynchronous_devices(
     assert calls == [kind]
     train_module._sync(torch.device("cpu"))
     assert calls == [kind]
+
+
+def test_runs_trained_at_once_give_the_results_of_runs_trained_one_by_one(
+    corpus: Path, tmp_path: Path
+) -> None:
+    """``parallel`` only schedules: each run is one worker with its own threads and seeds, so
+    the training results are the same to the last bit whether runs train one by one or two at
+    a time (the examples that set ``parallel: 2`` rely on it)."""
+    fields = ("final_val_bpb", "best_val_bpb", "final_train_loss", "steps", "tokens")
+    results = {}
+    for parallel in (1, 2):
+        cfg = validate_config(tiny_config(corpus, seeds=2, parallel=parallel))
+        summaries = run_experiment(cfg, tmp_path / f"p{parallel}", show_progress=False)
+        assert len(summaries) == 4 and all(s["status"] == "finished" for s in summaries.values())
+        results[parallel] = {run: [s[f] for f in fields] for run, s in summaries.items()}
+    assert results[1] == results[2]
