@@ -18,11 +18,12 @@ spread of its paired differences is the noise of one seed at the default budget,
 default equivalence margin is set against it with the paired seeds that showing equivalence
 within the margin would take at that spread (:func:`normlab.analysis.seeds_needed`).
 
-Budget: 50 runs at the least (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2
-arms × 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; dit_conditioning: 3 seeds × 4 arms ×
-2400 steps), about 25 minutes of training on one core (2026-12-01: the GPT runs 18–29 s each,
-the DiT runs 44–63 s); layernorm_rmsnorm runs ``--until-decided`` and may add up to 13 seeds
-(26 runs, about 9 more minutes). docs/studies.md records each study's training time.
+Budget: 106 runs at the least (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2
+arms × 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; dit_conditioning: 18 seeds × 4 arms ×
+2400 steps, two at a time), about 80 minutes of training on one core (2026-12-01: the GPT runs
+18–29 s each, the DiT runs 44–63 s), about an hour of wall time on 2 cores; layernorm_rmsnorm
+runs ``--until-decided`` and may add up to 13 seeds (26 runs, about 9 more minutes).
+docs/studies.md records each study's training time.
 
 ``--quick`` runs every chosen study with a tiny model and a few steps (into its own folder,
 never mixed with real runs) to check the pipeline end to end; its document says so.
