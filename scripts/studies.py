@@ -171,13 +171,12 @@ def agreement(expected: str, verdict: str) -> str:
     return UNDECIDED if verdict in ("inconclusive", "unclear size") else DISAGREE
 
 
-def worst_arm(diffs: dict[str, float | None], baseline: str, lower_is_better: bool) -> str:
-    """The arm with the worst mean paired difference to the baseline, the baseline itself
-    counting as 0 (when every arm beats it, the baseline is the worst); arms without a
-    difference are left out."""
+def rank_worst(diffs: dict[str, float], baseline: str, lower_is_better: bool) -> list[str]:
+    """The arms from worst to best by their mean paired difference to the baseline, the
+    baseline itself counting as 0 (when every arm beats it, the baseline is the worst)."""
     sign = 1.0 if lower_is_better else -1.0
-    candidates = {baseline: 0.0, **{a: d for a, d in diffs.items() if d is not None}}
-    return max(candidates, key=lambda a: sign * candidates[a])
+    candidates = {baseline: 0.0, **diffs}
+    return sorted(candidates, key=lambda a: sign * candidates[a], reverse=True)
 
 
 def worst_check(
@@ -188,22 +187,23 @@ def worst_check(
     margin: float,
 ) -> dict[str, Any]:
     """Is ``expected`` the worst arm? ``seed_diffs[arm][seed]`` is arm − baseline per seed (the
-    baseline is an arm too, at 0). The measured worst is the worst mean (:func:`worst_arm`);
-    it is then compared, paired by seed, with the arm it must beat: the runner-up when it is
-    the expected arm, else the expected arm. ``agree``: the expected arm is the worst and
-    worse than the runner-up (the report's rule: interval excludes 0 and the difference
-    reaches ``margin``); ``disagree``: another arm is worse than the expected one by that
-    rule; ``undecided`` otherwise (the two cannot be told apart at these seeds)."""
-    seeds = sorted(set.intersection(*(set(d) for d in seed_diffs.values())))
+    baseline is an arm too, at 0); arms without a result are left out, and the seeds used are
+    those where every other arm has one. The measured worst is the worst mean
+    (:func:`rank_worst`); it is then compared, paired by seed, with the arm it must beat: the
+    runner-up when it is the expected arm, else the expected arm. ``agree``: the expected arm is
+    the worst and worse than the runner-up (the report's rule: interval excludes 0 and the
+    difference reaches ``margin``); ``disagree``: another arm is worse than the expected one by
+    that rule; ``undecided`` otherwise (the two cannot be told apart at these seeds, or the
+    expected arm has no result)."""
+    present = {a: d for a, d in seed_diffs.items() if d}
+    seeds = sorted(set.intersection(*(set(d) for d in present.values()))) if present else []
+    if expected not in (*present, baseline) or not seeds:
+        return {"expected": expected, "measured": None, "agreement": UNDECIDED}
     per_arm = {baseline: [0.0] * len(seeds)}
-    per_arm.update({a: [d[k] for k in seeds] for a, d in seed_diffs.items()})
-    means = {a: sum(v) / len(v) if v else None for a, v in per_arm.items()}
-    measured = worst_arm(
-        {a: m for a, m in means.items() if a != baseline}, baseline, lower_is_better
-    )
-    ranked = sorted(
-        means, key=lambda a: (1.0 if lower_is_better else -1.0) * means[a], reverse=True
-    )
+    per_arm.update({a: [d[k] for k in seeds] for a, d in present.items()})
+    means = {a: sum(v) / len(v) for a, v in per_arm.items() if a != baseline}
+    ranked = rank_worst(means, baseline, lower_is_better)
+    measured = ranked[0]
     other = ranked[1] if measured == expected else expected
     c = compare_paired(
         per_arm[measured], per_arm[other], lower_is_better=lower_is_better, margin=margin
@@ -347,10 +347,6 @@ def study_result(study: Study, folder: Path) -> dict[str, Any]:
         "margin_key": margin_key,
         "margin": analysis[margin_key],
         "arms": arms,
-        "all_diffs": {
-            arm: analysis["comparisons"][arm][quality]["mean_diff"]
-            for arm in analysis["comparisons"]
-        },
     }
     if study.worst is not None:
         lower = analysis["metrics"][quality]["lower_is_better"]
@@ -421,6 +417,23 @@ def _equivalence_spreads(results: dict[str, dict[str, Any]]) -> list[str]:
                 f"{r['margin']}."
             )
     return lines
+
+
+def _worst_line(r: dict[str, Any]) -> str:
+    """The document's line for a study's worst-arm check."""
+    w = r["worst"]
+    if w["measured"] is None:
+        return (
+            f"- Worst arm: expected {w['expected']}; it, or a seed with a result in every arm, "
+            "is missing: **undecided**."
+        )
+    return (
+        f"- Worst arm: expected {w['expected']}, measured {w['measured']} (the worst "
+        f"mean paired difference to the baseline, which counts as 0); {w['measured']} "
+        f"− {w['against']} {_num(w['mean_diff'])} {r['unit']}, 95% CI "
+        f"[{_num(w['ci'][0])}, {_num(w['ci'][1])}]: {w['word']} "
+        f"(margin {r['margin']}{_settle(w)}): **{w['agreement']}**."
+    )
 
 
 def _settle(w: dict[str, Any]) -> str:
@@ -525,14 +538,7 @@ def render(
                 f"{a['stability']}"
             )
         if "worst" in r:
-            w = r["worst"]
-            lines.append(
-                f"- Worst arm: expected {w['expected']}, measured {w['measured']} (the worst "
-                f"mean paired difference to the baseline, which counts as 0); {w['measured']} "
-                f"− {w['against']} {_num(w['mean_diff'])} {r['unit']}, 95% CI "
-                f"[{_num(w['ci'][0])}, {_num(w['ci'][1])}]: {w['word']} "
-                f"(margin {r['margin']}{_settle(w)}): **{w['agreement']}**."
-            )
+            lines.append(_worst_line(r))
         lines += ["", *_means_table(r), ""]
     if AA_STUDY in results:
         f = noise_floor(results[AA_STUDY])

@@ -178,11 +178,11 @@ def test_dyt_embed_scale_is_the_dyt_arms_own_parameter() -> None:
 
 
 def test_the_worst_arm_counts_the_baseline_and_the_metric_direction() -> None:
-    diffs = {"a": 0.02, "b": 0.05, "c": None}
-    assert studies.worst_arm(diffs, "base", lower_is_better=True) == "b"
-    assert studies.worst_arm({"a": -0.02, "b": -0.01}, "base", lower_is_better=True) == "base"
-    assert studies.worst_arm(diffs, "base", lower_is_better=False) == "base"
-    assert studies.worst_arm({"a": -0.02, "b": 0.01}, "base", lower_is_better=False) == "a"
+    diffs = {"a": 0.02, "b": 0.05}
+    assert studies.rank_worst(diffs, "base", lower_is_better=True) == ["b", "a", "base"]
+    assert studies.rank_worst({"a": -0.02, "b": -0.01}, "base", lower_is_better=True)[0] == "base"
+    assert studies.rank_worst(diffs, "base", lower_is_better=False) == ["base", "a", "b"]
+    assert studies.rank_worst({"a": -0.02, "b": 0.01}, "base", lower_is_better=False)[0] == "a"
 
 
 def test_margin_reach_names_the_run_that_can_show_equivalence() -> None:
@@ -224,6 +224,11 @@ def test_worst_check_needs_the_worst_arm_to_be_told_apart_from_the_runner_up() -
     better = {"a": arm(-0.03), "b": arm(-0.01)}
     base = studies.worst_check(better, "base", "b", lower_is_better=True, margin=0.002)
     assert base["measured"] == "base" and base["agreement"] == "disagree"
+    # an arm with no result is left out; the expected arm missing leaves it undecided
+    gone = studies.worst_check({**clear, "c": {}}, "base", "b", lower_is_better=True, margin=0.002)
+    assert gone["measured"] == "b" and gone["agreement"] == "agree"
+    missing = studies.worst_check({"a": arm(0.01), "b": {}}, "base", "b", True, 0.002)
+    assert missing == {"expected": "b", "measured": None, "agreement": "undecided"}
 
 
 def test_a_sequential_study_runs_until_decided_with_its_limits() -> None:
