@@ -251,6 +251,60 @@ def test_a_failing_rank_crashes_the_run(tmp_path: Path) -> None:
     assert not [pid for pid in pids if _alive(pid)], "a rank outlived torchrun"
 
 
+SEGFAULTING_RANK = """
+import os, signal, time
+from normlab.distributed import init_from_env
+
+
+def crash_in_rank_one():
+    os.kill(os.getpid(), signal.SIGSEGV)  # as a native library's bad read would
+
+
+ctx = init_from_env(device="cpu")
+if ctx.rank == 1:
+    crash_in_rank_one()
+time.sleep(60)  # rank 0 waits to be stopped by torchrun
+"""
+
+
+def test_a_rank_killed_by_a_signal_is_named_with_its_stack(tmp_path: Path) -> None:
+    """No traceback and no error file: the fault handler that launch turns on reports the
+    signal and the Python stack, and the result names the rank."""
+    (tmp_path / "segfaulting_rank.py").write_text(SEGFAULTING_RANK)
+    env = {**RANK_ENV, "PYTHONPATH": os.pathsep.join((str(tmp_path), RANK_ENV["PYTHONPATH"]))}
+    result = launch(
+        "segfaulting_rank", [], Layout(2), log_dir=tmp_path / "logs", env=env, timeout_s=TIMEOUT_S
+    )
+    assert result.status == "crashed" and not result.timed_out
+    assert result.failed_rank == 1
+    assert "Fatal Python error: Segmentation fault" in result.error
+    assert "in crash_in_rank_one" in result.error
+
+
+EXIT_RANK = """
+import atexit, sys
+from normlab.distributed import exit_rank
+
+atexit.register(lambda: print("interpreter shutdown ran", flush=True))
+print("written before exit", end="")  # no newline: still in stdout's buffer
+sys.stderr.write("and on stderr")
+exit_rank(3)
+"""
+
+
+def test_exit_rank_flushes_and_skips_the_interpreter_shutdown() -> None:
+    """The finished rank's way out: its output is kept, its status is the one asked for, and
+    none of the interpreter's shutdown (where gloo's threads have aborted finished ranks) runs."""
+    env = {**os.environ, "PYTHONPATH": RANK_ENV["PYTHONPATH"]}
+    env.pop("WORLD_SIZE", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_RANK], env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 3
+    assert proc.stdout == "written before exit"
+    assert proc.stderr == "and on stderr"
+
+
 AGENT = """
 import signal, subprocess, sys, time
 signal.signal(signal.SIGTERM, signal.SIG_IGN)  # an agent that does not stop its ranks

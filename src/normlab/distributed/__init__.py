@@ -13,7 +13,12 @@ from normlab.distributed.metrics import (
     global_sum,
     group_grad_norms,
 )
-from normlab.distributed.process_group import DistContext, init_from_env, teardown
+from normlab.distributed.process_group import (
+    DistContext,
+    exit_rank,
+    init_from_env,
+    teardown,
+)
 from normlab.distributed.wrap import (
     MODES,
     PRECISIONS,
@@ -31,6 +36,7 @@ __all__ = [
     "LaunchResult",
     "Layout",
     "clip_grad_norm",
+    "exit_rank",
     "full_state_dict",
     "gather_rank_stats",
     "global_mean",

@@ -32,7 +32,7 @@ from normlab.data.batches import TrainBatches
 from normlab.distributed.batch import loss_weight, shard_bounds
 from normlab.distributed.launcher import parallel_mode
 from normlab.distributed.metrics import gather_rank_stats, global_mean, group_grad_norms
-from normlab.distributed.process_group import DistContext, init_from_env, teardown
+from normlab.distributed.process_group import DistContext, exit_rank, init_from_env, teardown
 from normlab.distributed.wrap import clip_grad_norm, full_state_dict, wrap
 from normlab.models import GPTConfig, build_gpt
 
@@ -189,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
             write_json_atomic(ns.out / RESULT_FILE, result)
     finally:
         teardown()
+    if ctx.distributed:
+        exit_rank()  # done and on disk: skip the interpreter's shutdown (see exit_rank)
     return 0
 
 

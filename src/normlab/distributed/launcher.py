@@ -33,6 +33,10 @@ from pathlib import Path
 
 __all__ = ["LaunchResult", "Layout", "launch", "main", "torchrun_command"]
 
+FAULT_HANDLER_ENV = "PYTHONFAULTHANDLER"
+CRASH_MARKS = ("Traceback (most recent call last)", "Fatal Python error")
+"""What a failed rank's stderr holds: a Python traceback, or the fault handler's report of a
+fatal signal (``Fatal Python error: Segmentation fault`` and the stack of every thread)."""
 MODE_ENV = "NORMLAB_PARALLEL"
 """The variable :func:`launch` sets in every rank: ``ddp`` or ``fsdp`` (read it with
 :func:`parallel_mode`)."""
@@ -170,10 +174,10 @@ def _error_text(error_file: Path) -> str:
 
 
 def _rank_failures(log_dir: Path, earlier: set[Path]) -> list[tuple[int, int, str]]:
-    """(write time in ns, local rank, error) of every rank that left an error file or a
-    traceback on stderr in a job folder of ``log_dir`` not in ``earlier`` (torchrun makes one
-    per launch), earliest first: the first is the root cause, the later ones are usually peers
-    that lost it in a collective."""
+    """(write time in ns, local rank, error) of every rank that left an error file, or on stderr
+    a traceback or the fault handler's report of a fatal signal, in a job folder of ``log_dir``
+    not in ``earlier`` (torchrun makes one per launch), earliest first: the first is the root
+    cause, the later ones are usually peers that lost it in a collective."""
     found = []
     jobs = [job for job in log_dir.iterdir() if job.is_dir() and job not in earlier]
     for attempt in (a for job in jobs for a in job.glob("attempt_*")):
@@ -188,7 +192,7 @@ def _rank_failures(log_dir: Path, earlier: set[Path]) -> list[tuple[int, int, st
                 )
             elif stderr.is_file():
                 text = stderr.read_text(errors="replace")
-                if "Traceback (most recent call last)" in text:
+                if any(mark in text for mark in CRASH_MARKS):
                     found.append((stderr.stat().st_mtime_ns, int(rank_dir.name), text))
     return sorted(found)
 
@@ -245,11 +249,13 @@ def launch(
     and the last lines of its error.
 
     Each rank gets ``env`` on top of this process's environment, and ``NORMLAB_PARALLEL``
-    (``ddp``/``fsdp``, from ``layout.fsdp``). ``log_dir`` (default: a new temporary folder; it
-    may be reused, only this launch's job folder is read) keeps torchrun's output and per-rank
-    logs. On one host the rendezvous is torchrun's ``--standalone`` (a free port of its own).
-    The rank numbers read from the logs are local ranks; on one host they are the global ones
-    (``failed_rank``: ``node_rank · nproc_per_node + local rank``).
+    (``ddp``/``fsdp``, from ``layout.fsdp``); ``PYTHONFAULTHANDLER=1`` unless either sets it, so
+    that a rank killed by a signal (a segmentation fault, an abort) leaves its Python stack in its
+    log and the result names it as the failing rank. ``log_dir`` (default: a new temporary
+    folder; it may be reused, only this launch's job folder is read) keeps torchrun's output and
+    per-rank logs. On one host the rendezvous is torchrun's ``--standalone`` (a free port of its
+    own). The rank numbers read from the logs are local ranks; on one host they are the global
+    ones (``failed_rank``: ``node_rank · nproc_per_node + local rank``).
     """
     if not isinstance(module, str) or not module:
         raise ValueError(f"module: expected a module name to run with -m, got {module!r}")
@@ -260,7 +266,7 @@ def launch(
     )
     log_dir.mkdir(parents=True, exist_ok=True)
     earlier = {job for job in log_dir.iterdir() if job.is_dir()}
-    run_env = {**os.environ, **(env or {}), MODE_ENV: layout.mode}
+    run_env = {FAULT_HANDLER_ENV: "1", **os.environ, **(env or {}), MODE_ENV: layout.mode}
     cmd = torchrun_command(layout, module, list(args), log_dir)
     agent_log = log_dir / AGENT_LOG
     with open(agent_log, "w", encoding="utf-8") as sink:

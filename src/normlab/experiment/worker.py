@@ -225,7 +225,7 @@ def _rank_main(argv: list[str]) -> int:
         except (RunAborted, KeyboardInterrupt):
             return 130
         return 0
-    from normlab.distributed import teardown
+    from normlab.distributed import exit_rank, teardown
 
     spec = read_spec(run_dir)
     for module in spec.get("imports", []):
@@ -236,13 +236,7 @@ def _rank_main(argv: list[str]) -> int:
             write_json_atomic(run_dir / SUMMARY_FILE, summary)
     finally:
         teardown()
-    # The rank's work is done and on disk: leave without the interpreter's shutdown, where a
-    # collective library's background thread still joinable at exit has aborted the process
-    # ("terminate called without an active exception", seen on CPU with gloo) and torchrun then
-    # records the finished run as crashed.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_rank()  # done and on disk: skip the interpreter's shutdown (see exit_rank)
 
 
 def rank_main(argv: list[str] | None = None) -> int:
