@@ -13,16 +13,18 @@ when it is ``inconclusive`` or ``unclear size``, ``disagree`` otherwise; an arm 
 learn counts as ``worse``. A study may also expect one arm to be the worst; that is checked on
 the mean paired differences, the baseline counting as 0.
 
-The A/A study (``aa_gain``: the same function twice) measures the harness's resolution: the
-spread of its paired differences is the noise of one seed at the default budget, and each
-default equivalence margin is set against it with the paired seeds that showing equivalence
-within the margin would take at that spread (:func:`normlab.analysis.seeds_needed`).
+The A/A studies (the same function twice: ``aa_gain`` on the GPT, ``aa_dit`` on the DiT)
+measure the harness's resolution on their testbed: the spread of the paired differences is the
+noise of one seed at the default budget, and the testbed's default equivalence margin is set
+against it with the paired seeds that showing equivalence within the margin would take at that
+spread (:func:`normlab.analysis.seeds_needed`).
 
-Budget: 106 runs at the least (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2
-arms × 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; dit_conditioning: 18 seeds × 4 arms ×
-2400 steps, two at a time), about 80 minutes of training on one core (2026-12-01: the GPT runs
-18–29 s each, the DiT runs 44–63 s), about an hour of wall time on 2 cores; layernorm_rmsnorm
-runs ``--until-decided`` and may add up to 13 seeds (26 runs, about 9 more minutes).
+Budget: 122 runs at the least (pre_post_high_lr, layernorm_rmsnorm, dyt_layernorm: 3 seeds × 2
+arms × 600 steps; aa_gain: 8 seeds × 2 arms × 600 steps; aa_dit: 8 seeds × 2 arms × 2400
+steps, two at a time; dit_conditioning: 18 seeds × 4 arms × 2400 steps, two at a time), about
+95 minutes of training on one core (2026-12-01: the GPT runs 18–29 s each, the DiT runs
+44–63 s), about 70 minutes of wall time on 2 cores; layernorm_rmsnorm runs
+``--until-decided`` and may add up to 13 seeds (26 runs, about 9 more minutes).
 docs/studies.md records each study's training time.
 
 ``--quick`` runs every chosen study with a tiny model and a few steps (into its own folder,
@@ -58,7 +60,10 @@ STUDY_DIR = ROOT / "examples" / "studies"
 AGREE, DISAGREE, UNDECIDED = "agree", "disagree", "undecided"
 DEFAULT_MARGINS = {"margin_bpb": 0.02, "margin_val_loss": 0.002}
 """The default runs' equivalence margins (``examples/default.yaml``, ``examples/dit.yaml``)."""
-AA_STUDY = "aa_gain"
+AA_STUDIES = ("aa_gain", "aa_dit")
+"""The A/A study of each testbed (the GPT's, the DiT's): the same function twice."""
+ROUNDING_ONLY = 1000
+"""An A/A spread below margin / ROUNDING_ONLY is read as rounding not amplified by training."""
 DEFAULT_SEEDS = 3
 """Paired seeds of the default runs."""
 AFFORDABLE_SEEDS = 100
@@ -120,7 +125,7 @@ STUDIES: tuple[Study, ...] = (
         until_decided=(16, 1500),
     ),
     Study(
-        AA_STUDY,
+        "aa_gain",
         "A/A control: the same function (LLaMA gain w vs Gemma gain 1 + w, float32)",
         "no difference beyond floating-point rounding",
         {"rmsnorm_gemma-pre": "equivalent"},
@@ -137,6 +142,15 @@ STUDIES: tuple[Study, ...] = (
             "per position) and how the gap moves with the shared learning rate and the budget: "
             '[results.md, "DyT in the GPT testbed"](results.md#dyt-in-the-gpt-testbed)'
         ),
+    ),
+    Study(
+        "aa_dit",
+        "A/A control on the DiT: the same function (adaLN-Zero vs adaLN-Zero with the 1 of "
+        "1 + scale held in its modulation's bias, float32)",
+        "no difference beyond floating-point rounding",
+        {"adaln_zero_unit-pre": "equivalent"},
+        quick=QUICK_DIT,
+        shown=("final_sample_class_acc", "final_sample_fd", "final_sample_sw2"),
     ),
     Study(
         "dit_conditioning",
@@ -397,25 +411,28 @@ def _num(x: float | None, digits: int = 4) -> str:
     return "n/a" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}g}"
 
 
-def _equivalence_spreads(results: dict[str, dict[str, Any]]) -> list[str]:
-    """One line per arm (outside the A/A study) expected equivalent: the spread of its paired
-    differences and the paired seeds that showing equivalence within its margin would take at
-    that spread if the true difference were 0 (fixed-sample TOST, 80% power)."""
+def _paired_spreads(results: dict[str, dict[str, Any]]) -> list[str]:
+    """One line per arm outside the A/A studies: the spread (sd) of its paired differences to
+    its baseline; for an arm expected equivalent also the paired seeds that showing equivalence
+    within its margin would take at that spread if the true difference were 0 (fixed-sample
+    TOST, 80% power)."""
     lines = []
     for name, r in results.items():
-        if name == AA_STUDY:
+        if name in AA_STUDIES:
             continue
         for arm, a in r["arms"].items():
             sd = a.get("sd_diff")
-            if a["expected"] != "equivalent" or not sd:
+            if not sd:
                 continue
-            need = seeds_needed(0.0, sd, r["margin"])
-            need_text = "more than 1000" if need is None else f"about {need}"
-            lines.append(
+            line = (
                 f"- {name}, {arm} vs {r['baseline']}: sd {_num(sd)} {r['unit']} over "
-                f"{a['n_pairs']} pairs; {need_text} paired seeds for {r['margin_key']} = "
-                f"{r['margin']}."
+                f"{a['n_pairs']} pairs"
             )
+            if a["expected"] == "equivalent":
+                need = seeds_needed(0.0, sd, r["margin"])
+                need_text = "more than 1000" if need is None else f"about {need}"
+                line += f"; {need_text} paired seeds for {r['margin_key']} = {r['margin']}"
+            lines.append(line + ".")
     return lines
 
 
@@ -463,6 +480,61 @@ def _means_table(r: dict[str, Any]) -> list[str]:
     lines.append("|---|" + "---|" * len(fields))
     for arm, m in r["means"].items():
         lines.append(f"| {arm} | " + " | ".join(_num(m.get(f)) for f in fields) + " |")
+    return lines
+
+
+def _floor_lines(name: str, f: dict[str, Any]) -> list[str]:
+    """The document's paragraphs on one A/A study's noise floor and its default margin."""
+    lines = [
+        f"### {name}",
+        "",
+        f"The A/A arms compute the same function, so every difference between them is the "
+        f"harness's own noise: {f['arm']} − baseline per seed "
+        + ", ".join(f"{_num(d, 3)} (seed {k})" for k, d in sorted(f["seed_diffs"].items()))
+        + f"; mean {_num(f['mean_diff'])}, 95% CI [{_num(f['ci'][0])}, {_num(f['ci'][1])}] "
+        f"over {f['n_pairs']} pairs. The spread of the paired differences, sd "
+        f"{_num(f['sd_diff'])}, is the resolution of one seed at this budget; the "
+        f"interval's half-width at {f['n_pairs']} pairs is {_num(f['half_width'])}.",
+        "",
+    ]
+    need, margin = f["seeds_needed"], f"{f['margin_key']} = {f['margin']}"
+    side = "above" if f["above_floor"] else "**below**"
+    reach = {
+        "default": (
+            f"at the A/A's spread (true difference 0) the default {DEFAULT_SEEDS} paired "
+            f"seeds show equivalence within it with at least 80% power ({need} would do)"
+        ),
+        "until-decided": (
+            f"showing equivalence within it takes about {need} paired seeds (80% power at "
+            f"the A/A's spread, true difference 0), more than the default {DEFAULT_SEEDS} "
+            f"but within `--until-decided`'s default `--max-seeds {DEFAULT_MAX_SEEDS}`"
+        ),
+        "longer": (
+            f"showing equivalence within it takes about {need} paired seeds (80% power at "
+            f"the A/A's spread, true difference 0): more than the default {DEFAULT_SEEDS} "
+            f"and more than `--until-decided`'s default `--max-seeds {DEFAULT_MAX_SEEDS}`, "
+            f"so no default run can show it; an undecided verdict between two arms whose "
+            f"true difference is well inside the margin is the expected outcome of a "
+            f"default run at this budget"
+        ),
+        "unaffordable": (
+            "equivalence within it cannot be shown with any affordable number of seeds "
+            f"at this budget (more than {AFFORDABLE_SEEDS} paired seeds at the A/A's "
+            "spread)"
+        ),
+    }[f["reach"]]
+    lines += [
+        f"The default {margin} lies {side} the half-width at {f['n_pairs']} pairs; {reach}.",
+        "",
+    ]
+    if f["sd_diff"] is not None and f["sd_diff"] < f["margin"] / ROUNDING_ONLY:
+        lines += [
+            f"The spread is below 1/{ROUNDING_ONLY} of the margin: at this budget the "
+            "testbed's training does not amplify a rounding-level difference between the "
+            "arms, so this floor is the rounding itself. It bounds the harness's own noise, "
+            "not the spread between arms that differ (below).",
+            "",
+        ]
     return lines
 
 
@@ -540,83 +612,21 @@ def render(
         if "worst" in r:
             lines.append(_worst_line(r))
         lines += ["", *_means_table(r), ""]
-    if AA_STUDY in results:
-        f = noise_floor(results[AA_STUDY])
-        lines += [
-            "## Noise floor (from the A/A study)",
-            "",
-            f"The A/A arms compute the same function, so every difference between them is the "
-            f"harness's own noise: {f['arm']} − baseline per seed "
-            + ", ".join(f"{_num(d, 3)} (seed {k})" for k, d in sorted(f["seed_diffs"].items()))
-            + f"; mean {_num(f['mean_diff'])}, 95% CI [{_num(f['ci'][0])}, {_num(f['ci'][1])}] "
-            f"over {f['n_pairs']} pairs. The spread of the paired differences, sd "
-            f"{_num(f['sd_diff'])}, is the resolution of one seed at this budget; the "
-            f"interval's half-width at {f['n_pairs']} pairs is {_num(f['half_width'])}.",
-            "",
-        ]
-        need, margin = f["seeds_needed"], f"{f['margin_key']} = {f['margin']}"
-        side = "above" if f["above_floor"] else "**below**"
-        reach = {
-            "default": (
-                f"at the A/A's spread (true difference 0) the default {DEFAULT_SEEDS} paired "
-                f"seeds show equivalence within it with at least 80% power ({need} would do)"
-            ),
-            "until-decided": (
-                f"showing equivalence within it takes about {need} paired seeds (80% power at "
-                f"the A/A's spread, true difference 0), more than the default {DEFAULT_SEEDS} "
-                f"but within `--until-decided`'s default `--max-seeds {DEFAULT_MAX_SEEDS}`"
-            ),
-            "longer": (
-                f"showing equivalence within it takes about {need} paired seeds (80% power at "
-                f"the A/A's spread, true difference 0): more than the default {DEFAULT_SEEDS} "
-                f"and more than `--until-decided`'s default `--max-seeds {DEFAULT_MAX_SEEDS}`, "
-                f"so no default run can show it; an undecided verdict between two arms whose "
-                f"true difference is well inside the margin is the expected outcome of a "
-                f"default run at this budget"
-            ),
-            "unaffordable": (
-                "equivalence within it cannot be shown with any affordable number of seeds "
-                f"at this budget (more than {AFFORDABLE_SEEDS} paired seeds at the A/A's "
-                "spread)"
-            ),
-        }[f["reach"]]
-        lines.append(
-            f"The default {margin} lies {side} the half-width at {f['n_pairs']} pairs; {reach}."
-        )
-        spreads = _equivalence_spreads(results)
+    floors = [name for name in AA_STUDIES if name in results]
+    if floors:
+        lines += ["## Noise floor (from the A/A studies)", ""]
+        for name in floors:
+            lines += _floor_lines(name, noise_floor(results[name]))
+        spreads = _paired_spreads(results)
         if spreads:
             lines += [
-                "",
-                "Arms that compute different functions part further than the A/A's rounding "
-                "does, so their paired spread, not the A/A's, sets the seeds an equivalence "
-                "question needs:",
+                "Arms that compute different functions part further than an A/A's rounding "
+                "does, so their own paired spread, not the A/A's, sets the seeds a question "
+                "about them needs:",
                 "",
                 *spreads,
+                "",
             ]
-        lines += [
-            "",
-            "The A/A study runs on the GPT testbed, so it measures the floor in bits per byte. "
-            "The DiT's default margin_val_loss = 0.002 has no A/A of its own here; the "
-            "narrowest interval of the DiT study bounds its resolution from above:",
-            "",
-        ]
-        dit = results.get("dit_conditioning")
-        if dit:
-            halves = [
-                (a["ci_high"] - a["ci_low"]) / 2
-                for a in dit["arms"].values()
-                if a["ci_low"] is not None
-            ]
-            if halves:
-                best = min(halves)
-                side = "above" if DEFAULT_MARGINS["margin_val_loss"] > best else "below"
-                lines.append(
-                    f"narrowest DiT half-width {_num(best)}: margin_val_loss = 0.002 lies "
-                    f"{side} it."
-                )
-        else:
-            lines.append("(the DiT study was not run in this call)")
-        lines.append("")
     return "\n".join(lines)
 
 

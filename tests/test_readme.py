@@ -261,3 +261,27 @@ def test_readme_tolerance_table_matches_the_tests() -> None:
         if len(cells) == 3 and isinstance(getattr(torch, cells[0], None), torch.dtype):
             rows[getattr(torch, cells[0])] = (float(cells[1].split()[0]), float(cells[2]))
     assert rows == tol
+
+
+def test_readme_registry_row_names_every_registered_kind() -> None:
+    """The API table's registry row lists the kinds ``import normlab`` registers, then those
+    ``normlab.models`` adds (read in a fresh interpreter: tests register kinds of their own)."""
+    import json
+    import subprocess
+
+    code = (
+        "import json, normlab; own = normlab.available_norms(); import normlab.models; "
+        "print(json.dumps([own, sorted(set(normlab.available_norms()) - set(own))]))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    own, added = json.loads(out.strip().splitlines()[-1])
+    row = next(
+        line for line in README.read_text(encoding="utf-8").splitlines() if "`make_norm(" in line
+    )
+    cell = row.split("|")[2]
+    first, _, rest = cell.partition("(and ")
+    assert "once `normlab.models` is imported" in rest, cell
+    assert set(re.findall(r"`([a-z_0-9]+)`", first)) == set(own)
+    assert set(re.findall(r"`([a-z_0-9]+)`", rest.split("once")[0])) == set(added)

@@ -13,7 +13,12 @@ from normlab.data import prepare_shapes
 from normlab.experiment import plan_runs, validate_config
 from normlab.models import DiTConfig, build_dit, check_paired, dit_norm_kinds
 from normlab.models.dit import COND_PREFIX
-from normlab.models.norms import AdaLayerNorm, UnconditionedNorm
+from normlab.models.norms import (
+    AdaLayerNorm,
+    AdaLayerNormZeroUnitScale,
+    UnconditionedNorm,
+    UnitBiasLinear,
+)
 
 MODES = ["adaln_zero", "adaln", "adarms", "cross_attention", "in_context"]
 
@@ -197,3 +202,88 @@ def test_compare_plans_the_five_arms_paired(tmp_path: Path) -> None:
         by_seed.setdefault(r["seed"], set()).add(r["init_digest"])
     assert all(len(d) == 1 for d in by_seed.values())
     assert by_seed[0] != by_seed[1]
+
+
+# --- the DiT's A/A twin: adaLN-Zero with the 1 of (1 + scale) in the modulation's bias ---------
+
+
+def _unit_offset_state(model: torch.nn.Module, d: int) -> dict[str, torch.Tensor]:
+    """``model``'s state with 1 added to the scale rows [d, 2d) of every modulation bias: the
+    twin's parameters for the same function."""
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    for key, value in state.items():
+        if key.endswith("modulation.bias"):
+            value[d : 2 * d] += 1.0
+    return state
+
+
+def test_adaln_zero_unit_starts_bit_identical_and_pairs() -> None:
+    d = 16
+    zero, unit = build_dit(tiny("adaln_zero"), 5), build_dit(tiny("adaln_zero_unit"), 5)
+    assert "adaln_zero_unit" in dit_norm_kinds()
+    check_paired({"adaln_zero": zero, "adaln_zero_unit": unit})  # shared parameters equal
+    assert zero.state_dict().keys() == unit.state_dict().keys()
+    for name, module in unit.named_modules():
+        if isinstance(module, UnitBiasLinear):
+            bias = module.bias.detach()
+            assert torch.equal(bias[d : 2 * d], torch.ones(d)), name  # scale rows start at 1
+            assert not bias[:d].any() and not bias[2 * d :].any() and not module.weight.any()
+    norm_z, norm_u = zero.blocks[0].norm_attn, unit.blocks[0].norm_attn
+    assert type(norm_u) is AdaLayerNormZeroUnitScale
+    x, c = torch.randn(3, 6, d), torch.randn(3, d)
+    (yz, gz), (yu, gu) = norm_z(x, c), norm_u(x, c)
+    assert torch.equal(yz, yu) and torch.equal(gz, gu)  # the same numbers at initialisation
+    # DiT's final layer asks for no gate: (shift, scale), the unit on the scale rows still
+    assert unit.norm_final.gate is False
+    assert torch.equal(unit.norm_final.modulation.bias.detach()[d:], torch.ones(d))
+
+
+def test_adaln_zero_unit_is_adaln_zeros_function_up_to_rounding() -> None:
+    """Opened (random modulation and head) and trained one SGD step side by side, the twin
+    stays within float32 rounding of adaLN-Zero, with its bias 1 above on the scale rows.
+    (SGD, not Adam: Adam's first step is lr·sign(g), and a gradient that is zero but for
+    rounding, as that of the keys' bias, gets a sign of its own in each arm: the way the two
+    arms of an A/A run part in training.)"""
+    d = 16
+    zero = build_dit(tiny("adaln_zero"), 0)
+    gen = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for name, p in zero.named_parameters():  # open the zero-init gates and head
+            if name.startswith("head") or "modulation" in name:
+                p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    unit = build_dit(tiny("adaln_zero_unit"), 0)
+    unit.load_state_dict(_unit_offset_state(zero, d))
+    x, t, label = torch.randn(8, 6, 3), torch.rand(8), torch.randint(0, 4, (8,))
+    target = torch.randn(8, 6, 3)
+    out_z, out_u = zero(x, t, label), unit(x, t, label)
+    assert out_z.abs().max() > 0.1  # the condition and the blocks reach the output
+    torch.testing.assert_close(out_u, out_z, rtol=1e-5, atol=1e-5)
+    for model in (zero, unit):
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        (model(x, t, label) - target).square().mean().backward()
+        opt.step()
+    expected = _unit_offset_state(zero, d)
+    for key, value in unit.state_dict().items():
+        torch.testing.assert_close(value, expected[key], rtol=1e-5, atol=1e-5, msg=key)
+    torch.testing.assert_close(unit(x, t, label), zero(x, t, label), rtol=1e-4, atol=1e-5)
+
+
+def test_unit_bias_linear_keeps_its_unit_through_deferred_init() -> None:
+    """meta device, ``to_empty``, then ``reset_parameters`` on every module, parents first (as
+    ``model.modules()`` and FSDP visit them): the scale rows are 1 again, the rest 0."""
+    with torch.device("meta"):
+        norm = AdaLayerNormZeroUnitScale(8, 4, gate=False)
+    norm.to_empty(device="cpu")
+    for module in norm.modules():
+        if hasattr(module, "reset_parameters"):
+            module.reset_parameters()
+    bias = norm.modulation.bias.detach()
+    assert torch.equal(bias, torch.cat([torch.zeros(8), torch.ones(8)]))
+    assert not norm.modulation.weight.any()
+    assert torch.equal(norm.modulation(torch.randn(2, 4)), torch.zeros(2, 16))
+
+
+@pytest.mark.parametrize(("start", "stop"), [(-1, 4), (4, 4), (2, 9)])
+def test_unit_bias_linear_refuses_rows_outside_its_output(start: int, stop: int) -> None:
+    with pytest.raises(ValueError, match=r"^unit_start, unit_stop: expected 0 <= unit_start"):
+        UnitBiasLinear(4, 8, start, stop)

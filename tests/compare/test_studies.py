@@ -145,7 +145,8 @@ def test_quick_mode_runs_one_study_end_to_end(tmp_path: Path) -> None:
     text = doc.read_text(encoding="utf-8")
     assert "Quick mode" in text
     assert "| aa_gain | rmsnorm_gemma-pre vs rmsnorm-pre | equivalent |" in text
-    assert "## Noise floor (from the A/A study)" in text and "margin_bpb = 0.02" in text
+    assert "## Noise floor (from the A/A studies)" in text and "margin_bpb = 0.02" in text
+    assert "\n### aa_gain\n" in text
     assert (tmp_path / "quick" / "aa_gain" / "runs").is_dir()
     # resumable: a second call reuses the finished runs, and --no-run only analyses
     assert (
@@ -201,7 +202,9 @@ def test_the_committed_document_reports_every_study_from_real_runs() -> None:
     for name in studies.STUDY_NAMES:
         assert f"\n## {name}\n" in text, name
         assert f"| {name} |" in text, name
-    assert "## Noise floor (from the A/A study)" in text
+    assert "## Noise floor (from the A/A studies)" in text
+    for name in studies.AA_STUDIES:  # a floor for each testbed, in its own unit
+        assert f"\n### {name}\n" in text, name
 
 
 def test_worst_check_needs_the_worst_arm_to_be_told_apart_from_the_runner_up() -> None:
@@ -238,3 +241,25 @@ def test_a_sequential_study_runs_until_decided_with_its_limits() -> None:
     assert "--until-decided" not in studies.compare_command(Path("c.yaml"), Path("out"))
     shown = studies.shown_command([*cmd[:1], "-m", "normlab", *cmd[3:]])
     assert shown.startswith("normlab compare --config c.yaml --out out --until-decided")
+
+
+def test_a_floor_far_below_the_margin_is_called_rounding_only() -> None:
+    floor = {
+        "arm": "twin-pre",
+        "seed_diffs": {0: 1e-8, 1: -2e-8, 2: 1.5e-8},
+        "mean_diff": 0.17e-8,
+        "ci": (-4e-8, 4e-8),
+        "sd_diff": 1.8e-8,
+        "half_width": 4e-8,
+        "n_pairs": 3,
+        "margin_key": "margin_val_loss",
+        "margin": 0.002,
+        "above_floor": True,
+        "seeds_needed": 2,
+        "reach": "default",
+    }
+    text = "\n".join(studies._floor_lines("aa_dit", floor))
+    assert text.startswith("### aa_dit") and "margin_val_loss = 0.002 lies above" in text
+    assert "does not amplify a rounding-level difference" in text
+    amplified = {**floor, "sd_diff": 0.004, "half_width": 0.01}
+    assert "does not amplify" not in "\n".join(studies._floor_lines("aa_gain", amplified))

@@ -2,7 +2,9 @@
 ``none``) and the DiT's (any conditional registered kind, or a token conditioning mode).
 
 Importing this module registers ``"dyt"`` (:class:`normlab.layers.DynamicTanh`) and the
-conditional ``"adaln"`` (:class:`AdaLayerNorm`, adaLN without the zero initialisation) with
+conditional ``"adaln"`` (:class:`AdaLayerNorm`, adaLN without the zero initialisation) and
+``"adaln_zero_unit"`` (:class:`AdaLayerNormZeroUnitScale`, adaLN-Zero's function with the 1 of
+1 + scale held in the modulation's bias: the DiT's A/A twin) with
 :func:`normlab.register_norm`, so ``make_norm("dyt", D)`` works once ``normlab.models`` is
 imported.
 
@@ -21,7 +23,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from normlab.layers.adaptive import AdaLayerNormZero
+from normlab.layers.adaptive import AdaLayerNormZero, ZeroLinear
 from normlab.layers.dyt import DynamicTanh
 from normlab.layers.layer_norm import LayerNorm
 from normlab.registry import available_norms, is_conditional, make_norm, register_norm
@@ -58,6 +60,79 @@ class AdaLayerNorm(AdaLayerNormZero):
         self.modulation.reset_parameters()
 
 
+class UnitBiasLinear(ZeroLinear):
+    """y = W·x + b − u, where u is 1 on the output rows [``unit_start``, ``unit_stop``) and 0
+    elsewhere; ``reset_parameters`` sets W = 0 and b = u, so y starts at 0.
+
+    The function of a :class:`~normlab.layers.adaptive.ZeroLinear` under the same updates, with
+    the unit held inside b: W·x + b rounds where b ≈ 1 instead of b ≈ 0 (float32's spacing there
+    is 2⁻²³ instead of far finer), and so does every optimiser step on those rows of b. The
+    subtraction is exact while a row's value stays within [0.5, 2] (Sterbenz). Same parameters
+    and state-dict keys as ``torch.nn.Linear``.
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        unit_start: int,
+        unit_stop: int,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        if not 0 <= unit_start < unit_stop <= out_features:
+            raise ValueError(
+                f"unit_start, unit_stop: expected 0 <= unit_start < unit_stop <= out_features "
+                f"= {out_features}, got {unit_start}, {unit_stop}"
+            )
+        self.unit_rows = (unit_start, unit_stop)  # read by reset_parameters, which __init__ calls
+        super().__init__(in_features, out_features, bias=True, device=device, dtype=dtype)
+
+    def reset_parameters(self) -> None:
+        """W = 0, b = u (1 on the unit rows, 0 elsewhere)."""
+        super().reset_parameters()
+        start, stop = self.unit_rows
+        with torch.no_grad():
+            self.bias[start:stop] = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """W·x + b − u."""
+        y = super().forward(x)
+        start, stop = self.unit_rows
+        unit = torch.zeros(y.shape[-1], dtype=y.dtype, device=y.device)
+        unit[start:stop] = 1.0
+        return y - unit
+
+
+class AdaLayerNormZeroUnitScale(AdaLayerNormZero):
+    """adaLN-Zero with the 1 of (1 + scale) held in the modulation's bias (registered as
+    ``adaln_zero_unit``): (shift, s, gate) = Linear(SiLU(c)) with the bias of s starting at 1,
+    y = x̂ ⊙ s + shift, x̂ = (x − μ)·rsqrt(σ² + ε).
+
+    At initialisation and under the same updates this is :class:`AdaLayerNormZero`'s function
+    (s = 1 + scale); the two differ only in rounding (:class:`UnitBiasLinear`), as RMSNorm's
+    Gemma gain 1 + w differs from LLaMA's w. A DiT run of each is the DiT's A/A control: their
+    paired difference measures the harness's resolution on that testbed. Same parameters and
+    state-dict keys as ``adaln_zero`` (``modulation.weight``, ``modulation.bias``), with the
+    bias of s offset by 1; ``gate=False`` as for adaLN-Zero (DiT's final layer).
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        cond_dim: int,
+        eps: float = 1e-6,
+        gate: bool = True,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+    ) -> None:
+        super().__init__(dim, cond_dim, eps=eps, gate=gate, device=device, dtype=dtype)
+        chunks = 3 if self.gate else 2  # (shift, scale[, gate]): scale is the second chunk
+        self.modulation = UnitBiasLinear(
+            self.cond_dim, chunks * self.dim, self.dim, 2 * self.dim, device=device, dtype=dtype
+        )
+
+
 class UnconditionedNorm(LayerNorm):
     """A plain LayerNorm (γ, β) in a DiT norm slot, for the token conditioning modes: it takes
     no condition, and ``forward(x)`` returns ``(γ ⊙ x̂ + β, None)`` (no gate), the shape of a
@@ -72,6 +147,8 @@ if "dyt" not in available_norms():
     register_norm("dyt", DynamicTanh)
 if "adaln" not in available_norms():
     register_norm("adaln", AdaLayerNorm, conditional=True)
+if "adaln_zero_unit" not in available_norms():
+    register_norm("adaln_zero_unit", AdaLayerNormZeroUnitScale, conditional=True)
 
 
 def model_norm_kinds() -> list[str]:
