@@ -472,3 +472,26 @@ def test_cli_json_puts_severity_and_defects_first(monkeypatch: pytest.MonkeyPatc
     text = CliRunner().invoke(app, ["audit", "norm", "zoo_targets:Unbiased"]).output
     assert text.splitlines()[0].startswith("verdict: defect")
     assert text.splitlines()[1].startswith("defect  gain: [unbiased variance]")
+
+
+PreGainRsqrtBF16 = _member(
+    "PreGainRsqrtBF16",
+    lambda m, x: (_w(m) * x) * _bf16(torch.rsqrt(_ms(_w(m) * x) + m.eps)),
+)
+
+
+def test_a_gain_applied_first_does_not_blur_the_precision_diagnosis() -> None:
+    """Two defects at once: the gain before the norm and the rsqrt rounded to bfloat16. The
+    precision probe runs with w = 1 (where both gain orders agree), so it names the rounding;
+    through x ↦ f(x / w) its own rounding of x / w and w ⊙ (x / w) read as "no single
+    rounding fits"."""
+    a = audit_norm(PreGainRsqrtBF16(64), 64)
+    assert "gain applied before normalising" in _diagnoses(a)
+    assert "rsqrt(statistic) rounded to bfloat16" in a.stats_precision["bfloat16"]
+    assert "no single rounding fits" not in a.stats_precision["bfloat16"]
+    exact = audit_norm(_audit_class("gain applied before normalising")(64), 64)
+    assert "rounded" not in exact.stats_precision["bfloat16"]
+
+
+def _audit_class(name: str) -> type[nn.Module]:
+    return next(c for n, c, *_ in WRONG if n == name)

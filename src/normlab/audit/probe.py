@@ -191,6 +191,27 @@ def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
 
 
 @contextmanager
+def _unit_gain(weight: torch.Tensor | None) -> Iterator[bool]:
+    """Set the weight to 1 while the block runs, and restore it after; yields whether it was
+    set (False without a weight, or when it cannot be written in place)."""
+    if weight is None:
+        yield False
+        return
+    saved = weight.detach().clone()
+    try:
+        with torch.no_grad():
+            weight.fill_(1.0)
+    except RuntimeError:
+        yield False
+        return
+    try:
+        yield True
+    finally:
+        with torch.no_grad():
+            weight.copy_(saved)
+
+
+@contextmanager
 def _random_gain(weight: torch.Tensor | None) -> Iterator[None]:
     """Set the weight to w + 0.3·N(0, 1) (fixed seed) for the audit, and restore it after.
 
@@ -540,10 +561,17 @@ class _Audit:
                 f"statistic ({fit.candidate.name}) the opposite"
             )
 
-        # 8. precision
-        fp16_text, fp16 = fp16_check(fn, dim, fit.candidate, live)
+        # 8. precision. A gain applied first is probed with w = 1 where the weight can be set:
+        # in 16 bits x ↦ f(x / w) rounds x / w and then w ⊙ (x / w), noise of the probe's own
+        # that would read as imprecise statistics; with w = 1 both orders compute the same.
         inexact = not fit.fits_exactly
-        bf16_text, bf16 = bf16_check(fn, dim, fit.candidate, live, r.eps, placement, inexact)
+        unit = gain.effective is not None and self.weight is not None
+        with _unit_gain(self.weight if unit else None) as done:
+            probed = f if unit and done else fn
+            fp16_text, fp16 = fp16_check(probed, dim, fit.candidate, live)
+            bf16_text, bf16 = bf16_check(
+                probed, dim, fit.candidate, live, r.eps, placement, inexact
+            )
         self.findings += [fp16, bf16]
         r.stats_precision = {"float16": fp16_text, "bfloat16": bf16_text}
 
