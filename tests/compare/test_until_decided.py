@@ -310,6 +310,37 @@ def test_until_decided_trains_in_rounds_and_resumes(tmp_path: Path, corpus: Path
     assert "Sequential: group-sequential paired t-test" in again.output
 
 
+def test_until_decided_trains_every_round_with_the_chosen_executor(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--executor ray --until-decided``: each round goes to the grid executor the command
+    made (here a recording stand-in for Ray that trains locally), not to a local one."""
+    import normlab.experiment.executors as executors
+
+    rounds: list[list[str]] = []
+
+    class Recording(executors.LocalExecutor):
+        name = "ray"
+
+        def run(self, runs: list[dict[str, Any]], *args: Any) -> dict[str, dict[str, Any]]:
+            rounds.append([r["run_id"] for r in runs])
+            return super().run(runs, *args)
+
+    monkeypatch.setattr(executors, "make_executor", lambda scale: Recording())
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    out = tmp_path / "out"
+    args = ["compare", "--config", str(config), "--data", str(corpus), "--seeds", "2",
+            "--until-decided", "--max-seeds", "3", "--executor", "ray",
+            "--out", str(out)]  # fmt: skip
+    result = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    state = read_state(out)
+    assert state is not None and state["plan"]["looks"] == [2, 3]
+    assert len(rounds) == len(state["looks"]) >= 1  # every round, through the executor
+    assert len(rounds[0]) == 4 and all(r.endswith(("__s0", "__s1")) for r in rounds[0])
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -311,11 +311,6 @@ def compare(
         return
     try:
         grid_executor = make_executor(cfg.scale)
-        if until_decided and grid_executor.name != "local":
-            raise ValueError(
-                "until_decided: --until-decided runs its rounds with the local executor; "
-                f"expected no --executor {grid_executor.name} with it"
-            )
     except ValueError as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_REFUSED) from None
@@ -326,7 +321,9 @@ def compare(
             after = _build_report_step(console) if report else None
             after = _record_command_step(args, after, sequential=until_decided)
             if until_decided:
-                summaries = _run_rounds(cfg, out, console, after, max_seeds, max_time)
+                summaries = _run_rounds(
+                    cfg, out, console, after, max_seeds, max_time, grid_executor
+                )
             else:
                 summaries = run_experiment(
                     cfg, out, console=console, after_training=after, executor=grid_executor
@@ -432,11 +429,16 @@ def _run_rounds(
     after: Callable[[Path, dict[str, dict[str, Any]]], None],
     max_seeds: int,
     max_time: float,
+    executor: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """``--until-decided``: the rounds of :func:`normlab.experiment.rounds.run_until_decided`,
-    looked at by :class:`normlab.analysis.rounds.SequentialTracker` on the quality metric."""
+    looked at by :class:`normlab.analysis.rounds.SequentialTracker` on the quality metric, each
+    round trained by ``executor`` (the local one by default, or ``--executor ray``)."""
+    from functools import partial
+
     from normlab.analysis.rounds import SequentialTracker
     from normlab.analysis.sequential import plan_for
+    from normlab.experiment import runner
     from normlab.experiment.rounds import look_schedule, run_until_decided
     from normlab.run_format import testbed_format
 
@@ -460,8 +462,9 @@ def _run_rounds(
         f"until decided: looks after {', '.join(map(str, looks))} seeds on {fmt.quality}, "
         f"margin ±{cfg.margin():g} {fmt.short_unit}, at most {max_time:g} s"
     )
+    train = partial(runner.run_experiment, executor=executor)
     summaries, _ = run_until_decided(
-        cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after
+        cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after, train=train
     )
     return summaries
 
