@@ -47,6 +47,26 @@ def summary(out: Path, run: str) -> dict:
     return json.loads((out / "runs" / run / "summary.json").read_text())
 
 
+def health(out: Path, run: str) -> list[dict]:
+    lines = (out / "runs" / run / "metrics.jsonl").read_text().splitlines()
+    return [r for r in map(json.loads, lines) if r["type"] == "health"]
+
+
+def assert_same_health(a: Path, b: Path, run: str) -> None:
+    """Norm health at every evaluation, of every layer, as on one process."""
+    ha, hb = health(a, run), health(b, run)
+    assert [r["step"] for r in ha] == [r["step"] for r in hb] and ha, (ha, hb)
+    for ra, rb in zip(ha, hb, strict=True):
+        assert ra["layers"].keys() == rb["layers"].keys(), run
+        for layer, stats in ra["layers"].items():
+            for key, value in stats.items():
+                got = rb["layers"][layer][key]
+                if isinstance(value, float):
+                    assert got == pytest.approx(value, rel=1e-4, abs=1e-6), (run, layer, key)
+                else:
+                    assert got == value, (run, layer, key)
+
+
 def assert_same_losses(a: Path, b: Path, run: str) -> None:
     la, lb = losses(a, run), losses(b, run)
     assert len(la) == len(lb) == TINY["train"]["steps"], (la, lb)
@@ -80,6 +100,7 @@ def test_ddp_two_processes_reproduce_one(config: Path, reference: Path, tmp_path
     assert code == 0, output
     for run in ("layernorm-pre__s0", "rmsnorm-pre__s0"):
         assert_same_losses(reference, out, run)
+        assert_same_health(reference, out, run)
         s = summary(out, run)
         assert s["world_size"] == 2 and s["parallel_mode"] == "ddp"
         assert len(s["rank_peak_memory_bytes"]) == len(s["rank_tokens_per_s"]) == 2
@@ -109,6 +130,7 @@ def test_plan_fsdp_run_and_xargs_grid(config: Path, reference: Path, tmp_path: P
     code, output = invoke("--out", str(fsdp), "--run", "rmsnorm-pre__s1")
     assert code == 0, output
     assert_same_losses(reference, fsdp, "rmsnorm-pre__s1")
+    assert_same_health(reference, fsdp, "rmsnorm-pre__s1")
     assert summary(fsdp, "rmsnorm-pre__s1")["parallel_mode"] == "fsdp"
     code, output = invoke("--out", str(fsdp), "--run", "rmsnorm-pre__s1")
     assert code == 0 and "already done" in output

@@ -133,14 +133,17 @@ def precision_step(
     return PrecisionStep(run_precision(spec), device, optimizer, spec.get("fp16_init_scale"))
 
 
-def health_record(task: Testbed, device: torch.device, step: int) -> dict[str, Any] | None:
-    """The ``health`` record of the task's model at ``step``: :func:`norm_health` on the
-    testbed's fixed validation batch (its ``health_batch(model, device)``), or None for a
-    testbed without one or a model without norm layers."""
+def health_record(
+    task: Testbed, model: torch.nn.Module, device: torch.device, step: int
+) -> dict[str, Any] | None:
+    """The ``health`` record of ``model`` (the task's model, not its DDP wrapper, so the layer
+    names are the one-process run's) at ``step``: :func:`norm_health` on the testbed's fixed
+    validation batch (its ``health_batch(model, device)``), or None for a testbed without one
+    or a model without norm layers."""
     run_batch = getattr(task, "health_batch", None)
     if run_batch is None:
         return None
-    layers = norm_health(task.model, lambda model: run_batch(model, device))
+    layers = norm_health(model, lambda m: run_batch(m, device))
     return {"type": HEALTH_RECORD, "step": step, "layers": layers} if layers else None
 
 
@@ -227,8 +230,9 @@ def train_run(
         }
         log(record)
         evals.append(record)
-        # on one process only: a sharded model's forward needs every rank
-        health = health_record(task, device, step) if not par.ctx.distributed else None
+        # every rank runs the fixed batch (a sharded model's forward needs every rank, as the
+        # evaluation's); rank 0 logs what its hooks saw, the same numbers as on one process
+        health = health_record(task, model, device, step)
         if health is not None:
             log(health)
 
