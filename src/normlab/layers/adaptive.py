@@ -132,10 +132,18 @@ class AdaLayerNormZero(nn.Module):
         self.gate = check_bool(gate, "gate")
         self.act = nn.SiLU()
         chunks = 3 if self.gate else 2
-        self.modulation = ZeroLinear(self.cond_dim, chunks * self.dim, device=device, dtype=dtype)
+        self.modulation = self._make_modulation(chunks * self.dim, device, dtype)
+
+    def _make_modulation(
+        self, out_features: int, device: torch.device | str | None, dtype: torch.dtype | None
+    ) -> nn.Linear:
+        """The modulation Linear, ``cond_dim`` → ``out_features`` ((shift, scale[, gate]) ×
+        ``dim``): a :class:`ZeroLinear`. A variant that starts or parametrises the modulation
+        otherwise overrides this alone."""
+        return ZeroLinear(self.cond_dim, out_features, device=device, dtype=dtype)
 
     def reset_parameters(self) -> None:
-        """Zero the modulation Linear (weight and bias)."""
+        """Reset the modulation Linear (zero, for adaLN-Zero)."""
         self.modulation.reset_parameters()
 
     def forward(

@@ -53,11 +53,12 @@ class AdaLayerNorm(AdaLayerNormZero):
         dtype: torch.dtype | None = None,
     ) -> None:
         super().__init__(dim, cond_dim, eps=eps, gate=False, device=device, dtype=dtype)
-        self.modulation = nn.Linear(self.cond_dim, 2 * self.dim, device=device, dtype=dtype)
 
-    def reset_parameters(self) -> None:
-        """``torch.nn.Linear``'s default: W, b ~ U(−1/√cond_dim, 1/√cond_dim)."""
-        self.modulation.reset_parameters()
+    def _make_modulation(
+        self, out_features: int, device: torch.device | str | None, dtype: torch.dtype | None
+    ) -> nn.Linear:
+        """``torch.nn.Linear`` with its default W, b ~ U(−1/√cond_dim, 1/√cond_dim)."""
+        return nn.Linear(self.cond_dim, out_features, device=device, dtype=dtype)
 
 
 class UnitBiasLinear(ZeroLinear):
@@ -117,19 +118,12 @@ class AdaLayerNormZeroUnitScale(AdaLayerNormZero):
     bias of s offset by 1; ``gate=False`` as for adaLN-Zero (DiT's final layer).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        cond_dim: int,
-        eps: float = 1e-6,
-        gate: bool = True,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype | None = None,
-    ) -> None:
-        super().__init__(dim, cond_dim, eps=eps, gate=gate, device=device, dtype=dtype)
-        chunks = 3 if self.gate else 2  # (shift, scale[, gate]): scale is the second chunk
-        self.modulation = UnitBiasLinear(
-            self.cond_dim, chunks * self.dim, self.dim, 2 * self.dim, device=device, dtype=dtype
+    def _make_modulation(
+        self, out_features: int, device: torch.device | str | None, dtype: torch.dtype | None
+    ) -> nn.Linear:
+        """(shift, scale[, gate]): the unit sits on the scale rows [dim, 2·dim)."""
+        return UnitBiasLinear(
+            self.cond_dim, out_features, self.dim, 2 * self.dim, device=device, dtype=dtype
         )
 
 
