@@ -11,8 +11,10 @@ import itertools
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -233,6 +235,36 @@ def test_two_processes_match_one(tmp_path: Path, fsdp: bool, batch_size: int) ->
         sum(r["tokens_per_s"] for r in ranks["per_rank"])
     )
     assert all(r["peak_memory_bytes"] > 0 for r in ranks["per_rank"])
+
+
+def test_two_nodes_meet_at_the_rendezvous_endpoint_and_match_one(tmp_path: Path) -> None:
+    """``--nnodes 2 --node-rank r --rdzv-endpoint host:port``: two torchrun agents (here both
+    on this host, one process each) meet through the c10d rendezvous and train as one run of
+    2 processes: the single process's losses."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    results: dict[int, launch_module.LaunchResult] = {}
+
+    def node(rank: int) -> None:
+        layout = Layout(1, nnodes=2, node_rank=rank, rdzv_endpoint=f"127.0.0.1:{port}")
+        results[rank] = launch(
+            CHECK, ["--out", str(tmp_path), "--device", "cpu", "--batch-size", "7"], layout,
+            log_dir=tmp_path / f"logs{rank}", env=RANK_ENV, timeout_s=TIMEOUT_S,
+        )  # fmt: skip
+
+    nodes = [threading.Thread(target=node, args=(rank,)) for rank in (0, 1)]
+    for t in nodes:
+        t.start()
+    for t in nodes:
+        t.join()
+    for rank in (0, 1):
+        assert results[rank].status == "finished", results[rank].error
+    run = json.loads((tmp_path / RESULT_FILE).read_text())
+    assert run["world_size"] == 2
+    reference = _reference(7)
+    for step, (got, want) in enumerate(zip(run["loss"], reference["loss"], strict=True), 1):
+        assert got == pytest.approx(want, rel=1e-5), f"loss at step {step}"
 
 
 def test_a_failing_rank_crashes_the_run(tmp_path: Path) -> None:
