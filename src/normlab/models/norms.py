@@ -68,8 +68,10 @@ class UnitBiasLinear(ZeroLinear):
     The function of a :class:`~normlab.layers.adaptive.ZeroLinear` under the same updates, with
     the unit held inside b: W·x + b rounds where b ≈ 1 instead of b ≈ 0 (float32's spacing there
     is 2⁻²³ instead of far finer), and so does every optimiser step on those rows of b. The
-    subtraction is exact while a row's value stays within [0.5, 2] (Sterbenz). Same parameters
-    and state-dict keys as ``torch.nn.Linear``.
+    subtraction is exact while a row's value stays within [0.5, 2] (Sterbenz). Under a 16-bit
+    autocast the Linear runs in 16 bits and b ≈ 1 rounds at that format's spacing (2⁻⁷ for
+    bfloat16), a coarser perturbation than float32's: the A/A reading holds for float32 runs.
+    Same parameters and state-dict keys as ``torch.nn.Linear``.
     """
 
     def __init__(
