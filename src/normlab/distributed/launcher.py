@@ -34,7 +34,8 @@ from pathlib import Path
 __all__ = ["LaunchResult", "Layout", "launch", "main", "torchrun_command"]
 
 FAULT_HANDLER_ENV = "PYTHONFAULTHANDLER"
-CRASH_MARKS = ("Traceback (most recent call last)", "Fatal Python error")
+FATAL_MARK = "Fatal Python error"
+CRASH_MARKS = ("Traceback (most recent call last)", FATAL_MARK)
 """What a failed rank's stderr holds: a Python traceback, or the fault handler's report of a
 fatal signal (``Fatal Python error: Segmentation fault`` and the stack of every thread)."""
 MODE_ENV = "NORMLAB_PARALLEL"
@@ -158,6 +159,25 @@ def torchrun_command(
 
 def _tail(text: str, n: int = ERROR_TAIL_LINES) -> str:
     return "\n".join(text.strip().splitlines()[-n:])
+
+
+def _rank_error(text: str, n: int = ERROR_TAIL_LINES) -> str:
+    """A failed rank's error from its stderr, at most ``n`` lines ending in what happened: a
+    traceback's last lines (the exception last), or the fault handler's report turned so that
+    it reads the same way, the stacks first (innermost frame first, as the handler prints
+    them; its ``Extension modules:`` line dropped) and the ``Fatal Python error: …`` line last.
+    The handler's report starts with that line, so a tail would keep only the outermost
+    frames and the extension list."""
+    lines = text.strip().splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(FATAL_MARK)), None)
+    if start is None:
+        return _tail(text, n)
+    body = [
+        line
+        for line in lines[start + 1 :]
+        if line.strip() and not line.startswith("Extension modules:")
+    ]
+    return "\n".join([*body[: n - 1], lines[start]])
 
 
 def _error_text(error_file: Path) -> str:
@@ -288,7 +308,7 @@ def launch(
     if failures:
         _, local, text = failures[0]
         failed_rank = layout.node_rank * layout.nproc_per_node + local
-        error = _tail(text)
+        error = _rank_error(text)
     elif timed_out:
         error = f"timed out after {timeout_s} s; torchrun and its ranks were stopped"
     else:

@@ -231,7 +231,8 @@ def train_run(
         log(record)
         evals.append(record)
         # every rank runs the fixed batch (a sharded model's forward needs every rank, as the
-        # evaluation's); rank 0 logs what its hooks saw, the same numbers as on one process
+        # evaluation's); rank 0 logs what its hooks saw: in float32 the one-process numbers
+        # (FSDP2 with a 16-bit policy runs this forward in 16 bits, one process in float32)
         health = health_record(task, model, device, step)
         if health is not None:
             log(health)

@@ -113,8 +113,9 @@ class AdaLayerNormZeroUnitScale(AdaLayerNormZero):
     y = x̂ ⊙ s + shift, x̂ = (x − μ)·rsqrt(σ² + ε).
 
     At initialisation and under the same updates this is :class:`AdaLayerNormZero`'s function
-    (s = 1 + scale); the two differ only in rounding (:class:`UnitBiasLinear`), as RMSNorm's
-    Gemma gain 1 + w differs from LLaMA's w. A DiT run of each is the DiT's A/A control: their
+    (s = 1 + scale); in float32 the two differ only in rounding (:class:`UnitBiasLinear`), as
+    RMSNorm's Gemma gain 1 + w differs from LLaMA's w (in 16 bits, by the 16-bit rounding of
+    b ≈ 1: not an A/A pair there). A DiT run of each is the DiT's A/A control: their
     paired difference measures the harness's resolution on that testbed. Same parameters and
     state-dict keys as ``adaln_zero`` (``modulation.weight``, ``modulation.bias``), with the
     bias of s offset by 1; ``gate=False`` as for adaLN-Zero (DiT's final layer).
