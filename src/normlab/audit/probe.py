@@ -40,8 +40,8 @@ from __future__ import annotations
 import math
 import reprlib
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -191,16 +191,19 @@ def _probe_dtype(f: NormFn, d: int) -> torch.dtype:
 
 
 @contextmanager
-def _unit_gain(weight: torch.Tensor | None) -> Iterator[bool]:
-    """Set the weight to 1 while the block runs, and restore it after; yields whether it was
-    set (False without a weight, or when it cannot be written in place)."""
+def _weight_set(
+    weight: torch.Tensor | None, values: Callable[[torch.Tensor], torch.Tensor]
+) -> Iterator[bool]:
+    """Set the weight to ``values(w)`` while the block runs and restore w after; yields whether
+    it was set (False without a weight, or when it cannot be written in place: the block then
+    sees the weight as it is)."""
     if weight is None:
         yield False
         return
     saved = weight.detach().clone()
     try:
         with torch.no_grad():
-            weight.fill_(1.0)
+            weight.copy_(values(saved))
     except RuntimeError:
         yield False
         return
@@ -211,29 +214,23 @@ def _unit_gain(weight: torch.Tensor | None) -> Iterator[bool]:
             weight.copy_(saved)
 
 
-@contextmanager
-def _random_gain(weight: torch.Tensor | None) -> Iterator[None]:
-    """Set the weight to w + 0.3·N(0, 1) (fixed seed) for the audit, and restore it after.
+def _unit_gain(weight: torch.Tensor | None) -> AbstractContextManager[bool]:
+    """The weight set to 1 while the block runs (:func:`_weight_set`)."""
+    return _weight_set(weight, torch.ones_like)
+
+
+def _random_gain(weight: torch.Tensor | None) -> AbstractContextManager[bool]:
+    """The weight set to w + 0.3·N(0, 1) (fixed seed) for the audit (:func:`_weight_set`).
 
     A uniform gain hides the gain's defects (applied before normalising, rounded to 16 bits,
     1 + w added in 16 bits): with w = 1 they all compute the right thing."""
-    if weight is None:
-        yield
-        return
-    saved = weight.detach().clone()
-    gen = torch.Generator().manual_seed(6)
-    try:
-        with torch.no_grad():
-            noise = torch.randn(saved.shape, generator=gen, dtype=torch.float64)
-            weight.copy_((saved.double() + RANDOM_GAIN * noise).to(saved))
-    except RuntimeError:  # not writable in place: audit the gain as it is
-        yield
-        return
-    try:
-        yield
-    finally:
-        with torch.no_grad():
-            weight.copy_(saved)
+
+    def noisy(saved: torch.Tensor) -> torch.Tensor:
+        gen = torch.Generator().manual_seed(6)
+        noise = torch.randn(saved.shape, generator=gen, dtype=torch.float64)
+        return (saved.double() + RANDOM_GAIN * noise).to(saved)
+
+    return _weight_set(weight, noisy)
 
 
 def _invariance(

@@ -99,12 +99,11 @@ class UnitBiasLinear(ZeroLinear):
             self.bias[start:stop] = 1.0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """W·x + b − u."""
+        """W·x + b − u (1 taken off the unit rows of the Linear's fresh output, in place)."""
         y = super().forward(x)
         start, stop = self.unit_rows
-        unit = torch.zeros(y.shape[-1], dtype=y.dtype, device=y.device)
-        unit[start:stop] = 1.0
-        return y - unit
+        y[..., start:stop] -= 1.0
+        return y
 
 
 class AdaLayerNormZeroUnitScale(AdaLayerNormZero):
