@@ -52,6 +52,7 @@ from scipy import stats
 
 from normlab.analysis.stats import t_interval
 from normlab.analysis.wording import ladder_words
+from normlab.run_format import check_ladder
 
 __all__ = [
     "DEFAULT_BOOT",
@@ -64,6 +65,7 @@ __all__ = [
     "extrapolation_words",
     "fit_ladder",
     "ladder_record",
+    "ladder_summary",
     "paired_rung",
     "predict_ladder",
     "rung_stats",
@@ -475,3 +477,17 @@ def ladder_record(
             "sentence": sentence,
         },
     }
+
+
+def ladder_summary(
+    records: Sequence[Mapping[str, Any]], learning_rates: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
+    """The value of the top-level summary.json's ``ladder`` key: ``arms`` {arm: its
+    :func:`ladder_record`} and ``learning_rates`` (:func:`.lr_sweep.lr_sweep_record`, or None
+    without a sweep), checked against :data:`normlab.run_format.LADDER_SHAPE`."""
+    value = {
+        "arms": {str(r["arm"]): dict(r) for r in records},
+        "learning_rates": None if learning_rates is None else dict(learning_rates),
+    }
+    check_ladder(value)
+    return value
