@@ -10,8 +10,9 @@ with size; with three or four rungs of three seeds a straight line in log N is t
 can identify (a curve would spend the one or two spare degrees of freedom on noise). It is a
 weighted least-squares line through the rung means with w_j = 1 / var(d̄_j) = n_j / s̃_j², where
 s̃_j = max(s_j, f · s_p), s_p² = Σ (n_j − 1) s_j² / Σ (n_j − 1) the pooled paired variance and
-f = ``sd_floor`` (0.5): three seeds can agree by chance, and an unfloored rung with s_j ≈ 0 would
-take all the weight.
+f = ``sd_floor`` (1 by default): a noisier rung pulls less, but three seeds can agree by chance,
+and a rung with s_j ≈ 0 must not take all the weight (with f = 0.5 the interval's replicates
+re-weighted more erratically than the data and it over-covered).
 
 **The prediction at the target N_t** (x_t = log₁₀ N_t), by a bootstrap over seeds within rungs,
 calibrated for few seeds. For each of B replicates (``n_boot``, 4000 by default):
