@@ -35,6 +35,10 @@ The quality metric is the one pre-specified primary endpoint: it is tested first
 other metrics are shown with their raw and Holm-adjusted p, and only the adjusted p counts.
 
 :func:`decision_badge` names each arm's place in the recommendation instead of an action.
+
+:func:`ladder_words` is the rule for a size ladder's prediction at a target size: ``equivalent``
+when the whole prediction interval lies within ±δ, ``better`` / ``worse`` when it excludes zero
+(one sign holds at least (1 + c) / 2 of the bootstrap draws), ``not determined`` otherwise.
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ __all__ = [
     "interval_words",
     "judge",
     "judge_in_analysis",
+    "ladder_words",
     "smallest_for",
 ]
 
@@ -363,4 +368,47 @@ def badge_in_analysis(a: Mapping[str, Any], arm: str) -> str:
         stability=v["stability"],
         throughput=v["throughput"],
         failed=bool(v.get("stability_detail", {}).get("failed")),
+    )
+
+
+def ladder_words(
+    p_above: float,
+    p_below: float,
+    *,
+    low: float,
+    high: float,
+    lower_is_better: bool,
+    confidence: float = 0.95,
+    margin: float | None = None,
+) -> Judgement:
+    """The word for a ladder's prediction of the difference d (arm − baseline) at the target
+    size, from the fractions of bootstrap draws above (``p_above``) and below (``p_below``)
+    zero and the prediction interval [``low``, ``high``] at ``confidence`` c:
+
+    1. ``equivalent`` when δ = ``margin`` > 0 and −δ < low and high < δ;
+    2. ``better`` / ``worse`` when one sign holds at least (1 + c) / 2 of the draws (so the
+       percentile interval excludes zero), the direction read with ``lower_is_better``;
+    3. ``not determined`` otherwise.
+
+    The reason states the probability of the likelier sign.
+    """
+    if margin is not None and margin > 0 and -margin < low and high < margin:
+        return Judgement(
+            "equivalent",
+            f"the whole prediction interval lies within ±{margin:.4g}, the smallest difference "
+            "that matters",
+            False,
+            False,
+        )
+    lower = p_below >= p_above
+    p = p_below if lower else p_above
+    better = lower == lower_is_better
+    side = "better" if better else "worse"
+    if p >= (1.0 + confidence) / 2.0:
+        return Judgement(side, f"{side} in {100 * p:.3g} % of the bootstrap draws", True, True)
+    return Judgement(
+        "not determined",
+        f"{side} in {100 * p:.3g} % of the bootstrap draws, short of {50 * (1 + confidence):.3g} %",
+        False,
+        False,
     )

@@ -21,6 +21,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from normlab.analysis.ladder import Rung, predict_ladder
 from normlab.analysis.stats import t_interval
 from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
 from normlab.report.style import plot_style
@@ -30,6 +31,8 @@ __all__ = [
     "figure_png",
     "plot_final_metrics",
     "plot_grad_norm",
+    "plot_ladder",
+    "plot_lr_sweep",
     "plot_norm_health",
     "plot_paired_comparison",
     "plot_samples",
@@ -755,3 +758,165 @@ def _health_cmap():  # -> matplotlib.colors.Colormap
     from matplotlib import colormaps
 
     return colormaps["RdBu_r"].with_extremes(bad="#d0d7de")
+
+
+def _ladder_band(rec: Mapping[str, Any], grid: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The single-training and trend intervals of ``rec`` (one arm's ladder record) at each N
+    of ``grid``, recomputed from its rungs with the record's own bootstrap settings."""
+    rungs = [
+        Rung(r["setting"], r["n_params"], tuple(r["diffs"]), tuple(r["seeds"]))
+        for r in rec["rungs"]
+    ]
+    pred = rec["prediction"]
+    rows = []
+    for n in grid:
+        p = predict_ladder(
+            rungs,
+            float(n),
+            confidence=float(pred["confidence"]),
+            n_boot=int(pred["n_boot"]),
+            sd_floor=float(rec["fit"]["sd_floor"]),
+            seed=int(pred["seed"]),
+        )
+        rows.append((p.single.low, p.single.high, p.trend.low, p.trend.high))
+    return tuple(np.array(col) for col in zip(*rows, strict=True))
+
+
+def plot_ladder(ladder: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
+    """A size ladder (summary.json's ``ladder``): per arm, the paired difference against the
+    parameter count on a log axis, each rung's mean with its t-interval, the weighted line
+    d = a + b·log10 N, the prediction bands from the largest rung to the target (one training,
+    and the trend), and the target with its single-training interval."""
+    arms = list(ladder["arms"])
+    with plot_style():
+        fig, axes = _figure(7.5, 1.2 + 3.4 * max(1, len(arms)), 1, nrows=max(1, len(arms)))
+        for ax, arm in zip(axes, arms, strict=True):
+            rec = ladder["arms"][arm]
+            color = colors.get(arm, "#0072B2")
+            pred, fit, target = rec["prediction"], rec["fit"], rec["target"]
+            ns = np.array([r["n_params"] for r in rec["rungs"]], dtype=np.float64)
+            nt = float(target["n_params"])
+            ax.axhline(0.0, color="#444", linewidth=0.9)
+            grid = np.geomspace(ns.max(), nt, 12) if nt > ns.max() else np.array([ns.max()])
+            s_lo, s_hi, t_lo, t_hi = _ladder_band(rec, grid)
+            conf = round(100 * float(pred["confidence"]))
+            ax.fill_between(grid, s_lo, s_hi, color=color, alpha=0.12, linewidth=0)
+            ax.fill_between(grid, t_lo, t_hi, color=color, alpha=0.25, linewidth=0)
+            line_n = np.geomspace(ns.min(), nt, 50)
+            ax.plot(line_n, fit["a"] + fit["b"] * np.log10(line_n), color=color, linewidth=1.4)
+            means = np.array([r["mean"] for r in rec["rungs"]])
+            lows = np.array([r["low"] for r in rec["rungs"]])
+            highs = np.array([r["high"] for r in rec["rungs"]])
+            ax.errorbar(
+                ns,
+                means,
+                yerr=np.vstack([means - lows, highs - means]),
+                fmt="o",
+                color=color,
+                markeredgecolor="black",
+                markeredgewidth=0.6,
+                capsize=3,
+                zorder=5,
+            )
+            single = pred["single"]
+            ax.errorbar(
+                [nt],
+                [single["estimate"]],
+                yerr=[[single["estimate"] - single["low"]], [single["high"] - single["estimate"]]],
+                fmt="*",
+                markersize=11,
+                color=color,
+                markeredgecolor="black",
+                markeredgewidth=0.6,
+                capsize=4,
+                zorder=6,
+            )
+            ax.axvline(nt, color="#777", linewidth=0.9, linestyle=":")
+            ax.set_xscale("log")
+            ax.set_xlim(ns.min() / 1.6, nt * 1.6)
+            ax.set_title(
+                f"{arm} − {rec['baseline']}: {pred['word']} at the target",
+                loc="left",
+                fontsize=10,
+            )
+            ax.set_xlabel(f"parameters (target {nt:.3g}, {target['extrapolation']:.3g}× beyond)")
+            direction = "lower is better" if rec["lower_is_better"] else "higher is better"
+            ax.set_ylabel(f"Δ {rec['metric']} ({rec['unit']}, {direction})")
+        _title(fig, "The paired difference against model size, extrapolated to the target")
+        handles = [
+            Line2D([], [], marker="o", color="#555", markeredgecolor="black", linestyle="none",
+                   label=f"rung mean, {conf}% CI"),
+            Line2D([], [], color="#555", linewidth=1.4, label="weighted fit a + b·log10 N"),
+            Patch(color="#555", alpha=0.35, label=f"trend, {conf}% interval"),
+            Patch(color="#555", alpha=0.15, label=f"one training, {conf}% prediction"),
+            Line2D([], [], marker="*", color="#555", markeredgecolor="black", markersize=10,
+                   linestyle="none", label="target"),
+        ]  # fmt: skip
+        fig.legend(handles=handles, loc="outside lower center", ncols=3)
+    return fig
+
+
+def plot_lr_sweep(learning_rates: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
+    """A learning-rate sweep (summary.json's ``ladder.learning_rates``): one panel per setting
+    (width), per arm the mean loss over tuning seeds against the rate (log axis) with its
+    t-interval as a band, the chosen best rate starred, and rates where a tuning seed diverged
+    marked with an x at the top of the panel."""
+    settings = list(learning_rates["settings"])
+    n = max(1, len(settings))
+    ncols = min(3, n)
+    nrows = math.ceil(n / ncols)
+    with plot_style():
+        fig, axes = _figure(4.0 * ncols + 0.6, 1.4 + 3.0 * nrows, ncols, nrows=nrows)
+        arms_seen: list[str] = []
+        for ax, setting in zip(axes, settings, strict=False):
+            by_arm = learning_rates["settings"][setting]
+            diverged: list[tuple[float, str]] = []
+            for arm, curve in by_arm.items():
+                if arm not in arms_seen:
+                    arms_seen.append(arm)
+                color = colors.get(arm, "#0072B2")
+                pts = [p for p in curve["points"] if p["mean"] is not None]
+                rates = np.array([p["rate"] for p in pts])
+                mean = np.array([p["mean"] for p in pts])
+                lo = np.array([p["low"] if p["low"] is not None else p["mean"] for p in pts])
+                hi = np.array([p["high"] if p["high"] is not None else p["mean"] for p in pts])
+                ax.fill_between(rates, lo, hi, color=color, alpha=0.15, linewidth=0)
+                ax.plot(rates, mean, marker="o", markersize=4, color=color, linewidth=1.3)
+                ax.plot(
+                    [curve["best"]],
+                    [curve["best_mean"]],
+                    marker="*",
+                    markersize=13,
+                    color=color,
+                    markeredgecolor="black",
+                    markeredgewidth=0.6,
+                    linestyle="none",
+                    zorder=6,
+                )
+                diverged += [(p["rate"], color) for p in curve["points"] if p["n_diverged"]]
+            ax.set_xscale("log")
+            edges = [a for a, c in by_arm.items() if c["edge"]]
+            note = f" (best at the sweep's edge: {', '.join(edges)})" if edges else ""
+            ax.set_title(f"{setting}{note}", loc="left", fontsize=9.5)
+            ax.set_xlabel("learning rate")
+            if diverged:
+                top = ax.get_ylim()[1]
+                for rate, color in diverged:
+                    ax.plot([rate], [top], marker="x", color=color, markersize=7,
+                            markeredgewidth=1.8, linestyle="none", clip_on=False)  # fmt: skip
+        for ax in axes[len(settings) :]:
+            ax.set_visible(False)
+        axes[0].set_ylabel("loss on tuning seeds (mean, 95% CI)")
+        _title(fig, "Loss against learning rate per arm; the star is each arm's chosen rate")
+        handles: list[Any] = [
+            Line2D([], [], color=colors.get(a, "#0072B2"), marker="o", markersize=4, label=a)
+            for a in arms_seen
+        ]
+        handles += [
+            Line2D([], [], marker="*", color="#555", markeredgecolor="black", markersize=10,
+                   linestyle="none", label="best rate"),
+            Line2D([], [], marker="x", color="#555", markeredgewidth=1.8, linestyle="none",
+                   label="a tuning seed diverged"),
+        ]  # fmt: skip
+        fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
+    return fig

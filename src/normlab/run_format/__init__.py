@@ -58,6 +58,7 @@ from normlab.run_format.files import (
     run_dir,
     run_id,
 )
+from normlab.run_format.ladder import LADDER_KEY, LADDER_SHAPE, check_ladder
 from normlab.run_format.records import (
     ANOMALY_KINDS,
     ANOMALY_RECORD,
@@ -108,6 +109,8 @@ __all__ = [
     "HEAD_FIELDS",
     "HEALTH_RECORD",
     "HEALTH_STATS",
+    "LADDER_KEY",
+    "LADDER_SHAPE",
     "LAYER_GRAD_RECORD",
     "LOCK_FILE",
     "LOSS_ANOMALIES",
@@ -145,6 +148,7 @@ __all__ = [
     "Smallest",
     "SummaryField",
     "TestbedFormat",
+    "check_ladder",
     "compared_field",
     "parse_run_id",
     "plot_path",

@@ -1,0 +1,199 @@
+"""Each arm at its own best learning rate: the choice from a sweep on tuning seeds.
+
+A comparison at one shared learning rate is partly a comparison of learning rates, so every arm
+is first trained at each rate r of a sweep on tuning seeds (disjoint from the evaluation seeds,
+so the choice does not bias the comparison that follows), and the comparison runs each arm at
+its best rate. For one arm, with L_ir the loss of tuning seed i at rate r:
+
+- the curve: per rate, n seeds, the mean L̄_r, the sd (n − 1 denominator) and the t-interval of
+  the mean (:func:`.stats.t_interval`); a run that diverged (a missing or non-finite loss)
+  counts in ``n_diverged`` and leaves its rate without a mean;
+- the best rate r* = argmin_r L̄_r over the rates where no tuning seed diverged;
+- the edge flag: r* is the sweep's lowest or highest rate, so the optimum may lie outside it and
+  the sweep should be extended that way.
+
+Under μP the optimum found at one width should hold at every width; :func:`optimum_alignment`
+reports each arm's r* per width and how many sweep steps apart they lie.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from normlab.analysis.stats import t_interval
+
+__all__ = [
+    "LrCurve",
+    "LrPoint",
+    "OptimumAlignment",
+    "lr_sweep_record",
+    "optimum_alignment",
+    "select_learning_rates",
+    "tuning_seeds",
+]
+
+
+@dataclass(frozen=True)
+class LrPoint:
+    """One rate of an arm's sweep: n finished tuning seeds, ``n_diverged`` diverged ones, the
+    mean loss, its sd and t-interval [low, high] (None where no seed finished, or fewer than
+    two for sd and interval)."""
+
+    rate: float
+    n: int
+    n_diverged: int
+    mean: float | None
+    sd: float | None
+    low: float | None
+    high: float | None
+
+
+@dataclass(frozen=True)
+class LrCurve:
+    """An arm's loss against learning rate (``points`` in increasing rate), its ``best`` rate,
+    the best mean loss, and ``edge``: ``"lowest"`` / ``"highest"`` when the best is at that end
+    of the sweep, else None."""
+
+    arm: str
+    points: tuple[LrPoint, ...]
+    best: float
+    best_mean: float
+    edge: str | None
+
+
+@dataclass(frozen=True)
+class OptimumAlignment:
+    """An arm's best rate per width (``best``: {setting: rate}) and ``steps``, the largest
+    distance between them in sweep positions (0: the same rate at every width); ``aligned``
+    when ``steps`` ≤ 1 (neighbouring sweep rates cannot be told apart by the sweep)."""
+
+    arm: str
+    best: dict[str, float]
+    steps: int
+    aligned: bool
+
+
+def _rate(value: Any, where: str) -> float:
+    try:
+        r = float(value)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"{where}: expected a positive learning rate, got {value!r}") from err
+    if not (math.isfinite(r) and r > 0):
+        raise ValueError(f"{where}: expected a positive learning rate, got {value!r}")
+    return r
+
+
+def _loss(value: Any) -> float | None:
+    if value is None:
+        return None
+    v = float(value)
+    return v if math.isfinite(v) else None
+
+
+def _point(rate: float, values: Sequence[float | None], confidence: float) -> LrPoint:
+    finite = [v for v in (_loss(x) for x in values) if v is not None]
+    diverged = len(values) - len(finite)
+    if not finite:
+        return LrPoint(rate, 0, diverged, None, None, None, None)
+    ti = t_interval(np.asarray(finite), confidence)
+    return LrPoint(rate, len(finite), diverged, ti.mean, ti.sd, ti.low, ti.high)
+
+
+def select_learning_rates(
+    losses: Mapping[str, Mapping[float, Sequence[float | None]]], confidence: float = 0.95
+) -> dict[str, LrCurve]:
+    """Each arm's curve and best rate from ``losses``: {arm: {rate: [loss per tuning seed]}}
+    (None or a non-finite loss: the run diverged). The best rate minimises the mean over tuning
+    seeds among the rates where none diverged; lower loss is better.
+
+    Refused with one line naming the argument: a sweep with fewer than two rates, a rate that
+    is not positive, a rate without tuning seeds, an arm where every rate has a diverged seed.
+    """
+    if not losses:
+        raise ValueError("losses: expected {arm: {rate: [loss per tuning seed]}}, got none")
+    out: dict[str, LrCurve] = {}
+    for arm, by_rate in losses.items():
+        rates = {_rate(r, f"losses[{arm!r}]"): v for r, v in by_rate.items()}
+        if len(rates) < 2:
+            raise ValueError(
+                f"losses[{arm!r}]: a learning-rate sweep needs at least two rates, got "
+                f"{sorted(rates)}"
+            )
+        points = []
+        for r in sorted(rates):
+            values = list(rates[r])
+            if not values:
+                raise ValueError(f"losses[{arm!r}][{r:g}]: expected one loss per tuning seed")
+            points.append(_point(r, values, confidence))
+        usable = [p for p in points if p.n_diverged == 0 and p.mean is not None]
+        if not usable:
+            raise ValueError(
+                f"losses[{arm!r}]: a tuning seed diverged at every rate; extend the sweep "
+                "towards lower rates"
+            )
+        best = min(usable, key=lambda p: (p.mean, p.rate))
+        edge = None
+        if best.rate == points[0].rate:
+            edge = "lowest"
+        elif best.rate == points[-1].rate:
+            edge = "highest"
+        assert best.mean is not None
+        out[arm] = LrCurve(str(arm), tuple(points), best.rate, best.mean, edge)
+    return out
+
+
+def optimum_alignment(curves: Mapping[str, Mapping[str, LrCurve]]) -> list[OptimumAlignment]:
+    """For ``curves`` = {setting (a width): {arm: curve}}, each arm's best rate per setting and
+    the largest distance between them in positions of the sorted union of swept rates."""
+    if len(curves) < 1:
+        raise ValueError("curves: expected {setting: {arm: LrCurve}}, got none")
+    arms: list[str] = []
+    for by_arm in curves.values():
+        arms += [a for a in by_arm if a not in arms]
+    out = []
+    for arm in arms:
+        best = {s: c[arm].best for s, c in curves.items() if arm in c}
+        grid = sorted({p.rate for c in curves.values() if arm in c for p in c[arm].points})
+        pos = [grid.index(r) for r in best.values()]
+        steps = max(pos) - min(pos)
+        out.append(OptimumAlignment(arm, best, steps, steps <= 1))
+    return out
+
+
+def tuning_seeds(count: int, evaluation_seeds: Iterable[int]) -> list[int]:
+    """``count`` tuning seeds disjoint from ``evaluation_seeds``: the next integers after the
+    largest evaluation seed (0, 1, 2 evaluate → 3, 4, … tune)."""
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise ValueError(f"count: expected an integer >= 1 tuning seeds, got {count!r}")
+    seeds = [int(s) for s in evaluation_seeds]
+    start = max(seeds) + 1 if seeds else 0
+    return list(range(start, start + count))
+
+
+def lr_sweep_record(
+    curves: Mapping[str, Mapping[str, LrCurve]], seeds: Sequence[int] = ()
+) -> dict[str, Any]:
+    """The sweep as a JSON-ready dict: ``tuning_seeds``, ``settings``: {setting: {arm: {best,
+    best_mean, edge, points: [{rate, n, n_diverged, mean, sd, low, high}]}}}, and
+    ``alignment``: [{arm, best: {setting: rate}, steps, aligned}]."""
+    return {
+        "tuning_seeds": [int(s) for s in seeds],
+        "settings": {
+            s: {
+                arm: {
+                    "best": c.best,
+                    "best_mean": c.best_mean,
+                    "edge": c.edge,
+                    "points": [asdict(p) for p in c.points],
+                }
+                for arm, c in by_arm.items()
+            }
+            for s, by_arm in curves.items()
+        },
+        "alignment": [asdict(a) for a in optimum_alignment(curves)],
+    }
