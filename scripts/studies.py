@@ -630,6 +630,17 @@ def render(
     return "\n".join(lines)
 
 
+KEPT_MARKER = "<!-- kept:"
+
+
+def kept_sections(old: str) -> str:
+    """The tail of an earlier docs/studies.md from its ``<!-- kept: …`` marker on: sections
+    written from their own commands (e.g. benchmarks/ladder_coverage.py), which a regeneration
+    must not drop. Empty when the marker is absent."""
+    at = old.find(KEPT_MARKER)
+    return "" if at < 0 else old[at:]
+
+
 def git_commit() -> str:
     """The checkout's commit (with ``-dirty`` when it has uncommitted changes)."""
     try:
@@ -679,7 +690,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             commands[s.name], seconds[s.name] = run_study(s, out, args.quick)
             print(f"{s.name}: {seconds[s.name]:.0f} s", flush=True)
         results[s.name] = study_result(s, folder)
-    write_text_atomic(doc, render(results, commands, seconds, git_commit(), args.quick, args_list))
+    text = render(results, commands, seconds, git_commit(), args.quick, args_list)
+    kept = kept_sections(doc.read_text(encoding="utf-8")) if doc.exists() else ""
+    write_text_atomic(doc, text.rstrip("\n") + ("\n\n" + kept if kept else "\n"))
     print(f"wrote {doc}")
     return 0
 

@@ -263,3 +263,15 @@ def test_a_floor_far_below_the_margin_is_called_rounding_only() -> None:
     assert "does not amplify a rounding-level difference" in text
     amplified = {**floor, "sd_diff": 0.004, "half_width": 0.01}
     assert "does not amplify" not in "\n".join(studies._floor_lines("aa_gain", amplified))
+
+
+def test_regenerating_keeps_the_hand_run_sections(tmp_path: Path) -> None:
+    doc = tmp_path / "studies.md"
+    kept = "<!-- kept: made by other commands -->\n## Ladder\n\ncoverage 94 %\n"
+    doc.write_text("# old generated part\n\n" + kept, encoding="utf-8")
+    assert studies.kept_sections(doc.read_text(encoding="utf-8")) == kept
+    assert studies.kept_sections("# nothing kept\n") == ""
+    studies.main(["--quick", "--only", "aa_gain", "--out", str(tmp_path), "--doc", str(doc)])
+    text = doc.read_text(encoding="utf-8")
+    assert "# old generated part" not in text and text.endswith(kept)
+    assert text.index("Quick mode") < text.index("## Ladder")
