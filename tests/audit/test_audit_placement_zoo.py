@@ -139,7 +139,7 @@ def test_no_member_draws_an_artefact_of_another_finding(choice: Choice) -> None:
 @pytest.mark.parametrize("dim", [64, 1024])
 def test_eps_outside_the_root_of_any_size_is_not_imprecise(eps: float, dim: int) -> None:
     """The case first reported, over ε and D: float32 statistics, ε added to the std."""
-    a = _audit(Choice(eps, "std", False, "fp32", "w", "after"), dim)
+    a = _audit(Choice(eps, "std", False, "fp32", "w", "before"), dim)
     report = _report(a)
     assert {f.diagnosis for f in a.defects} == {"ε outside the root"}, report
     assert "float32 or better" in a.stats_precision["bfloat16"], report
