@@ -462,7 +462,7 @@ def test_cli_json_puts_severity_and_defects_first(monkeypatch: pytest.MonkeyPatc
     module.Unbiased = next(c for n, c, *_ in WRONG if n == "unbiased variance")  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "zoo_targets", module)
     result = CliRunner().invoke(app, ["audit", "norm", "zoo_targets:Unbiased", "--json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 3, result.output  # the verdict is defect
     data = json.loads(result.output)
     assert list(data)[:2] == ["severity", "findings"] and data["severity"] == "defect"
     severities = [f["severity"] for f in data["findings"]]

@@ -10,12 +10,17 @@ median (a finding's error is the largest |log| ratio of an estimate to the media
 tolerance what that point was allowed). One fitting hypothesis is the finding; both fitting
 means the probes cannot tell them apart; neither means ε acts in some other way (a clamp,
 ε²…), and ε is not reported.
+
+:attr:`EpsResult.models` lists every (ε, placement) the probes left open: one when the placement
+was found (or ε is missing or too small to see), both readings when they could not be told
+apart, none when ε acts in neither way. A later probe whose reading depends on ε is computed for
+each model left open, and withheld when there is none (:data:`NO_EPS` is the model "no ε").
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -28,6 +33,8 @@ MIN_SPREAD = 1e-3
 
 INSIDE = "inside the root: x·rsqrt(m + ε)"
 OUTSIDE = "outside the root: x / (sqrt(m) + ε) (a defect)"
+EpsModel = tuple[float | None, str]  # (ε, placement) as :class:`~.statistic.Candidate` takes it
+NO_EPS: EpsModel = (None, "none")
 
 
 @dataclass
@@ -35,6 +42,12 @@ class EpsResult:
     eps: float | None
     placement: str
     finding: Finding
+    models: list[EpsModel] = field(default_factory=lambda: [NO_EPS])
+
+    @property
+    def established(self) -> bool:
+        """Whether ε's action is known: one model left open."""
+        return len(self.models) == 1
 
 
 def _smallest_scale(dtype: torch.dtype) -> float:
@@ -137,6 +150,7 @@ def estimate_eps(
                 f"deviation): the probes cannot tell which ({why})",
                 tolerance=tol,
             ),
+            [(eps_in, INSIDE), (eps_out, OUTSIDE)],
         )  # fmt: skip
     if in_ok:
         return EpsResult(
@@ -148,6 +162,7 @@ def estimate_eps(
                 "agree)",
                 error=in_spread, tolerance=in_tol,
             ),
+            [(eps_in, INSIDE)],
         )  # fmt: skip
     if out_ok:
         return EpsResult(
@@ -160,6 +175,7 @@ def estimate_eps(
                 diagnosis="ε outside the root",
                 error=out_spread, tolerance=out_tol,
             ),
+            [(eps_out, OUTSIDE)],
         )  # fmt: skip
     return EpsResult(
         None,
@@ -171,4 +187,5 @@ def estimate_eps(
             "ε not reported",
             tolerance=tol,
         ),
+        [],
     )  # fmt: skip

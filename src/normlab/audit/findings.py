@@ -15,6 +15,15 @@ OK, NOTE, DEFECT = "ok", "note", "defect"
 SEVERITIES = (DEFECT, NOTE, OK)  # worst first
 
 
+def figure(x: float) -> str:
+    """A measured error or a tolerance as printed: two significant digits (``7.5e-07``).
+
+    An error at the level of rounding differs from CPU to CPU (the order of a float32 sum, FMA,
+    vector width) by a factor of 2 or so; more digits would state a precision it does not have.
+    """
+    return f"{x:.1e}"
+
+
 @dataclass
 class Finding:
     """One probe's result."""
@@ -28,12 +37,12 @@ class Finding:
     withheld: bool = False
 
     def line(self) -> str:
-        """``severity  probe: message (error e, tolerance t)`` on one line."""
+        """``severity  probe: message (error e, tolerance t)`` on one line (:func:`figure`)."""
         numbers = []
         if self.error is not None:
-            numbers.append(f"error {self.error:.2e}")
+            numbers.append(f"error {figure(self.error)}")
         if self.tolerance is not None:
-            numbers.append(f"tolerance {self.tolerance:.2e}")
+            numbers.append(f"tolerance {figure(self.tolerance)}")
         tail = f" ({', '.join(numbers)})" if numbers else ""
         name = f"[{self.diagnosis}] " if self.diagnosis else ""
         return f"{self.severity:<6}  {self.probe}: {name}{self.message}{tail}"

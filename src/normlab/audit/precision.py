@@ -28,6 +28,7 @@ import torch
 
 from normlab.audit.basics import (
     CALL_ERRORS,
+    GAIN_READ_SCALE,
     NormFn,
     accumulation_error,
     alternating,
@@ -39,11 +40,13 @@ from normlab.audit.basics import (
     ulp,
     working_dtype,
 )
-from normlab.audit.findings import DEFECT, NOTE, OK, Finding
+from normlab.audit.eps import INSIDE, NO_EPS, EpsModel
+from normlab.audit.findings import DEFECT, NOTE, OK, Finding, figure
 from normlab.audit.statistic import BEYOND_ROUNDING, Candidate, explain_row_scales
 
 FP16_SCALE = 300.0
-BF16_MEAN_SQUARE = 2.0**20  # the gain row's statistic, its root and rsqrt are exact in 16 bits
+BF16_MEAN_SQUARE = 2.0**20  # the bfloat16 rows' mean square
+FP16_GAIN_SCALE = 16.0  # x² = 256 stays finite in float16
 MISMATCH_ALLOWED = 0.005  # a formula "matches" when at most 0.5 % of outputs differ, by 1 ulp
 
 
@@ -60,14 +63,29 @@ def gain_and_bias(
     return g, b
 
 
-def fp16_check(f: NormFn, d: int, cand: Candidate, live: torch.Tensor) -> tuple[str, Finding]:
-    """(the ``stats_precision["float16"]`` text, its finding)."""
+def _predicted(
+    cand: Candidate, x: torch.Tensor, model: EpsModel, scale: float, live: torch.Tensor
+) -> torch.Tensor:
+    """x̂ of ``cand`` on ``x`` (float64) with ε as ``model`` says, as the measured x̂ = (y − b) / g
+    shows it: divided by its own value at the gain row scale·v, where g was read."""
+    eps, placement = model
+    v = alternating(1, x.shape[-1], torch.float64)
+    ref = cand.hat(scale * v, eps, placement)[0]
+    return (cand.hat(x, eps, placement) * (v[0] / ref))[:, live]
+
+
+def fp16_check(
+    f: NormFn, d: int, cand: Candidate, live: torch.Tensor, models: list[EpsModel]
+) -> tuple[str, Finding]:
+    """(the ``stats_precision["float16"]`` text, its finding). ``models``: the (ε, placement)
+    readings the ε probe left open (none: ε not determined); the rows' scales are judged under
+    the one that fits them best."""
     gen = torch.Generator().manual_seed(1)
     x = (torch.randn(8, d, generator=gen) * FP16_SCALE).clamp(-60000, 60000).half()
     probe = "precision (float16)"
     try:
         y = call(f, x)
-        g, b = gain_and_bias(f, d, torch.float16, 16.0)
+        g, b = gain_and_bias(f, d, torch.float16, FP16_GAIN_SCALE)
     except CALL_ERRORS as err:
         text = f"float16 input not accepted ({type(err).__name__})"
         return text, Finding(probe, NOTE, text)
@@ -84,7 +102,8 @@ def fp16_check(f: NormFn, d: int, cand: Candidate, live: torch.Tensor) -> tuple[
         text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
         return text, Finding(probe, NOTE, text, withheld=True)
     hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
-    ref = cand.hat(x.double(), None, "")[:, live]
+    refs = [_predicted(cand, x.double(), m, FP16_GAIN_SCALE, live) for m in models or [NO_EPS]]
+    ref = min(refs, key=lambda p: float((row_scales(hat, p) - 1).abs().max()))
     err = row_shape_error(hat, ref) if bool((hat.abs().sum(-1) > 0).all()) else 1.0
     # x̂ may be rounded to the input's dtype, or to a 16-bit weight's
     coarse = max((torch.float16, y.dtype), key=rounding)
@@ -94,7 +113,7 @@ def fp16_check(f: NormFn, d: int, cand: Candidate, live: torch.Tensor) -> tuple[
         text = "float16: wrong output at |x| ≈ 300 — statistics overflow in float16"
         return text, Finding(
             probe, DEFECT,
-            f"wrong output at |x| ≈ 300 (rows' shapes off by {err:.2e}, scales by "
+            f"wrong output at |x| ≈ 300 (rows' shapes off by {figure(err)}, scales by "
             f"{scale_err:.1%}): the statistic overflows float16",
             diagnosis="float16 overflow of x²", error=err, tolerance=tol,
         )  # fmt: skip
@@ -145,18 +164,20 @@ def bf16_check(
     d: int,
     cand: Candidate,
     live: torch.Tensor,
-    eps: float | None,
-    placement: str,
+    models: list[EpsModel],
     inexact: bool = False,
 ) -> tuple[str, Finding]:
-    """(the ``stats_precision["bfloat16"]`` text, its finding). ``inexact``: the statistic probe
+    """(the ``stats_precision["bfloat16"]`` text, its finding). ``models``: the (ε, placement)
+    readings the ε probe left open; the row scales are predicted under each and judged under the
+    one that fits best. With none (ε acts in no way the probes model), errors that no rounding
+    explains are not called a defect: ε may cause them. ``inexact``: the statistic probe
     already found the row scales off at the audit's own input dtype; errors no bfloat16 rounding
-    explains are then not laid at bfloat16's door."""
+    explains are then not laid at bfloat16's door either."""
     x = bf16_rows(d)
     probe = "precision (bfloat16)"
     try:
         y = call(f, x)
-        g, b = gain_and_bias(f, d, torch.bfloat16, math.sqrt(BF16_MEAN_SQUARE))
+        g, b = gain_and_bias(f, d, torch.bfloat16, GAIN_READ_SCALE)
     except CALL_ERRORS as err:
         text = f"bfloat16 input not accepted ({type(err).__name__})"
         return text, Finding(probe, NOTE, text)
@@ -170,14 +191,16 @@ def bf16_check(
         text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
         return text, Finding(probe, NOTE, text, withheld=True)
     hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
-    v = alternating(1, d, torch.float64)[0, live]
-    pred = cand.hat(xd, eps, placement)[:, live]
-    pred = pred * (v / cand.hat(math.sqrt(BF16_MEAN_SQUARE) * alternating(1, d, torch.float64),
-                                eps, placement)[0, live])  # fmt: skip
-    k = row_scales(hat, pred)
     noise = row_noise(hat, y[:, live], g[live], x.dtype, d, b[live])
     stat = cand.statistic(xd)[:, 0]
-    ex = explain_row_scales(k, stat, noise, BF16_MEAN_SQUARE, pred, x.dtype)
+    explained = []
+    for model in models or [NO_EPS]:
+        pred = _predicted(cand, xd, model, GAIN_READ_SCALE, live)
+        ex = explain_row_scales(
+            row_scales(hat, pred), stat, noise, GAIN_READ_SCALE**2, pred, x.dtype
+        )
+        explained.append(ex)
+    ex = min(explained, key=lambda e: (not e.exact, not e.undetermined, e.chi2))
     tol = ex.threshold
     if ex.undetermined:
         text = (
@@ -222,6 +245,14 @@ def bf16_check(
             probe, DEFECT, text[len("bfloat16: ") :],
             diagnosis="16-bit accumulation of the statistic", error=ex.chi2, tolerance=tol,
         )  # fmt: skip
+    if not models:
+        text = (
+            f"bfloat16: withheld: row scale off by {ex.median_error:.3%} (median) and no bfloat16 "
+            "rounding fits, but ε acts in a way the probes do not model (see ε), and may be the "
+            "cause"
+        )
+        return text, Finding(probe, NOTE, text[len("bfloat16: ") :], error=ex.chi2,
+                             tolerance=tol, withheld=True)  # fmt: skip
     text = (
         f"bfloat16: statistics rounded to bfloat16 or otherwise imprecise (row scale off by "
         f"{ex.median_error:.3%}, median; χ² {ex.chi2:.1f} > {tol:.2f}, no single rounding fits)"
@@ -271,10 +302,12 @@ def _eps_choices(eps: float, attribute: float | None) -> list[float]:
 
 
 def _variants(
-    x: torch.Tensor, xf: torch.Tensor, w: torch.Tensor, e: float
+    x: torch.Tensor, xf: torch.Tensor, w: torch.Tensor, e: float, placement: str
 ) -> list[tuple[str, str, torch.Tensor]]:
-    """(severity, label, output) of each rounding recipe for input x with ε = e."""
-    hat = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + e)
+    """(severity, label, output) of each rounding recipe for input x with ε = e, added where
+    ``placement`` says: x·rsqrt(m + ε) inside the root, x / (sqrt(m) + ε) outside."""
+    ms = xf.pow(2).mean(-1, keepdim=True)
+    hat = xf / (ms.sqrt() + e) if placement.startswith("outside") else xf * torch.rsqrt(ms + e)
     out = []
     for offset in (0.0, 1.0):
         gain32 = w.float() + offset
@@ -301,9 +334,15 @@ def _variants(
 
 
 def casting_check(
-    f: NormFn, weight: torch.Tensor, dim: int, eps: float, eps_attribute: float | None
+    f: NormFn,
+    weight: torch.Tensor,
+    dim: int,
+    eps: float,
+    eps_attribute: float | None,
+    placement: str = INSIDE,
 ) -> tuple[str, Finding]:
-    """Which 16-bit rounding a mean-square norm follows, bit for bit, in bfloat16."""
+    """Which 16-bit rounding a mean-square norm follows, bit for bit, in bfloat16, with ε where
+    the ε probe found it (``placement``: inside or outside the root)."""
     gen = torch.Generator().manual_seed(3)
     n = max(16, math.ceil(4096 / dim))
     x = torch.randn(n, dim, generator=gen).bfloat16()
@@ -321,7 +360,7 @@ def casting_check(
     y16 = y.to(x.dtype)
     scored = []  # (fraction of outputs that differ, severity, label)
     for e in _eps_choices(eps, eps_attribute):
-        for sev, label, ref in _variants(x, xf, w, e):
+        for sev, label, ref in _variants(x, xf, w, e, placement):
             diff = (y16.float() - ref.float()).abs()
             one_ulp = bool((diff <= ulp(ref).float() * 1.0001).all())
             scored.append((float((diff > 0).float().mean()) if one_ulp else 1.0, sev, label))

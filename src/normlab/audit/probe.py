@@ -14,25 +14,32 @@ The probes, in order, each resting on the ones before:
 2. **axis** (:mod:`.axis`): which outputs move when one input does: per row, element-wise, or a
    statistic over the wrong axis (the rows of the batch, a middle dim of [B, T, D], the tensor).
 3. **normalises?** A normaliser divides each row by a statistic of the row: at a large input
-   scale (where ε is negligible) f(c·x) = f(x) for c > 0, and at the probe's own scale scaling x
+   scale (mean square 10¹², where ε is negligible inside the root or outside it) f(c·x) = f(x)
+   for c > 0, and at the probe's own scale scaling x
    changes each row of f(x) − b only by a factor. A row-scale drift within
    :data:`~normlab.audit.statistic.ROW_SCALE_BAND` is a normaliser with imprecise statistics; an
    output that falls as 1/|x| divides by the statistic without a root.
-4. **gain** (:mod:`.gain`): g = (f(S·v) − b) / v for v = [+1, −1, …], and which function of the
-   weight it is (w, 1 + w, or a defect: unbiased variance, L2 norm, the gain applied before
-   normalising, rounded to 16 bits, 1 + w added in 16 bits). The weight is set to a random
-   value for the audit and restored, so that these differ.
+4. **gain** (:mod:`.gain`): g = (f(S·v) − b) / v for v = [+1, −1, …] and S = 2²⁰ (where ε is
+   negligible wherever it sits; its small effect is divided out once ε is found), and which
+   function of the weight it is (w, 1 + w, or a defect: unbiased variance, L2 norm, the gain
+   applied before normalising, rounded to 16 bits, 1 + w added in 16 bits). The weight is set
+   to a random value for the audit and restored, so that these differ.
 5. **ε** (:mod:`.eps`): its size and whether it sits inside the root, outside it, or is missing.
 6. **centring**: f(x + a·1) = f(x) on values exact in the probe dtype ⇔ the mean is subtracted.
 7. **statistic** (:mod:`.statistic`): x̂ = (f(X) − b) / g against each candidate on rows built
-   to tell them apart; when none fits, the closest with its error, and no name (ε, precision
-   and casting are then withheld). Permuting each row's values must leave its scale alone: a
+   to tell them apart, with ε as the ε probe found it (both readings when it could not tell);
+   when none fits, the closest with its error, and no name (ε, precision and casting are then
+   withheld). Permuting each row's values must leave its scale alone: a
    statistic that depends on the order of its sum is accumulated in 16 bits.
 8. **precision** (:mod:`.precision`, needs the statistic): float16 rows with |x| ≈ 300 (x²
    overflows float16) and bfloat16 rows whose row scales tell float32 statistics from rounded
    or 16-bit-accumulated ones.
-9. **casting** (mean square family, needs ε and the weight): bit for bit against the LLaMA and
-   Gemma formulas in bfloat16, and against 16-bit gain arithmetic.
+9. **casting** (mean square family, needs ε's placement and the weight): bit for bit against the
+   LLaMA and Gemma formulas in bfloat16, with ε inside or outside the root as found, and against
+   16-bit gain arithmetic.
+
+Every probe after the ε probe is computed for the ε placement, centring, gain form and statistic
+the audit found, or withheld with the reason; none assumes the contract's choice.
 """
 
 from __future__ import annotations
@@ -50,6 +57,7 @@ from torch import nn
 from normlab.audit import axis
 from normlab.audit.basics import (
     CALL_ERRORS,
+    GAIN_READ_SCALE,
     NonFinite,
     NormFn,
     accumulation_error,
@@ -65,8 +73,17 @@ from normlab.audit.basics import (
     shrink,
     working_dtype,
 )
-from normlab.audit.eps import estimate_eps
-from normlab.audit.findings import DEFECT, NOTE, OK, Finding, ordered, withheld, worst
+from normlab.audit.eps import NO_EPS, estimate_eps
+from normlab.audit.findings import (
+    DEFECT,
+    NOTE,
+    OK,
+    Finding,
+    figure,
+    ordered,
+    withheld,
+    worst,
+)
 from normlab.audit.gain import L2, UNBIASED, identify_gain
 from normlab.audit.precision import bf16_check, casting_check, fp16_check, row_noise
 from normlab.audit.statistic import (
@@ -78,8 +95,12 @@ from normlab.audit.statistic import (
 )
 
 SCALE_STEP = 3.7  # the factor c of the scale-invariance probes
-LARGE_MEAN_SQUARE = 1e4  # input scale at which ε is negligible: ε = 1 moves x̂ by 5e-5
-GAIN_SCALE = math.sqrt(LARGE_MEAN_SQUARE)  # x = GAIN_SCALE · v has that mean square
+# input scales at which ε is negligible, largest first: at 1e12 ε = 1 moves x̂ by 5e-13 in the
+# root and by 1e-6 outside it (at 1e4, outside the root ε = 0.01 moved x̂ by 1e-4, read as
+# drifting row scales). The first whose output is finite and not collapsed to the bias is used
+# (a norm that casts to float16 overflows at 1e12): the last one diagnoses the overflow
+LARGE_MEAN_SQUARES = (1e12, 1e8, 1e4)
+LARGE_MEAN_SQUARE = LARGE_MEAN_SQUARES[-1]
 MIN_DIM = 4  # at D = 2 every centred row is a multiple of [1, −1]: the shape probe cannot fail
 GAIN_NAMES = ("weight", "gamma", "gain")  # what a norm module's own gain parameter is called
 EPS_NAMES = ("eps", "variance_epsilon", "epsilon")  # and its ε
@@ -395,7 +416,7 @@ class _Audit:
             self.findings.append(
                 Finding(
                     "output", NOTE,
-                    f"two calls on the same input differ (relative {diff:.2e}): the output is "
+                    f"two calls on the same input differ (relative {figure(diff)}): the output is "
                     "random (dropout or another training-mode layer?); nothing else was probed",
                 )
             )  # fmt: skip
@@ -415,9 +436,7 @@ class _Audit:
             self.findings.append(rows.finding if seq is None else seq.finding)
 
         # 3. normalises?
-        big_ms = LARGE_MEAN_SQUARE if dtype != torch.float16 else 1.0
-        big = x * math.sqrt(big_ms / float(x.double().pow(2).mean()))
-        y_big = finite_call(f, big, "normalises")
+        big_ms, big, y_big = self._large_input(x, b)
         self.out_dtype = effective_dtype(f, x, y, b)
         r.tolerance = output_tolerance(self.out_dtype, dim)
         r.working_dtype = str(self.out_dtype)[6:]
@@ -448,11 +467,32 @@ class _Audit:
             Finding(
                 "normalises", OK,
                 f"f(c·x) = f(x) in row shape for c = {SCALE_STEP} at mean square {big_ms:g}; "
-                f"rows' scales within {drift:.2e} (the statistic probe measures them)",
+                f"rows' scales within {figure(drift)} (the statistic probe measures them)",
                 error=shape_err, tolerance=tol,
             )
         )  # fmt: skip
         return self._after_normalising(b, y)
+
+    def _large_input(
+        self, x: torch.Tensor, b: torch.Tensor
+    ) -> tuple[float, torch.Tensor, torch.Tensor]:
+        """(mean square, x scaled to it, f of that): the largest of :data:`LARGE_MEAN_SQUARES`
+        whose output (and that of :data:`SCALE_STEP` times it) is finite and not collapsed to
+        the bias (1 for float16 probes)."""
+        scales = LARGE_MEAN_SQUARES if self.dtype != torch.float16 else (1.0,)
+        ms_x = float(x.double().pow(2).mean())
+        for big_ms in scales[:-1]:
+            big = x * math.sqrt(big_ms / ms_x)
+            try:
+                y_big, y_far = call(self.f, big), call(self.f, SCALE_STEP * big)
+            except CALL_ERRORS:
+                continue
+            moved = (y_big.double() - b.double()).abs().amax(-1)
+            finite = bool(torch.isfinite(y_big).all()) and bool(torch.isfinite(y_far).all())
+            if finite and bool((moved > 0).all()):
+                return big_ms, big, y_big
+        big = x * math.sqrt(scales[-1] / ms_x)
+        return scales[-1], big, finite_call(self.f, big, "normalises")
 
     def _wrong_axis(self, res: axis.AxisResult) -> None:
         self.findings.append(res.finding)
@@ -478,7 +518,12 @@ class _Audit:
             return err <= tol, err, tol
 
         centred, _, _ = centred_probe(f)
-        gain = identify_gain(g, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift)
+        # the gain's form is read where ε is negligible wherever it sits (not yet known)
+        read_scale = gain_scale if dtype == torch.float16 else GAIN_READ_SCALE
+        g_read = self._read_gain(read_scale, b, g_meas)
+        gain = identify_gain(
+            g_read, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift
+        )
         fn = f
         if gain.effective is not None:  # the gain is applied first: audit x ↦ f(x / w)
             w_eff = gain.effective.to(dtype)
@@ -498,9 +543,9 @@ class _Audit:
                 f"ε equals the machine epsilon of the probe dtype ({dtype}): the implementation "
                 "derives ε from a dtype (as torch's eps=None does) instead of a fixed value"
             )
-        placement = r.eps_placement
-        if gain.effective is None:
-            g = g / float(shrink(gain_scale**2, r.eps, placement))
+        placement, models = r.eps_placement, eps_res.models
+        if gain.effective is None:  # read again with ε's small effect at the read scale out
+            g = g_read / float(shrink(read_scale**2, r.eps, placement))
             gain = identify_gain(
                 g, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift
             )
@@ -530,15 +575,27 @@ class _Audit:
         hat = (ys.double() - b.double()) / gl
         self.findings.append(self._order_probe(fn, xs, hat, b, gl, live))
         stat_tol = output_tolerance(self.out_dtype, dim)
-        fit = fit_statistic(hat, xs.double(), v64, gain_scale, r.eps, placement, stat_tol, live)
+        fit = min(
+            (
+                fit_statistic(hat, xs.double(), v64, gain_scale, e, p, stat_tol, live)
+                for e, p in models or [NO_EPS]
+            ),
+            key=lambda s: s.error,
+        )  # under each reading of ε the ε probe left open
         if fit.candidate is not None and not fit.fits_exactly:
             self._explain_fit(fit, xs, ys, hat, gl, live)
+            if not models and fit.finding.diagnosis == "inexact statistic":
+                fit.finding.severity, fit.finding.diagnosis = NOTE, None
+                fit.finding.message += (
+                    "; not called a defect: ε acts in a way the probes do not model (see ε) "
+                    "and may cause it"
+                )
         self.findings.append(fit.finding)
         r.max_rel_error = fit.error
         if fit.candidate is None:
             r.statistic = (
-                f"none fits: closest {fit.closest.name} (error {fit.error:.2e} > tolerance "
-                f"{stat_tol:.2e})"
+                f"none fits: closest {fit.closest.name} (error {figure(fit.error)} > tolerance "
+                f"{figure(stat_tol)})"
             )
             reason = "no candidate statistic fits"
             self.withhold(reason, "precision (float16)", "precision (bfloat16)", "casting")
@@ -565,10 +622,8 @@ class _Audit:
         unit = gain.effective is not None and self.weight is not None
         with _unit_gain(self.weight if unit else None) as done:
             probed = f if unit and done else fn
-            fp16_text, fp16 = fp16_check(probed, dim, fit.candidate, live)
-            bf16_text, bf16 = bf16_check(
-                probed, dim, fit.candidate, live, r.eps, placement, inexact
-            )
+            fp16_text, fp16 = fp16_check(probed, dim, fit.candidate, live, models)
+            bf16_text, bf16 = bf16_check(probed, dim, fit.candidate, live, models, inexact)
         self.findings += [fp16, bf16]
         r.stats_precision = {"float16": fp16_text, "bfloat16": bf16_text}
 
@@ -577,13 +632,24 @@ class _Audit:
             return None
         if self.weight is None:
             self.withhold("no weight exposed", "casting")
-        elif r.eps is None or not placement.startswith("inside"):
-            self.withhold("ε was not found inside the root", "casting")
+        elif r.eps is None or not placement.startswith(("inside", "outside")):
+            self.withhold("ε's placement was not determined", "casting")
         else:
             eps_attr = _module_eps(f)
-            r.casting, finding = casting_check(fn, self.weight, dim, r.eps, eps_attr)
+            r.casting, finding = casting_check(fn, self.weight, dim, r.eps, eps_attr, placement)
             self.findings.append(finding)
         return None
+
+    def _read_gain(self, scale: float, b: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
+        """g = (f(scale·v) − b) / v (float64); ``fallback`` where that output is not finite."""
+        v = alternating(1, self.dim, self.dtype)
+        try:
+            out = call(self.f, scale * v)
+        except CALL_ERRORS:
+            return fallback
+        if not bool(torch.isfinite(out).all()):
+            return fallback
+        return ((out.double() - b.double()) / v.double())[0]
 
     def _order_probe(
         self,

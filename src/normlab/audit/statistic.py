@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from normlab.audit.basics import rel, row_scales, row_shape_error
-from normlab.audit.findings import DEFECT, NOTE, OK, Finding
+from normlab.audit.findings import DEFECT, NOTE, OK, Finding, figure
 
 # RMS row-scale error that no chain of a few bfloat16 roundings of the statistic reaches (one
 # rounding gives RMS ≈ 0.1 %, four ≈ 0.2 %): beyond it, errors accumulate over the row
@@ -168,9 +168,9 @@ def fit_statistic(
         found, sev = None, NOTE
         second = scored[1]
         msg = (
-            f"no candidate statistic fits: closest {best.name} (error {err:.2e}, "
-            f"rows' shapes {shape_err:.2e}, rows' scales {scale_err:.2e}); next "
-            f"{second[3].name} (error {second[0]:.2e})"
+            f"no candidate statistic fits: closest {best.name} (error {figure(err)}, "
+            f"rows' shapes {figure(shape_err)}, rows' scales {figure(scale_err)}); next "
+            f"{second[3].name} (error {figure(second[0])})"
         )
     diagnosis = found.diagnosis if found is not None else None
     if found is not None and sev == DEFECT and diagnosis is None:

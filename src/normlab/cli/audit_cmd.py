@@ -7,6 +7,11 @@ or sandwich), ``dit`` (the small DiT for flow matching; ``--norm`` a conditional
 causal LM from its config, ``--model-set`` overrides; ``--norm`` an unconditional kind puts it
 in every norm slot, as ``compare --model`` does; default: the model's own norms) or
 ``package.module:factory`` returning ``(model, example_inputs)``.
+
+Exit status of ``audit norm``: 0 when the verdict is ``ok`` or ``note``, :data:`EXIT_DEFECT` (3)
+when it is ``defect`` (so that a CI job can fail on it), 2 for a usage error (TARGET or an option
+refused), 1 for any other error (:mod:`normlab.cli.errors`). ``audit model`` places norms and
+judges none: 0, or 2 / 1 as above.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from rich.text import Text
 
 from normlab._resources import check_fits_memory
 from normlab.audit import NormAudit, audit_model, audit_norm
+from normlab.audit.findings import DEFECT, figure
 from normlab.cli.app import app
 from normlab.cli.audit_targets import (
     DEFAULT_NORMS,
@@ -63,6 +69,10 @@ AUDIT_BYTES_PER_DIM = 256 * 8 * 4
 """Memory of the probes per unit of D: their largest batch is 256 rows, held in float64 in a
 few copies (see :mod:`normlab.audit.probe`)."""
 
+EXIT_DEFECT = 3
+"""Exit status of ``audit norm`` whose verdict is ``defect`` (1 and 2 are the CLI's error and
+usage statuses)."""
+
 
 @audit_app.command("norm")
 def audit_norm_cmd(
@@ -78,6 +88,8 @@ def audit_norm_cmd(
     """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision.
 
     Prints the verdict, then defects and notes with their error and tolerance, then the table.
+
+    Exit status: 0 when the verdict is ok or note, 3 when it is defect, 2 for a usage error.
     """
     try:
         check_dim(dim)
@@ -95,7 +107,14 @@ def audit_norm_cmd(
         raise _bad_parameter(err, {}) from err
     if as_json:
         typer.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-        return
+    else:
+        _show_norm(result, target, dim)
+    if result.severity == DEFECT:
+        raise typer.Exit(EXIT_DEFECT)
+
+
+def _show_norm(result: NormAudit, target: str, dim: int) -> None:
+    """Print a norm audit: the verdict, defects and notes, the table, then what passed."""
     console = Console()
     for line in _verdict_lines(result):
         typer.echo(line)
@@ -140,15 +159,16 @@ def _norm_table(result: NormAudit, target: str, dim: int) -> Table:
         rows.append(("16-bit casting", result.casting))
     if result.max_rel_error is not None:
         stat = next((f for f in result.findings if f.probe == "statistic"), None)
-        tol = f" (tolerance {stat.tolerance:.2e})" if stat and stat.tolerance else ""
-        rows.append(("fit of the statistic", f"relative error {result.max_rel_error:.2e}{tol}"))
+        tol = f" (tolerance {figure(stat.tolerance)})" if stat and stat.tolerance else ""
+        fit = f"relative error {figure(result.max_rel_error)}{tol}"
+        rows.append(("fit of the statistic", fit))
     if result.tolerance is not None:
         works = result.working_dtype or result.probe_dtype
         rows.append(
             (
                 "probes",
                 f"{result.probe_dtype} input, outputs carry {works} precision: output "
-                f"tolerance {result.tolerance:.2e} (2u + 4·eps32·sqrt(D))",
+                f"tolerance {figure(result.tolerance)} (2u + 4·eps32·sqrt(D))",
             )
         )
     for k, v in rows:
