@@ -10,8 +10,9 @@ random token stream, each rank on its shard of the global batch; rank 0 writes `
 the trained model's full state, ``DIR/model.pt`` (both atomically). The
 same function run in one plain process (:func:`train`) is the single-process reference: over
 its few steps the losses must agree for every N to float32 rounding (longer runs drift apart as
-Adam amplifies that rounding, docs/scaling.md). ``--fail-rank R --fail-at-step S`` makes rank R raise at step S
-(the crash path); with ``--hang`` it sleeps forever instead (the timeout path).
+Adam amplifies that rounding, docs/scaling.md). ``--fail-rank R --fail-at-step S`` makes rank
+R raise at step S (the crash path); with ``--hang`` it sleeps forever instead (the timeout
+path).
 """
 
 from __future__ import annotations
