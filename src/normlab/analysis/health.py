@@ -4,12 +4,25 @@ statistic, and the flag on layers whose x̂ drifts from its contract.
 DESIGN §1: mean(x̂²) ≈ 1 for RMSNorm, and for LayerNorm mean(x̂) ≈ 0 and var(x̂) ≈ 1 (so
 mean(x̂²) = var + mean² ≈ 1 too). A layer is flagged when, at some evaluation,
 
-- |mean(x̂²) − 1| > ``tolerance`` (5 % by default): ε dominates mean(x²) (or σ²), so x̂ is
-  shrunk towards 0 — a too-large ε for the activations' scale, or inputs collapsing; or
+- |mean(x̂²) − 1| > ``tolerance`` (5 % by default), mean(x̂²) being that of the x̂ the layer
+  returned (``out_xhat_ms``) where recorded, else of x̂ recomputed from its input
+  (``xhat_ms``): ε dominates mean(x²) (or σ²), so x̂ is shrunk towards 0 — a too-large ε for
+  the activations' scale, or inputs collapsing —, or the layer computes x̂ wrongly (a
+  forgotten root gives ≈ 1 / mean(x²)); or
 - ``formula_err`` > ``tolerance``: the layer's output is not g ⊙ x̂ (+ β) by its own formula
   (a bug: a forgotten root, ε outside the root, a statistic squared in 16 bits).
 
-Layers of unknown formula (null statistics) are never flagged.
+Why 5 %: both statistics are computed in float32 from the layer's input and output, so the
+only rounding that reaches them is that of the layer's own arithmetic in its dtype. One
+rounding to bfloat16 (8 significant bits, unit roundoff u = 2⁻⁸) moves each y² by at most
+2u ≈ 0.8 % and formula_err by at most u ≈ 0.4 % (float16: u = 2⁻¹¹; float32: u = 2⁻²⁴), so a
+correct layer that rounds x̂, then g ⊙ x̂, in bfloat16 stays within about 1.6 %, well inside
+5 %. What the tolerance admits is ε: with
+m = mean(x²), mean(x̂²) ≈ m / (m + ε) leaves 1 by more than 5 % once m < 19 ε.
+
+Layers of unknown formula (null statistics) are never flagged. Records written before
+``xhat_mean_rms`` and ``out_xhat_ms`` existed are read with the fallbacks of
+:func:`health_value`.
 """
 
 from __future__ import annotations
@@ -21,15 +34,27 @@ from typing import Any
 
 from normlab.run_format import HEALTH_RECORD
 
-__all__ = ["HEALTH_TOLERANCE", "HealthFlag", "health_flags", "health_matrix"]
+__all__ = [
+    "CHECKED_XHAT_MS",
+    "HEALTH_TOLERANCE",
+    "HealthFlag",
+    "health_flags",
+    "health_matrix",
+    "health_value",
+    "xhat_ms_off",
+]
 
 HEALTH_TOLERANCE = 0.05
 """How far mean(x̂²) may sit from 1, and the output from its formula (relative), before a
-layer is flagged."""
+layer is flagged (the module docstring says why 5 %)."""
 
-_CHECKS: tuple[tuple[str, str], ...] = (
-    ("xhat_ms", "mean(x̂²) off 1"),
-    ("formula_err", "output off its formula"),
+CHECKED_XHAT_MS = "out_xhat_ms"
+"""The statistic the mean(x̂²) check reads (through :func:`health_value`, so it falls back to
+the recomputed ``xhat_ms`` where a layer or an older record has none)."""
+
+_CHECKS: tuple[tuple[str, str, str], ...] = (
+    ("xhat_ms", CHECKED_XHAT_MS, "mean(x̂²) off 1"),
+    ("formula_err", "formula_err", "output off its formula"),
 )
 
 
@@ -63,6 +88,36 @@ def _deviation(stat: str, value: float) -> float:
     return abs(value - 1.0) if stat == "xhat_ms" else abs(value)
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def health_value(stats: Mapping[str, Any], stat: str) -> float | None:
+    """``stat`` of one layer's entry in a ``health`` record as a float, None where missing;
+    two statistics fall back to what the older fields give:
+
+    - ``out_xhat_ms`` (mean(x̂²) of the returned x̂; null for conditional norms) → ``xhat_ms``
+      (mean(x̂²) recomputed from the input), the same number for a layer that keeps its formula;
+    - ``xhat_mean_rms`` → √max(``xhat_ms`` − ``xhat_var``, 0): mean(x̂²) over all values is the
+      mean over tokens of var_t(x̂) + m_t², so the difference is mean_t m_t² (as recomputed, up
+      to the float32 rounding of the two means, ≈ 10⁻³ after the root)."""
+    value = _number(stats.get(stat))
+    if value is not None:
+        return value
+    if stat == CHECKED_XHAT_MS:
+        return _number(stats.get("xhat_ms"))
+    if stat == "xhat_mean_rms":
+        ms, var = _number(stats.get("xhat_ms")), _number(stats.get("xhat_var"))
+        if ms is not None and var is not None and math.isfinite(ms - var):
+            return math.sqrt(max(ms - var, 0.0))
+    return None
+
+
+def xhat_ms_off(value: float | None, tolerance: float = HEALTH_TOLERANCE) -> bool:
+    """Whether a mean(x̂²) breaks the check: finite and more than ``tolerance`` from 1."""
+    return value is not None and math.isfinite(value) and abs(value - 1.0) > tolerance
+
+
 def health_records(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """The ``health`` records among a run's ``metrics.jsonl`` records, in step order."""
     found = [r for r in records if r.get("type") == HEALTH_RECORD]
@@ -85,14 +140,14 @@ def health_flags(
         for layer, stats in (record.get("layers") or {}).items():
             if layer not in order:
                 order.append(layer)
-            for stat, _ in _CHECKS:
-                value = stats.get(stat)
-                judged = isinstance(value, (int, float)) and math.isfinite(value)
+            for stat, source, _ in _CHECKS:
+                value = health_value(stats, source)
+                judged = value is not None and math.isfinite(value)
                 if judged and _deviation(stat, value) > tolerance:
-                    hits.setdefault((layer, stat), []).append((step, float(value)))
+                    hits.setdefault((layer, stat), []).append((step, value))
     flags = []
     for layer in order:
-        for stat, what in _CHECKS:
+        for stat, _, what in _CHECKS:
             found = hits.get((layer, stat))
             if not found:
                 continue
@@ -102,10 +157,11 @@ def health_flags(
 
 
 def health_matrix(
-    records: Iterable[Mapping[str, Any]], stat: str = "xhat_ms"
+    records: Iterable[Mapping[str, Any]], stat: str = "xhat_ms", kind: str | None = None
 ) -> tuple[list[str], list[int], list[list[float]]]:
     """(layers, steps, values) of ``stat`` over a run's ``health`` records: ``values[i][j]`` is
-    layer i's ``stat`` at step j (NaN where missing), layers in order of first appearance."""
+    layer i's ``stat`` at step j (:func:`health_value`; NaN where missing, and with ``kind``
+    for layers of another ``kind``), layers in order of first appearance."""
     found = health_records(records)
     layers: list[str] = []
     for record in found:
@@ -117,7 +173,8 @@ def health_matrix(
     for layer in layers:
         row = []
         for record in found:
-            v = (record.get("layers") or {}).get(layer, {}).get(stat)
-            row.append(float(v) if isinstance(v, (int, float)) else math.nan)
+            stats = (record.get("layers") or {}).get(layer) or {}
+            v = health_value(stats, stat) if kind is None or stats.get("kind") == kind else None
+            row.append(math.nan if v is None else v)
         values.append(row)
     return layers, steps, values

@@ -8,9 +8,11 @@ gradient clipping on batches drawn by :class:`normlab.data.batches.TrainBatches`
 random token stream, each rank on its shard of the global batch; rank 0 writes ``DIR/result.json``
 (per-step global loss and gradient norm, per-rank peak memory and throughput with totals) and
 the trained model's full state, ``DIR/model.pt`` (both atomically). The
-same function run in one plain process (:func:`train`) is the single-process reference: the
-losses must agree for every N. ``--fail-rank R --fail-at-step S`` makes rank R raise at step S
-(the crash path); with ``--hang`` it sleeps forever instead (the timeout path).
+same function run in one plain process (:func:`train`) is the single-process reference: over
+its few steps the losses must agree for every N to float32 rounding (longer runs drift apart as
+Adam amplifies that rounding, docs/scaling.md). ``--fail-rank R --fail-at-step S`` makes rank
+R raise at step S (the crash path); with ``--hang`` it sleeps forever instead (the timeout
+path).
 """
 
 from __future__ import annotations

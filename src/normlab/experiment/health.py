@@ -11,16 +11,22 @@ too). Per layer, over every token vector x ∈ R^D of its input (``N`` tokens), 
 - for a layer whose formula is known (normlab's LayerNorm, RMSNorm, AdaRMSNorm,
   AdaLayerNormZero and torch's ``nn.LayerNorm`` / ``nn.RMSNorm``), x̂ recomputed from the input
   with the layer's own ε and kind (DESIGN §1): LayerNorm x̂ = (x − μ)·rsqrt(σ² + ε), RMSNorm
-  x̂ = x·rsqrt(mean(x²) + ε); then ``xhat_ms`` = mean(x̂²) over all values (≈ 1 for both kinds:
-  the health check), ``xhat_mean`` = mean(x̂) (≈ 0 for LayerNorm) and ``xhat_var`` = the mean
-  over tokens of each token's variance of x̂ (≈ 1 for LayerNorm). ε large against mean(x²) or
-  σ² pulls mean(x̂²) below 1: the check sees it.
+  x̂ = x·rsqrt(mean(x²) + ε); then ``xhat_ms`` = mean(x̂²) over all values (≈ 1 for both kinds;
+  ε large against mean(x²) or σ² pulls it below 1), ``xhat_mean`` = mean(x̂) (≈ 0 for
+  LayerNorm), ``xhat_var`` = the mean over tokens of each token's variance of x̂ (≈ 1 for
+  LayerNorm) and ``xhat_mean_rms`` = √(mean over tokens of m_t²), m_t = the mean of token t's
+  x̂ (0 for LayerNorm; for RMSNorm m_t = μ_t / rms_t, so it says how far the inputs are from
+  zero-mean, without the cancellation between tokens of opposite sign that ``xhat_mean`` has);
 - for a layer with a gain (``weight``): ``gain_mean`` = mean(g) and ``gain_max_abs`` = max |g| of
   the effective gain g (o + w for an RMSNorm with offset o, w otherwise);
-- for an unconditional LayerNorm or RMSNorm of known formula: ``formula_err`` =
-  √mean((y − y_ref)²) / √mean(y_ref²), y_ref = g ⊙ x̂ (+ β), the distance of what the layer
-  returned from what its formula says (a layer whose forward forgets the root, or squares
-  in 16 bits, shows up here even where its x̂ statistics look right).
+- for an unconditional LayerNorm or RMSNorm of known formula, with y_ref = g ⊙ x̂ (+ β):
+  ``formula_err`` = √mean((y − y_ref)²) / √mean(y_ref²), the distance of what the layer
+  returned from what its formula says, and ``out_xhat_ms`` = mean(x̂²) · mean((y − β)²) /
+  mean((g ⊙ x̂)²), the mean square of the x̂ the layer itself returned, read through its gain
+  (it equals mean(x̂²) for a layer that returns y_ref, and for a uniform gain it is exactly
+  mean(x̂_y²) of the returned x̂_y = (y − β) / g; weighting by g² keeps channels with g ≈ 0 from
+  dividing their rounding by g). A layer whose forward forgets the root shows up in both
+  (``out_xhat_ms`` ≈ 1 / mean(x²)) even where the recomputed x̂ statistics look right.
 
 A layer called several times in one batch is averaged over its calls (``calls`` says how many).
 For another norm (DyT, a Hugging Face class, …) the x̂ fields are null. The record this produces
@@ -157,12 +163,13 @@ def layer_health(
         stats["xhat_ms"] = xh.square().mean().item()
         stats["xhat_mean"] = xh.mean().item()
         stats["xhat_var"] = xh.var(dim=-1, unbiased=False).mean().item()
+        stats["xhat_mean_rms"] = xh.mean(dim=-1).square().mean().sqrt().item()
     gain = effective_gain(module)
     if gain is not None and gain.numel():
         stats["gain_mean"] = gain.mean().item()
         stats["gain_max_abs"] = gain.abs().max().item()
     if formula is not None and isinstance(y, torch.Tensor) and _unconditional(module):
-        stats["formula_err"] = _formula_err(x, y, module, formula)
+        stats.update(_output_check(xh, y, module, formula))
     return stats
 
 
@@ -170,25 +177,33 @@ def _unconditional(module: nn.Module) -> bool:
     return not isinstance(module, (AdaRMSNorm, AdaLayerNormZero))
 
 
-def _formula_err(
-    x: torch.Tensor, y: torch.Tensor, module: nn.Module, formula: NormFormula
-) -> float:
-    """√mean((y − y_ref)²) / √mean(y_ref²), y_ref = g ⊙ x̂ + β (g, β where the layer has them)."""
-    xh = normalized(x, formula)
-    ref = xh
+def _output_check(
+    xh: torch.Tensor, y: torch.Tensor, module: nn.Module, formula: NormFormula
+) -> dict[str, float]:
+    """``formula_err`` = √mean((y − y_ref)²) / √mean(y_ref²) with y_ref = g ⊙ x̂ + β, and
+    ``out_xhat_ms`` = mean(x̂²) · mean((y − β)²) / mean((g ⊙ x̂)²) (g, β where the layer has
+    them), from x̂ (:func:`normalized`) and the layer's output y; both NaN when y's shape is
+    not x̂'s."""
+    scaled = xh
     gain = effective_gain(module)
     if gain is not None:
-        ref = ref * gain.to(ref.dtype).reshape(-1)
+        scaled = scaled * gain.to(xh.dtype).reshape(-1)
+    out = y.detach().to(xh.dtype)
+    out = out.flatten(-formula.dims) if formula.dims > 1 else out
+    if out.shape != xh.shape:
+        return {"formula_err": math.nan, "out_xhat_ms": math.nan}
+    ref, returned = scaled, out
     bias = getattr(module, "bias", None)
     if isinstance(bias, torch.Tensor):
-        ref = ref + bias.detach().to(ref.dtype).reshape(-1)
-    out = y.detach().to(ref.dtype)
-    out = out.flatten(-formula.dims) if formula.dims > 1 else out
-    if out.shape != ref.shape:
-        return math.nan
+        beta = bias.detach().to(xh.dtype).reshape(-1)
+        ref, returned = scaled + beta, out - beta
     scale = ref.square().mean().sqrt().item()
     diff = (out - ref).square().mean().sqrt().item()
-    return diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+    err = diff / scale if scale > 0 else (0.0 if diff == 0 else math.inf)
+    scaled_ms = scaled.square().mean().item()
+    returned_ms = returned.square().mean().item()
+    ratio = returned_ms / scaled_ms if scaled_ms > 0 else (1.0 if returned_ms == 0 else math.inf)
+    return {"formula_err": err, "out_xhat_ms": xh.square().mean().item() * ratio}
 
 
 def _mean_over_calls(calls: list[dict[str, float | None]]) -> dict[str, Any]:

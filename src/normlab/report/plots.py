@@ -11,16 +11,24 @@ import io
 import math
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import LogNorm, Normalize, TwoSlopeNorm
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-from matplotlib.ticker import FuncFormatter, LogLocator, MaxNLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from normlab.analysis.health import (
+    CHECKED_XHAT_MS,
+    HEALTH_TOLERANCE,
+    health_matrix,
+    xhat_ms_off,
+)
 from normlab.analysis.ladder import Rung, predict_ladder
 from normlab.analysis.stats import t_interval
 from normlab.report.curves import Band, RunCurves, band_over_seeds, moving_average
@@ -28,6 +36,9 @@ from normlab.report.style import plot_style
 from normlab.run_format import GRAD_ANOMALIES, LOSS_ANOMALIES, TestbedFormat, testbed_format
 
 __all__ = [
+    "HEALTH_FLAG_PANEL",
+    "HEALTH_PANELS",
+    "HealthPanel",
     "figure_png",
     "plot_final_metrics",
     "plot_grad_norm",
@@ -691,73 +702,166 @@ def plot_samples(
     return fig
 
 
-HEALTH_SPAN = 0.2
-"""The heatmap's colour scale: mean(x̂²) from 1 − span (blue) through 1 (white) to 1 + span
-(red); values beyond are clipped to the end colours."""
+@dataclass(frozen=True)
+class HealthPanel:
+    """One column of the norm-health figure: the ``health`` statistic ``stat`` (read through
+    :func:`normlab.analysis.health.health_value`), its column ``title``, its colour bar's
+    ``label``, a log colour scale or not, and ``kind`` to show only layers of that kind."""
+
+    stat: str
+    title: str
+    label: str
+    log: bool = False
+    kind: str | None = None
+
+
+HEALTH_PANELS: tuple[HealthPanel, ...] = (
+    HealthPanel("in_rms", "input RMS", "√mean(x²) entering the norm (log scale)", log=True),
+    HealthPanel("gain_mean", "gain: mean", "mean(g)"),
+    HealthPanel("gain_max_abs", "gain: largest |g|", "max |g|"),
+    HealthPanel(
+        "xhat_mean_rms", "RMSNorm: mean of x̂", "|mean of x̂| per token, RMS over tokens",
+        kind="rmsnorm",
+    ),
+)  # fmt: skip
+"""The columns the figure always has (one is dropped when no arm has a value for it)."""
+
+HEALTH_FLAG_PANEL = HealthPanel(CHECKED_XHAT_MS, "mean(x̂²) off 1", "mean(x̂²): 1 in a correct norm")
+"""The column added only when some layer's mean(x̂²) breaks the tolerance."""
 
 
 def plot_norm_health(
-    matrices: Mapping[str, tuple[Sequence[str], Sequence[int], Sequence[Sequence[float]]]],
+    records: Mapping[str, Sequence[Mapping[str, Any]]],
     colors: Mapping[str, str],
-    span: float = HEALTH_SPAN,
+    tolerance: float = HEALTH_TOLERANCE,
 ) -> Figure:
-    """One heatmap per arm of mean(x̂²) by norm layer (rows) and evaluation step (columns), from
-    (layers, steps, values) of :func:`normlab.analysis.health.health_matrix`; white is 1 (the
-    contract), blue below, red above, grey where the layer has no x̂ (unknown formula). Layer
-    names label the rows of the first panel in each row of panels; the arm names the panel in
-    its colour; one colour bar for all."""
-    if not matrices:
-        raise ValueError("matrices: expected at least one arm")
-    arms = list(matrices)
-    ncols = min(3, len(arms))
-    nrows = math.ceil(len(arms) / ncols)
-    n_layers = max(len(m[0]) for m in matrices.values())
-    label_width = max(len(layer) for m in matrices.values() for layer in m[0]) if n_layers else 4
+    """Norm health of one run per arm (``records``: arm → that run's ``metrics.jsonl``
+    records; only ``health`` records are read): a row per arm and a column per statistic of
+    :data:`HEALTH_PANELS`, each a heatmap of norm layers (rows) by evaluation step (columns),
+    on one colour scale per column (shared by the arms, its bar below it; grey where a layer
+    has no value). The :data:`HEALTH_FLAG_PANEL` column, mean(x̂²) on a blue–white–red scale
+    centred on 1, is added only when some value lies more than ``tolerance`` from 1. The axes
+    of each heatmap carry the gid ``"STAT:ARM"``."""
+    if not records:
+        raise ValueError("records: expected at least one arm")
+    arms = list(records)
+    grids = {
+        panel: {arm: health_matrix(records[arm], panel.stat, panel.kind) for arm in arms}
+        for panel in (*HEALTH_PANELS, HEALTH_FLAG_PANEL)
+    }
+    panels = [p for p in HEALTH_PANELS if p.stat == "in_rms" or _finite(grids[p]).size]
+    flagged = [v for v in _finite(grids[HEALTH_FLAG_PANEL]) if xhat_ms_off(float(v), tolerance)]
+    if flagged:
+        panels.append(HEALTH_FLAG_PANEL)
+    n_layers = max(len(grids[panels[0]][arm][0]) for arm in arms)
+    names = [layer for arm in arms for layer in grids[panels[0]][arm][0]]
+    label_width = max((len(n) for n in names), default=4)
     with plot_style():
-        width = 2.2 + 3.0 * ncols + 0.065 * label_width
-        height = 0.9 + nrows * (0.6 + 0.2 * max(n_layers, 2))
-        fig, axes = _figure(width, height, ncols=ncols, nrows=nrows)
-        image = None
-        for i, ax in enumerate(axes):
-            if i >= len(arms):
-                ax.set_visible(False)
-                continue
-            arm = arms[i]
-            layers, steps, values = matrices[arm]
-            data = np.ma.masked_invalid(
-                np.asarray(values, dtype=np.float64).reshape(len(layers), -1)
-            )
-            cmap = _health_cmap()
-            image = ax.imshow(
-                data,
-                aspect="auto",
-                cmap=cmap,
-                vmin=1.0 - span,
-                vmax=1.0 + span,
-                interpolation="nearest",
-            )
-            ax.grid(False)
-            ax.set_title(_wrap_name(arm, 28), color=colors.get(arm, "black"), fontsize=9)
-            ax.set_yticks(range(len(layers)))
-            ax.set_yticklabels(list(layers) if i % ncols == 0 else [""] * len(layers), fontsize=7)
-            n_steps = len(steps)
-            shown = sorted({int(k) for k in np.linspace(0, n_steps - 1, min(n_steps, 5)).round()})
-            ax.set_xticks(shown)
-            ax.set_xticklabels([str(steps[j]) for j in shown], fontsize=7)
-            ax.set_xlabel("step", fontsize=8)
-        if image is not None:
-            bar = fig.colorbar(image, ax=[a for a in axes if a.get_visible()], shrink=0.9)
-            bar.set_label("mean(x̂²)", fontsize=8)
-            bar.ax.tick_params(labelsize=7)
-        _title(fig, "Norm health: mean(x̂²) per norm layer at each evaluation")
+        width = 1.0 + 0.06 * label_width + 2.3 * len(panels)
+        height = 1.4 + len(arms) * (0.55 + 0.13 * max(n_layers, 3))
+        fig, flat = _figure(width, height, ncols=len(panels), nrows=len(arms))
+        axes = np.asarray(flat, dtype=object).reshape(len(arms), len(panels))
+        for j, panel in enumerate(panels):
+            scale = _health_scale(panel, grids[panel], tolerance)
+            cmap = _health_cmap(panel is HEALTH_FLAG_PANEL)
+            image = None
+            for i, arm in enumerate(arms):
+                layers, steps, values = grids[panel][arm]
+                image = _health_heatmap(axes[i, j], layers, steps, values, cmap, scale)
+                axes[i, j].set_gid(f"{panel.stat}:{arm}")
+                if i == 0:
+                    axes[i, j].set_title(panel.title, fontsize=9)
+                if j == 0:
+                    _health_row_labels(axes[i, j], layers, arm, colors)
+                else:
+                    axes[i, j].set_yticks([])
+                if i == len(arms) - 1:
+                    axes[i, j].set_xlabel("step", fontsize=8)
+            _health_bar(fig, image, list(axes[:, j]), panel, scale)
+        _title(fig, "Norm health: what enters each norm layer, and its gain, at each evaluation")
     return fig
 
 
-def _health_cmap():  # -> matplotlib.colors.Colormap
-    """Blue–white–red, with grey for masked cells (no x̂)."""
+def _finite(grid: Mapping[str, tuple[Sequence[str], Sequence[int], Sequence[Sequence[float]]]]):
+    values = [np.asarray(m[2], dtype=np.float64).ravel() for m in grid.values()]
+    flat = np.concatenate(values) if values else np.zeros(0)
+    return flat[np.isfinite(flat)]
+
+
+def _health_scale(
+    panel: HealthPanel,
+    grid: Mapping[str, tuple[Sequence[str], Sequence[int], Sequence[Sequence[float]]]],
+    tolerance: float,
+) -> Normalize:
+    """One colour scale for a column over every arm's finite values: logarithmic for a log
+    panel (positive values), centred on 1 for the flag column (at least 1 ± 2·tolerance
+    wide), linear otherwise; widened where all values are equal so the scale has a span."""
+    values = _finite(grid)
+    if panel is HEALTH_FLAG_PANEL:
+        half = max(2 * tolerance, float(np.max(np.abs(values - 1.0))) if values.size else 0.0)
+        return TwoSlopeNorm(1.0, 1.0 - half, 1.0 + half)
+    if panel.log:
+        values = values[values > 0]
+    lo, hi = (float(values.min()), float(values.max())) if values.size else (1.0, 1.0)
+    if panel.log:
+        if hi <= lo * 1.01:
+            lo, hi = lo / 1.1, hi * 1.1
+        return LogNorm(lo, hi)
+    if hi - lo <= 1e-6 * max(abs(lo), abs(hi), 1e-12):
+        pad = max(0.05 * abs(lo), 1e-3)
+        lo, hi = lo - pad, hi + pad
+    return Normalize(lo, hi)
+
+
+def _health_heatmap(ax: Axes, layers, steps, values, cmap, scale):  # -> AxesImage
+    data = np.asarray(values, dtype=np.float64).reshape(len(layers), -1)
+    if isinstance(scale, LogNorm):
+        data = np.where(data > 0, data, np.nan)
+    image = ax.imshow(
+        np.ma.masked_invalid(data), aspect="auto", cmap=cmap, norm=scale, interpolation="nearest"
+    )
+    ax.grid(False)
+    if not np.isfinite(data).any():
+        ax.text(0.5, 0.5, "no value", transform=ax.transAxes, ha="center", va="center",
+                fontsize=8, color="#59636e")  # fmt: skip
+    n_steps = len(steps)
+    shown = sorted({int(k) for k in np.linspace(0, n_steps - 1, min(n_steps, 4)).round()})
+    ax.set_xticks(shown)
+    ax.set_xticklabels([str(steps[k]) for k in shown], fontsize=7)
+    return image
+
+
+def _health_row_labels(ax: Axes, layers: Sequence[str], arm: str, colors: Mapping[str, str]):
+    """Layer names on the rows (every k-th past 24 layers, so 7-point labels never touch) and
+    the arm's name, in its colour, left of them."""
+    every = max(1, math.ceil(len(layers) / 24))
+    rows = list(range(0, len(layers), every))
+    ax.set_yticks(rows)
+    ax.set_yticklabels([layers[r] for r in rows], fontsize=7)
+    ax.set_ylabel(_wrap_name(arm, 24), color=colors.get(arm, "black"), fontsize=9)
+
+
+def _health_bar(fig: Figure, image, axes: list[Axes], panel: HealthPanel, scale) -> None:
+    if image is None:
+        return
+    bar = fig.colorbar(image, ax=axes, location="bottom", shrink=0.95, aspect=22, pad=0.02)
+    bar.set_label(panel.label, fontsize=7)
+    bar.ax.tick_params(labelsize=7)
+    if panel.log:  # a few plain numbers: a narrow log range gets no decade ticks to label
+        ticks = np.geomspace(scale.vmin, scale.vmax, 4)
+        bar.ax.xaxis.set_major_locator(FixedLocator(ticks))
+        bar.ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        bar.ax.xaxis.set_minor_formatter(NullFormatter())
+        bar.ax.xaxis.set_minor_locator(FixedLocator([]))
+    else:
+        bar.ax.xaxis.set_major_locator(MaxNLocator(4))
+
+
+def _health_cmap(diverging: bool = False):  # -> matplotlib.colors.Colormap
+    """Viridis (blue–white–red when ``diverging``), with grey for masked cells (no value)."""
     from matplotlib import colormaps
 
-    return colormaps["RdBu_r"].with_extremes(bad="#d0d7de")
+    return colormaps["RdBu_r" if diverging else "viridis"].with_extremes(bad="#d0d7de")
 
 
 def _ladder_band(rec: Mapping[str, Any], grid: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -8,16 +8,16 @@ from typing import Any
 
 from normlab._io import read_jsonl
 from normlab.analysis.format import fmt_ratio, fmt_signed
-from normlab.analysis.health import HEALTH_TOLERANCE, health_flags, health_matrix
+from normlab.analysis.health import HEALTH_TOLERANCE, health_flags
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.report.content import Plot, Section, Table, confidence_pct
-from normlab.report.plots import HEALTH_SPAN, figure_png, plot_norm_health
+from normlab.report.plots import figure_png, plot_norm_health
 from normlab.run_format import HEALTH_RECORD, testbed_format
 
 __all__ = ["HEALTH_PLOT", "factor_section", "health_section"]
 
 HEALTH_PLOT = "norm_health"
-"""The file stem of the health heatmap."""
+"""The file stem of the norm-health figure."""
 MAX_FLAG_LINES = 20
 
 
@@ -99,10 +99,11 @@ def _health_records(run: RunResult) -> list[dict[str, Any]]:
 
 
 def health_section(folder: CompareFolder, colors: Mapping[str, str]) -> Section | None:
-    """ "Norm health": the heatmap of mean(x̂²) per layer and evaluation (one panel per arm, its
-    first seed with health records) and the layers flagged in any run (see
+    """ "Norm health": the figure of what enters each norm layer and its gain over training
+    (:func:`normlab.report.plots.plot_norm_health`, one row per arm, its first seed with health
+    records) and the layers flagged in any run (see
     :func:`normlab.analysis.health.health_flags`); None when no run recorded health."""
-    matrices: dict[str, tuple[list[str], list[int], list[list[float]]]] = {}
+    shown: dict[str, list[dict[str, Any]]] = {}
     seeds: dict[str, int] = {}
     lines: list[str] = []
     for arm in folder.arms:
@@ -112,19 +113,19 @@ def health_section(folder: CompareFolder, colors: Mapping[str, str]) -> Section 
             records = _health_records(run)
             if not records:
                 continue
-            if arm not in matrices:
-                matrices[arm], seeds[arm] = health_matrix(records), run.seed
+            if arm not in shown:
+                shown[arm], seeds[arm] = records, run.seed
             lines += [f"{run.run_id}: {f.describe()}" for f in health_flags(records)]
-    if not matrices:
+    if not shown:
         return None
     pct = f"{100 * HEALTH_TOLERANCE:g} %"
     if lines:
-        shown = lines[:MAX_FLAG_LINES]
-        more = len(lines) - len(shown)
+        kept = lines[:MAX_FLAG_LINES]
+        more = len(lines) - len(kept)
         flags = [
             f"Flagged (mean(x̂²) more than {pct} from 1, or output more than {pct} from the "
             "layer's own formula; ε dominating the statistic, or a bug):",
-            *shown,
+            *kept,
             *([f"… and {more} more."] if more else []),
         ]
     else:
@@ -137,10 +138,13 @@ def health_section(folder: CompareFolder, colors: Mapping[str, str]) -> Section 
     plot = Plot(
         HEALTH_PLOT,
         "Norm health over training",
-        "At every evaluation, on a fixed validation batch: mean(x̂²) of each norm layer, x̂ "
-        "recomputed from the layer's input with its own ε in float32 (DESIGN §1: ≈ 1 for "
-        f"RMSNorm and LayerNorm). White is 1, blue below, red above (scale 1 ± {HEALTH_SPAN:g}); "
-        f"grey where the layer's formula is unknown. Runs shown: {which}.",
-        figure_png(plot_norm_health(matrices, colors)),
+        "At every evaluation, on a fixed validation batch, per norm layer (rows) of one run per "
+        "arm: the RMS of its input (the residual stream's growth, log scale), the mean and the "
+        "largest |value| of its gain, and for RMSNorm how far its inputs are from zero-mean "
+        "(the mean of x̂ per token, RMS over tokens; LayerNorm removes the mean, so it has "
+        "none). Grey: no value (an unknown formula, no gain). mean(x̂²) is 1 by construction in "
+        f"a correct norm, so it gets a column only when it leaves 1 by more than {pct} "
+        f"(white is 1). Runs shown: {which}.",
+        figure_png(plot_norm_health(shown, colors)),
     )
     return Section(anchor="health", title="Norm health", paragraphs=flags, plots=[plot])

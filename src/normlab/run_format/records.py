@@ -40,7 +40,8 @@ ANOMALY_RECORD = "anomaly"
 """A spike or a non-finite value."""
 HEALTH_RECORD = "health"
 """Norm health: per norm layer, its input RMS, output RMS, statistics of x̂ recomputed from the
-input (null where the layer's formula is unknown) and of its gain, at every evaluation
+input (null where the layer's formula is unknown), of its gain and of the x̂ it returned, at
+every evaluation
 (:mod:`normlab.experiment.health`)."""
 HEALTH_STATS: tuple[str, ...] = (
     "in_rms",
@@ -48,14 +49,20 @@ HEALTH_STATS: tuple[str, ...] = (
     "xhat_ms",
     "xhat_mean",
     "xhat_var",
+    "xhat_mean_rms",
     "gain_mean",
     "gain_max_abs",
     "formula_err",
+    "out_xhat_ms",
 )
 """The statistics of one layer in a ``health`` record, in order: √mean(x²) of its input and of
-its output, mean(x̂²), mean(x̂), the per-token variance of x̂ averaged over tokens, mean(g) and
-max |g| of the gain, and the relative RMS distance of its output from g ⊙ x̂ (+ β) computed with
-its own formula."""
+its output, mean(x̂²), mean(x̂), the per-token variance of x̂ averaged over tokens, the RMS over
+tokens of each token's mean of x̂ (how far the inputs are from zero-mean, for RMSNorm), mean(g)
+and max |g| of the gain, the relative RMS distance of its output from g ⊙ x̂ (+ β) computed with
+its own formula, and mean(x̂²) of the x̂ the layer returned, read through its gain
+(:mod:`normlab.experiment.health` gives the formulas). ``xhat_mean_rms`` and ``out_xhat_ms``
+are absent from records written before they were added: readers fall back as
+:func:`normlab.analysis.health.health_value` says."""
 
 LOSS_SPIKE = "loss_spike"
 GRAD_SPIKE = "grad_spike"
