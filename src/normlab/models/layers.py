@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.models.config import GPTConfig
+from normlab.models.mup import attention_scale
 
 
 class Rotary(nn.Module):
@@ -32,11 +33,13 @@ class Rotary(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention with ``F.scaled_dot_product_attention``."""
+    """Multi-head causal attention with ``F.scaled_dot_product_attention``; q·k is scaled by
+    1/√h (h the head size), or under μP by :func:`normlab.models.mup.attention_scale`."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.scale = attention_scale(cfg)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.rotary = (
@@ -49,7 +52,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
