@@ -79,8 +79,9 @@ class GPT(nn.Module):
 
     Under μP (``parametrization: mup``) the logits are multiplied by d₀ / d
     (:func:`normlab.models.mup.output_multiplier`) and attention uses
-    :func:`normlab.models.mup.attention_scale`; the initial deviations are
-    :func:`normlab.models.init.init_gpt_paired_`'s and the rates :func:`normlab.models.mup.param_groups`'.
+    :func:`normlab.models.mup.attention_scale`; the initial deviations are those of
+    :func:`normlab.models.init.init_gpt_paired_`, the rates those of
+    :func:`normlab.models.mup.param_groups`.
     """
 
     def __init__(self, cfg: GPTConfig) -> None:

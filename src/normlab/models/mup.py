@@ -52,6 +52,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import torch
+
 from normlab.models.config import GPTConfig, GPTSettings
 
 if TYPE_CHECKING:
@@ -67,7 +68,8 @@ def is_mup(cfg: GPTSettings) -> bool:
 
 
 def base_config(cfg: GPTConfig) -> GPTConfig:
-    """The base model's config: ``cfg`` with ``d_model`` = ``base_d_model``."""
+    """The base model's config: ``cfg`` with ``d_model`` = ``base_d_model`` (not validated:
+    only its parameter shapes are used)."""
     return cfg.model_copy(update={"d_model": cfg.base_d_model})
 
 
@@ -128,12 +130,13 @@ def param_groups(model: GPT, lr: float, weight_decay: float = 0.0) -> list[dict[
     """AdamW parameter groups for ``model`` at peak rate ``lr``, one per (rate multiplier,
     decayed or not).
 
-    Each group holds ``params`` (and their ``param_names``), ``lr`` = lr · m, ``lr_mult`` = m (r for hidden matrices under
-    ``mup``, 1 otherwise: :func:`lr_multipliers`) and ``weight_decay``: ``weight_decay`` / m on
-    matrices and embeddings (2-D and more, outside norms; so lr · weight_decay per step is
-    width-free), 0 on norms, biases and scalars (``make_optimizer``'s rule). Under ``sp`` there
-    are at most two groups, both with ``lr_mult`` 1. A schedule sets each group's rate with
-    :func:`set_lr`. Tied weights appear once. Usage::
+    Each group holds ``params`` (and their ``param_names``), ``lr`` = lr · m, ``lr_mult`` = m
+    (r for hidden matrices under ``mup``, 1 otherwise: :func:`lr_multipliers`) and
+    ``weight_decay``: ``weight_decay`` / m on matrices and embeddings (2-D and more, outside
+    norms; so lr · weight_decay per step is width-free), 0 on norms, biases and scalars (the
+    rule of ``make_optimizer``). Under ``sp`` there are at most two groups, both with
+    ``lr_mult`` 1. A schedule sets each group's rate with :func:`set_lr`. Tied weights appear
+    once. Usage::
 
         optimizer = torch.optim.AdamW(param_groups(model, lr, wd), lr=lr, betas=betas)
     """
