@@ -151,6 +151,14 @@ class GPTSettings(ConfigModel):
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
 
+    @property
+    def mlp_hidden(self) -> int:
+        """The MLP's hidden size: ``mlp_ratio · d_model`` (``gelu``), or ⅔ of it rounded up to a
+        multiple of 8 (``swiglu``, whose three matrices then hold as many parameters)."""
+        if self.mlp == "swiglu":
+            return -(-int(2 * self.mlp_ratio * self.d_model / 3) // 8) * 8
+        return int(self.mlp_ratio * self.d_model)
+
     def dyt_alpha(self, position: Literal["attn", "mlp", "final"]) -> float:
         """Dynamic Tanh's initial α at ``position``: ``dyt_alpha_<position>``, or
         ``dyt_alpha_init`` when that is None."""

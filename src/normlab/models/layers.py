@@ -61,7 +61,7 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        hidden = int(cfg.mlp_ratio * cfg.d_model)
+        hidden = cfg.mlp_hidden
         self.fc = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
         self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
 
@@ -78,7 +78,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        hidden = -(-int(2 * cfg.mlp_ratio * cfg.d_model / 3) // 8) * 8
+        hidden = cfg.mlp_hidden
         self.gate = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
         self.up = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
         self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)

@@ -4,7 +4,7 @@ the GPT testbed trained with Adam(W).
 Let d be ``d_model`` and d₀ ``base_d_model`` (the *base width*), and for a hidden matrix let
 r = fan_in₀ / fan_in be the ratio of its fan-in in the base model (the same config with
 d_model = d₀, so the same heads, layers and MLP ratio) to its own: r = d₀ / d for every matrix
-of the testbed (up to SwiGLU's rounding of its hidden size to a multiple of 8). Under
+of the testbed (up to the rounding of the MLP's hidden size, ``GPTSettings.mlp_hidden``). Under
 ``parametrization: mup``:
 
 =====================  ==============================  ===================  ===================
@@ -100,17 +100,26 @@ def hidden_names(model: GPT) -> list[str]:
 def fan_in_ratios(model: GPT) -> dict[str, float]:
     """{name: r = fan_in₀ / fan_in} of every hidden matrix; r = 1 for all under ``sp``.
 
-    fan_in₀ is read from the base model (:func:`base_config`) built on the meta device (no
-    memory, no random numbers drawn).
+    A hidden matrix reads either the residual stream (fan-in d, base d₀) or the MLP's hidden
+    layer (fan-in ``mlp_hidden``, base the base model's); any other fan-in is an error.
     """
     names = hidden_names(model)
-    if not is_mup(model.config):
+    cfg = model.config
+    if not is_mup(cfg):
         return dict.fromkeys(names, 1.0)
-    with torch.device("meta"):
-        base = type(model)(base_config(model.config))
-    base_shapes = {n: p.shape for n, p in base.named_parameters()}
-    shapes = dict(model.named_parameters())
-    return {n: base_shapes[n][1] / shapes[n].shape[1] for n in names}
+    base = base_config(cfg)
+    base_fan_in = {cfg.d_model: base.d_model, cfg.mlp_hidden: base.mlp_hidden}
+    params = dict(model.named_parameters())
+    ratios = {}
+    for name in names:
+        fan_in = params[name].shape[1]
+        if fan_in not in base_fan_in:
+            raise ValueError(
+                f"parametrization: mup cannot scale {name!r}: its fan-in {fan_in} is neither "
+                f"d_model ({cfg.d_model}) nor the MLP's hidden size ({cfg.mlp_hidden})"
+            )
+        ratios[name] = base_fan_in[fan_in] / fan_in
+    return ratios
 
 
 def init_std_multipliers(model: GPT) -> dict[str, float]:
