@@ -8,7 +8,6 @@ from typing import Annotated, Literal
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 
 from normlab._io import write_bytes_atomic, write_json_atomic
@@ -146,7 +145,6 @@ def coord_check_command(
     width within ±0.25 after the first step); 1 when mup is asked and the sizes are not flat;
     2 for a bad option (nothing is written)."""
     console = Console()
-    errors = Console(stderr=True)
     try:
         widths = parse_ladder(ladder)
         if not 0 < lr < math.inf:
@@ -156,7 +154,7 @@ def coord_check_command(
         if out.exists() and not out.is_dir():
             raise OptionError(f"--out: {str(out)!r} exists and is not a folder")
     except ValueError as err:
-        errors.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
+        typer.echo(f"error: {' '.join(str(err).split())}", err=True)
         raise typer.Exit(EXIT_BAD_OPTION) from None
     result = coord_check(
         settings, widths, steps=steps, lr=lr, batch_size=batch_size, seeds=range(seeds)
@@ -174,7 +172,8 @@ def coord_check_command(
         f"{parametrization}: {word}: the largest |slope| after step 1 is {slope:+.2f} "
         f"({layer}, step {step}); flat means within ±{FLAT_SLOPE:g}",
         highlight=False,
+        soft_wrap=True,
     )
-    console.print(f"wrote {out / JSON_FILE} and {out / PNG_FILE}", highlight=False)
+    console.print(f"wrote {out / JSON_FILE} and {out / PNG_FILE}", highlight=False, soft_wrap=True)
     if parametrization == "mup" and not result.flat:
         raise typer.Exit(EXIT_NOT_FLAT)
