@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -21,7 +22,15 @@ EXIT_BAD_OPTION = 2
 LADDER_KEY = "d_model"
 JSON_FILE = "coord_check.json"
 PNG_FILE = "coord_check.png"
-MAX_TABLE_STEPS = 12
+MAX_TABLE_STEPS = 10
+COORD_CHECK_HELP = (
+    "Train the GPT testbed a few Adam steps at each width (same seeds, same batches) and show "
+    "how the size of every layer's activations (mean |x|) scales with the width: a table of "
+    "the log-log slopes and a figure.\n\n"
+    f"Exit status: 0 when done (for mup: flat, every layer's slope of log size against log "
+    f"width within ±{FLAT_SLOPE:g} after the first step); 1 when mup is asked and the sizes "
+    "are not flat; 2 for a bad option (nothing is written)."
+)
 
 
 class OptionError(ValueError):
@@ -89,33 +98,50 @@ def rung_settings(
     return built[0]
 
 
-def _table(result: CoordCheck) -> Table:
-    steps = list(range(result.steps))
-    if len(steps) > MAX_TABLE_STEPS:
-        stride = -(-len(steps) // MAX_TABLE_STEPS)
-        steps = sorted({*steps[::stride], steps[-1]})
-    table = Table(
-        title=f"Slope of log mean|x| vs log d_model ({result.parametrization}), per step",
-        caption=f"flat: every |slope| after step 1 ≤ {result.threshold:g}; step 1 is the "
-        "initialisation",
+def _shown_steps(steps: int) -> list[int]:
+    """0-based steps shown as columns: all, or about :data:`MAX_TABLE_STEPS` evenly spaced and
+    the last."""
+    if steps <= MAX_TABLE_STEPS:
+        return list(range(steps))
+    stride = -(-steps // MAX_TABLE_STEPS)
+    return sorted({*range(0, steps, stride), steps - 1})
+
+
+def _tables(result: CoordCheck) -> tuple[Table, Table]:
+    """The slopes per layer and step, and the sizes per layer and width at the last step."""
+    steps = _shown_steps(result.steps)
+    slopes = Table(
+        title=f"Slope of log mean|x| vs log d_model ({result.parametrization}), by step",
+        caption=f"flat: every |slope| after step 1 ≤ {result.threshold:g} (step 1: init)",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
     )
-    table.add_column("layer")
+    slopes.add_column("layer")
     for t in steps:
-        table.add_column(f"{t + 1}", justify="right")
-    first, last = result.widths[0], result.widths[-1]
-    table.add_column(f"size d={first}→{last}, last step", justify="right")
+        slopes.add_column(f"{t + 1}", justify="right")
     for layer in result.layers:
         row = result.slopes[layer]
         cells = []
         for t in steps:
             bad = t > 0 and abs(row[t]) > result.threshold
             cells.append(f"[red]{row[t]:+.2f}[/]" if bad else f"{row[t]:+.2f}")
-        sizes = result.sizes[layer][-1]
-        table.add_row(layer, *cells, f"{sizes[0]:.3g} → {sizes[-1]:.3g}")
-    return table
+        slopes.add_row(layer, *cells)
+    sizes = Table(
+        title=f"mean |x| at step {result.steps}, by d_model",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
+    )
+    sizes.add_column("layer")
+    for width in result.widths:
+        sizes.add_column(str(width), justify="right")
+    for layer in result.layers:
+        sizes.add_row(layer, *(f"{v:.3g}" for v in result.sizes[layer][-1]))
+    return slopes, sizes
 
 
-@app.command("coord-check")
+@app.command("coord-check", help=COORD_CHECK_HELP)
 def coord_check_command(
     ladder: Annotated[
         str, typer.Option(help="The widths, as d_model=v1,v2,… (at least two), e.g. d_model=32,64.")
@@ -138,12 +164,7 @@ def coord_check_command(
         "coord-check"
     ),
 ) -> None:
-    """Train the GPT testbed a few Adam steps at each width (same seeds, same batches) and show
-    how the size of every layer's activations (mean |x|) scales with the width.
-
-    Exit status: 0 when done (and, for mup, flat: every layer's log-log slope of size against
-    width within ±0.25 after the first step); 1 when mup is asked and the sizes are not flat;
-    2 for a bad option (nothing is written)."""
+    """``normlab coord-check`` (help: :data:`COORD_CHECK_HELP`)."""
     console = Console()
     try:
         widths = parse_ladder(ladder)
@@ -165,7 +186,8 @@ def coord_check_command(
     from normlab.report.coord_check import plot_coord_check
 
     write_bytes_atomic(out / PNG_FILE, plot_coord_check(data))
-    console.print(_table(result))
+    for table in _tables(result):
+        console.print(table)
     layer, step, slope = result.worst
     word = "flat" if result.flat else "not flat"
     console.print(
