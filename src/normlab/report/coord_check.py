@@ -58,8 +58,8 @@ def plot_coord_check(data: Mapping[str, Any]) -> bytes:
         verdict = "flat" if data["flat"] else "not flat"
         fig.suptitle(
             f"coordinate check, {data['parametrization']} (base d_model {data['base_d_model']}, "
-            f"lr {data['lr']:g}): {verdict}, every |slope| after step 1 "
-            f"{'≤' if data['flat'] else 'not ≤'} {data['threshold']:g}",
+            f"lr {data['lr']:g}): {verdict} (flat: every |slope| after step 1 ≤ "
+            f"{data['threshold']:g})",
             x=0.01,
             ha="left",
             fontsize=11,
