@@ -40,6 +40,33 @@ def test_log_log_slope_recovers_a_power_law() -> None:
     )
 
 
+def synthetic(block: float, logits: float) -> cc.CoordCheck:
+    """Sizes ∝ width^slope at steps 2 and 3 (step 1: anything)."""
+    widths = [16, 32, 64]
+
+    def rows(slope: float) -> list[list[float]]:
+        return [[float(w) ** 3 for w in widths]] + [[w**slope for w in widths]] * 2
+
+    return cc.CoordCheck(
+        "mup",
+        16,
+        widths,
+        3,
+        0.01,
+        [0],
+        ["block0", "logits"],
+        {"block0": rows(block), "logits": rows(logits)},
+    )
+
+
+def test_flat_judges_steps_after_the_first_and_lets_the_logits_shrink() -> None:
+    assert synthetic(0.2, -0.5).flat  # step 1 grows as width³; logits shrink: allowed
+    assert not synthetic(0.2, 0.3).flat  # logits grow
+    shrinking = synthetic(-0.3, 0.0)  # a block shrinks: not flat
+    assert not shrinking.flat and shrinking.worst[:2] == ("block0", 2)
+    assert shrinking.worst[2] == pytest.approx(-0.3)
+
+
 def test_mup_is_flat_and_sp_grows(tokens: np.ndarray) -> None:
     mup = check(tokens, "mup")
     assert mup.flat, mup.slopes

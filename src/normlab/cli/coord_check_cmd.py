@@ -28,7 +28,8 @@ COORD_CHECK_HELP = (
     "how the size of every layer's activations (mean |x|) scales with the width: a table of "
     "the log-log slopes and a figure.\n\n"
     f"Exit status: 0 when done (for mup: flat, every layer's slope of log size against log "
-    f"width within ±{FLAT_SLOPE:g} after the first step); 1 when mup is asked and the sizes "
+    f"width within ±{FLAT_SLOPE:g} after the first step, the logits allowed to shrink); 1 "
+    "when mup is asked and the sizes "
     "are not flat; 2 for a bad option (nothing is written)."
 )
 
@@ -112,7 +113,8 @@ def _tables(result: CoordCheck) -> tuple[Table, Table]:
     steps = _shown_steps(result.steps)
     slopes = Table(
         title=f"Slope of log mean|x| vs log d_model ({result.parametrization}), by step",
-        caption=f"flat: every |slope| after step 1 ≤ {result.threshold:g} (step 1: init)",
+        caption=f"flat: every |slope| after step 1 ≤ {result.threshold:g} (step 1: init); "
+        "the logits may shrink",
         box=box.SIMPLE_HEAD,
         show_edge=False,
         padding=(0, 1, 0, 0),
@@ -124,7 +126,7 @@ def _tables(result: CoordCheck) -> tuple[Table, Table]:
         row = result.slopes[layer]
         cells = []
         for t in steps:
-            bad = t > 0 and abs(row[t]) > result.threshold
+            bad = result.judged(layer, t) and abs(row[t]) > result.threshold
             cells.append(f"[red]{row[t]:+.2f}[/]" if bad else f"{row[t]:+.2f}")
         slopes.add_row(layer, *cells)
     sizes = Table(
@@ -192,7 +194,7 @@ def coord_check_command(
     word = "flat" if result.flat else "not flat"
     console.print(
         f"{parametrization}: {word}: the largest |slope| after step 1 is {slope:+.2f} "
-        f"({layer}, step {step}); flat means within ±{FLAT_SLOPE:g}",
+        f"({layer}, step {step}); flat means within ±{FLAT_SLOPE:g} (the logits may shrink)",
         highlight=False,
         soft_wrap=True,
     )

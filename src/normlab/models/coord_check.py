@@ -14,9 +14,11 @@ near 0; under sp with Adam an update moves every coordinate of a hidden layer by
 entry of a matrix with fan-in ∝ width, so the sizes grow with the width once training starts.
 
 *Flat* (:attr:`CoordCheck.flat`): from the second step on (the first updates have been made),
-every layer's |slope| ≤ :data:`FLAT_SLOPE`. The initialisation (step 1) is shown but not
-judged: there μP's logits shrink as width^(−1/2) by design (the output multiplier d₀ / d on a
-head of constant deviation, the same as a zero-initialised readout in the limit).
+every layer's |slope| ≤ :data:`FLAT_SLOPE`, except that the logits may shrink (only their
+growth counts). The initialisation (step 1) is shown but not judged. μP's logits shrink as
+width^(−1/2) at initialisation by design (the output multiplier d₀ / d on a head of constant
+deviation, the same as a zero-initialised readout in the limit), and at a small rate that
+part still dominates for a step or two.
 """
 
 from __future__ import annotations
@@ -67,17 +69,22 @@ class CoordCheck:
         }
         object.__setattr__(self, "slopes", slopes)
 
-    def judged(self) -> dict[str, list[float]]:
-        """{layer: slopes of the steps that are judged} (steps 2 … S)."""
-        return {layer: s[1:] for layer, s in self.slopes.items()}
+    def judged(self, layer: str, step: int) -> bool:
+        """Whether the slope of ``layer`` at 0-based ``step`` counts: steps 2 … S, and for the
+        logits only a growth (a positive slope)."""
+        return step > 0 and (layer != LOGITS or self.slopes[layer][step] > 0)
 
     @property
     def worst(self) -> tuple[str, int, float]:
-        """(layer, 1-based step, slope) of the judged slope farthest from 0."""
+        """(layer, 1-based step, slope) of the judged slope farthest from 0 (a 0 slope of the
+        last layer at the last step when none is judged)."""
         cases = [
-            (layer, t + 2, s) for layer, row in self.judged().items() for t, s in enumerate(row)
+            (layer, t + 1, s)
+            for layer, row in self.slopes.items()
+            for t, s in enumerate(row)
+            if self.judged(layer, t)
         ]
-        return max(cases, key=lambda c: abs(c[2]))
+        return max(cases, key=lambda c: abs(c[2]), default=(self.layers[-1], self.steps, 0.0))
 
     @property
     def flat(self) -> bool:

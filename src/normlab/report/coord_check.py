@@ -59,7 +59,7 @@ def plot_coord_check(data: Mapping[str, Any]) -> bytes:
         fig.suptitle(
             f"coordinate check, {data['parametrization']} (base d_model {data['base_d_model']}, "
             f"lr {data['lr']:g}): {verdict} (flat: every |slope| after step 1 ≤ "
-            f"{data['threshold']:g})",
+            f"{data['threshold']:g}; the logits may shrink)",
             x=0.01,
             ha="left",
             fontsize=11,
