@@ -27,6 +27,7 @@ from normlab.models.norms import check_dit_norm, check_model_norm
 PLACEMENTS = ("pre", "post", "sandwich")
 MLP_KINDS = ("gelu", "swiglu")
 POSITION_KINDS = ("learned", "rope")
+PARAMETRIZATIONS = ("sp", "mup")
 DIT_POSITION_KINDS = ("sincos", "learned")
 TIME_DISTRIBUTIONS = ("logit_normal", "uniform")
 
@@ -99,6 +100,13 @@ class GPTSettings(ConfigModel):
     The scalar is the arm's own parameter; other arms ignore the setting. ``bias``: biases in the
     Linears; ``tie_embeddings``: the output head shares the token embedding. ``init_std`` is the
     GPT-2 standard deviation; residual projections use ``init_std / sqrt(2 · n_layers)``.
+
+    ``parametrization``: ``sp`` (the standard one above) or ``mup`` (maximal update
+    parametrisation, width-wise, :mod:`normlab.models.mup`): the hidden matrices' initial
+    standard deviation and Adam rate, the attention scale and an output multiplier follow the
+    width d_model relative to ``base_d_model``, the width at which ``mup`` is ``sp`` exactly
+    (the same model, the same numbers; the width the rates were tuned at). ``sp`` ignores
+    ``base_d_model``; under ``mup`` it must suit ``n_heads`` as ``d_model`` does.
     """
 
     d_model: int = Field(64, ge=8, description="Channels of the residual stream.")
@@ -117,6 +125,10 @@ class GPTSettings(ConfigModel):
     bias: bool = False
     tie_embeddings: bool = True
     init_std: float = Field(0.02, gt=0)
+    parametrization: Literal["sp", "mup"] = "sp"
+    base_d_model: int = Field(
+        64, ge=8, description="mup: the width at which mup equals sp (sp ignores it)."
+    )
 
     @model_validator(mode="after")
     def _check_heads(self) -> GPTSettings:
@@ -128,11 +140,24 @@ class GPTSettings(ConfigModel):
             raise ValueError(
                 f"positions: rope needs an even head size, got {self.d_model // self.n_heads}"
             )
+        if self.parametrization == "mup" and self.base_d_model % self.n_heads:
+            raise ValueError(
+                f"base_d_model: {self.base_d_model} is not divisible by n_heads={self.n_heads} "
+                "(mup's base model has the same heads)"
+            )
         return self
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def mlp_hidden(self) -> int:
+        """The MLP's hidden size: ``mlp_ratio · d_model`` (``gelu``), or ⅔ of it rounded up to a
+        multiple of 8 (``swiglu``, whose three matrices then hold as many parameters)."""
+        if self.mlp == "swiglu":
+            return -(-int(2 * self.mlp_ratio * self.d_model / 3) // 8) * 8
+        return int(self.mlp_ratio * self.d_model)
 
     def dyt_alpha(self, position: Literal["attn", "mlp", "final"]) -> float:
         """Dynamic Tanh's initial α at ``position``: ``dyt_alpha_<position>``, or

@@ -15,6 +15,7 @@ from torch import nn
 
 from normlab.models.config import GPTConfig
 from normlab.models.layers import MLP, CausalSelfAttention, SwiGLU
+from normlab.models.mup import output_multiplier, scale_logits
 from normlab.models.norms import make_model_norm
 
 NORM_PREFIX = "norm_"
@@ -74,7 +75,14 @@ class EmbedScale(nn.Module):
 
 
 class GPT(nn.Module):
-    """Token embedding (+ learned positions) → blocks → final norm (pre, sandwich) → tied head."""
+    """Token embedding (+ learned positions) → blocks → final norm (pre, sandwich) → tied head.
+
+    Under μP (``parametrization: mup``) the logits are multiplied by d₀ / d
+    (:func:`normlab.models.mup.output_multiplier`) and attention uses
+    :func:`normlab.models.mup.attention_scale`; the initial deviations are those of
+    :func:`normlab.models.init.init_gpt_paired_`, the rates those of
+    :func:`normlab.models.mup.param_groups`.
+    """
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
@@ -92,6 +100,7 @@ class GPT(nn.Module):
             else None
         )
         self.head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.output_multiplier = output_multiplier(cfg)
         if cfg.tie_embeddings:
             self.head.weight = self.tok_emb.weight
 
@@ -114,7 +123,7 @@ class GPT(nn.Module):
             h = block(h)
         if self.norm_final is not None:
             h = self.norm_final(h)
-        logits = self.head(h)
+        logits = scale_logits(self.head(h), self.output_multiplier)
         if targets is None:
             return logits, None
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), targets.reshape(-1))

@@ -14,6 +14,7 @@ import math
 import torch
 
 from normlab.models.gpt import GPT
+from normlab.models.mup import init_std_multipliers
 
 
 def parameter_seed(seed: int, name: str) -> int:
@@ -26,7 +27,9 @@ def init_gpt_paired_(model: GPT, seed: int) -> GPT:
     """GPT-2 initialisation in place, paired across models by parameter name.
 
     Matrices and embeddings ~ N(0, σ²) with σ = ``init_std``; residual projections use
-    σ / sqrt(2 · n_layers); biases are zero; norm parameters are left to their module.
+    σ / sqrt(2 · n_layers); biases are zero; norm parameters are left to their module. Under μP
+    each hidden matrix's deviation is multiplied by √(fan_in₀ / fan_in)
+    (:func:`normlab.models.mup.init_std_multipliers`; 1 at the base width), with the same draws.
     Values are drawn in float32 on the CPU and then copied, so they do not depend on the device.
     """
     if isinstance(seed, bool) or not isinstance(seed, int):
@@ -34,6 +37,7 @@ def init_gpt_paired_(model: GPT, seed: int) -> GPT:
     cfg = model.config
     norms = set(model.norm_parameter_names())
     residual = set(model.residual_projection_names())
+    width = init_std_multipliers(model)
     for name, param in model.named_parameters():
         if name in norms:
             continue
@@ -41,6 +45,8 @@ def init_gpt_paired_(model: GPT, seed: int) -> GPT:
             values = torch.zeros(param.shape)
         else:
             std = cfg.init_std / math.sqrt(2 * cfg.n_layers) if name in residual else cfg.init_std
+            if name in width:
+                std *= width[name]
             gen = torch.Generator(device="cpu").manual_seed(parameter_seed(seed, name))
             values = torch.randn(param.shape, generator=gen, dtype=torch.float32) * std
         with torch.no_grad():

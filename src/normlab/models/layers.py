@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from normlab.models.config import GPTConfig
+from normlab.models.mup import attention_scale
 
 
 class Rotary(nn.Module):
@@ -32,11 +33,13 @@ class Rotary(nn.Module):
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal attention with ``F.scaled_dot_product_attention``."""
+    """Multi-head causal attention with ``F.scaled_dot_product_attention``; q·k is scaled by
+    1/√h (h the head size), or under μP by :func:`normlab.models.mup.attention_scale`."""
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
         self.n_heads = cfg.n_heads
+        self.scale = attention_scale(cfg)
         self.qkv = nn.Linear(cfg.d_model, 3 * cfg.d_model, bias=cfg.bias)
         self.proj = nn.Linear(cfg.d_model, cfg.d_model, bias=cfg.bias)
         self.rotary = (
@@ -49,7 +52,7 @@ class CausalSelfAttention(nn.Module):
         q, k, v = (z.view(b, t, self.n_heads, d // self.n_heads).transpose(1, 2) for z in (q, k, v))
         if self.rotary is not None:
             q, k = self.rotary(q), self.rotary(k)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=self.scale)
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
@@ -58,7 +61,7 @@ class MLP(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        hidden = int(cfg.mlp_ratio * cfg.d_model)
+        hidden = cfg.mlp_hidden
         self.fc = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
         self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
 
@@ -75,7 +78,7 @@ class SwiGLU(nn.Module):
 
     def __init__(self, cfg: GPTConfig) -> None:
         super().__init__()
-        hidden = -(-int(2 * cfg.mlp_ratio * cfg.d_model / 3) // 8) * 8
+        hidden = cfg.mlp_hidden
         self.gate = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
         self.up = nn.Linear(cfg.d_model, hidden, bias=cfg.bias)
         self.proj = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
