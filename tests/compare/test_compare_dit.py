@@ -16,6 +16,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from normlab import run_format
 from normlab.analysis import analyze, load_compare_folder
 from normlab.analysis.runs import MARGIN_KEYS
 from normlab.cli import app
@@ -36,7 +37,6 @@ from normlab.experiment.worker import crashed_summary, summary_fields
 from normlab.models import shared_parameter_digests
 from normlab.models.flow_batches import FlowBatches, validation_triples
 from normlab.report import build_report
-from normlab.run_format import testbed_format
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
 TINY_DIT: dict[str, Any] = {
@@ -536,7 +536,7 @@ def test_dit_analysis_uses_the_loss_and_its_margin(tmp_path: Path) -> None:
 
 
 def test_gpt_outputs_keep_their_bpb_labels(tmp_path: Path) -> None:
-    assert testbed_format(None) is testbed_format("gpt")
+    assert run_format.testbed_format(None) is run_format.testbed_format("gpt")
     folder = tmp_path / "fixture"
     shutil.copytree(FIXTURE, folder)
     build_report(folder)

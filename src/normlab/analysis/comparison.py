@@ -8,8 +8,9 @@ d_k = ln(x_k / y_k), at level α (0.05 by default):
    (−Δ, +Δ) — or when every pair is identical (all d_k = 0) for metrics without a margin;
 3. otherwise ``better`` / ``worse`` when the (1 − α) t-interval excludes zero (its sign and the
    metric's direction decide which);
-4. otherwise ``inconclusive``, with ``seeds_needed`` from
-   :func:`normlab.analysis.power.seeds_needed`.
+4. otherwise ``inconclusive``, with ``seeds_needed`` and its upper end ``seeds_needed_high``
+   from :func:`normlab.analysis.power.forecast_seeds` (the upper end at the top of the
+   spread's confidence interval).
 
 A metric that does not vary with the seed (the bytes a forward saves for the backward) gives
 the same nonzero difference in every pair. That difference is exact: the verdict follows its
@@ -36,12 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from normlab.analysis.power import seeds_needed
+from normlab.analysis.power import forecast_seeds
 from normlab.analysis.stats import TInterval, log_ratio_interval, sign_test, t_interval, tost
 
-__all__ = ["EXACT_TEST", "VERDICTS", "PairedComparison", "compare_paired", "decide_by_sign_test"]
-
-VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+__all__ = ["EXACT_TEST", "PairedComparison", "compare_paired", "decide_by_sign_test"]
 
 EXACT_TEST = "exact: the same difference in every pair"
 """The ``test`` of a comparison whose paired differences are all equal and nonzero."""
@@ -79,6 +78,10 @@ class PairedComparison:
     note: str = ""
     power: float = 0.8
     """The power that ``seeds_needed`` aims for."""
+    seeds_needed_high: int | None = None
+    """The seeds needed if the spread is at the top of its confidence interval
+    (:func:`normlab.analysis.power.forecast_seeds`); None with ``seeds_needed``, or beyond
+    the most a forecast looks at."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -250,11 +253,12 @@ def compare_paired(
         verdict = _direction(effect, lower_is_better)
     else:
         verdict = "inconclusive"
-    needed = None
+    needed = needed_high = None
     if verdict == "inconclusive" and not discrete:
-        needed = seeds_needed(
-            mean, sd, common["margin"] or 0.0, n_done=common["n_pairs"], alpha=alpha, power=power
+        forecast = forecast_seeds(
+            mean, sd, common["margin"] or 0.0, common["n_pairs"], alpha=alpha, power=power
         )
+        needed, needed_high = forecast.point, forecast.high
         if needed is None:
             note = "more than 1000 seeds would be needed: the difference is far below the noise"
     return PairedComparison(
@@ -264,6 +268,7 @@ def compare_paired(
         significant=significant,
         verdict=verdict,
         seeds_needed=needed,
+        seeds_needed_high=needed_high,
         note=note,
     )
 
@@ -298,5 +303,6 @@ def decide_by_sign_test(
         significant=significant,
         verdict=_direction(effect, lower_is_better) if significant else "inconclusive",
         seeds_needed=None,
+        seeds_needed_high=None,
         note=note,
     )

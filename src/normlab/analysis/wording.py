@@ -35,6 +35,8 @@ The quality metric is the one pre-specified primary endpoint: it is tested first
 other metrics are shown with their raw and Holm-adjusted p, and only the adjusted p counts.
 
 :func:`decision_badge` names each arm's place in the recommendation instead of an action.
+:data:`WORD_TONES` lists every word these give, with its tone (the report colours its badges by
+it).
 """
 
 from __future__ import annotations
@@ -44,13 +46,27 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from normlab.analysis.format import fmt_p
-from normlab.run_format import TESTBED_FORMATS, Smallest, testbed_format
+from normlab.run_format import (
+    CRASHED,
+    DIVERGED,
+    FINISHED,
+    TESTBED_FORMATS,
+    UNFINISHED,
+    Smallest,
+    testbed_format,
+)
 from normlab.run_format.fields import DEFAULT_SMALLEST
 
 __all__ = [
+    "BAD",
     "BETTER_WORSE",
+    "DECIDED",
+    "GOOD",
     "LEARNED_MODEL_METRICS",
+    "NEUTRAL",
+    "OPEN",
     "SMALLEST",
+    "WORD_TONES",
     "Judgement",
     "Smallest",
     "badge_in_analysis",
@@ -59,9 +75,59 @@ __all__ = [
     "judge",
     "judge_in_analysis",
     "smallest_for",
+    "tone",
 ]
 
 BETTER_WORSE = ("better", "worse")
+DECIDED = (*BETTER_WORSE, "equivalent")
+"""The verdicts that settle a comparison (the others leave it open)."""
+
+GOOD, BAD, OPEN, NEUTRAL = "good", "bad", "open", "neutral"
+"""The tones a word can carry: it favours the arm, counts against it, leaves the question open,
+or states a fact."""
+
+WORD_TONES: dict[str, str] = {
+    # what judge() says of one metric
+    "better": GOOD,
+    "worse": BAD,
+    "equivalent": NEUTRAL,
+    "inconclusive": OPEN,
+    "unconfirmed": OPEN,
+    "unclear size": OPEN,
+    "no detectable difference": NEUTRAL,
+    "not comparable": NEUTRAL,
+    # its better / worse / equivalent for speed and for memory (normlab.analysis.verdicts)
+    "faster": GOOD,
+    "slower": BAD,
+    "same speed": NEUTRAL,
+    "less": GOOD,
+    "more": BAD,
+    "same": NEUTRAL,
+    # an arm's decision against the baseline, and its badge (decision_badge)
+    "switch": GOOD,
+    "keep": NEUTRAL,
+    "either": NEUTRAL,
+    "undecided": OPEN,
+    "recommended": GOOD,
+    "failed": BAD,
+    "less stable": BAD,
+    "worse quality": BAD,
+    "no gain": NEUTRAL,
+    "runner-up": NEUTRAL,
+    # a run's status
+    FINISHED: GOOD,
+    DIVERGED: BAD,
+    CRASHED: BAD,
+    UNFINISHED: OPEN,
+}
+"""Every word of a verdict, decision, badge or run status, with its tone: the one list the
+report's badges are coloured by."""
+
+
+def tone(word: str) -> str:
+    """The tone of ``word`` in :data:`WORD_TONES` (case and surrounding spaces ignored);
+    :data:`NEUTRAL` for any other text."""
+    return WORD_TONES.get(word.strip().lower(), NEUTRAL)
 
 
 def _declared() -> tuple[dict[str, Smallest], tuple[str, ...]]:

@@ -20,10 +20,11 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.markup import escape
 
+from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
-from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S
+from normlab.experiment.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
     REPORT_HTML_FILE,
@@ -456,9 +457,9 @@ def _run_rounds(
     from functools import partial
 
     from normlab.analysis.rounds import SequentialTracker
-    from normlab.analysis.sequential import plan_for
+    from normlab.analysis.sequential import look_schedule, plan_for
     from normlab.experiment import runner
-    from normlab.experiment.rounds import look_schedule, run_until_decided
+    from normlab.experiment.rounds import run_until_decided
     from normlab.run_format import testbed_format
 
     if not max_time > 0:
