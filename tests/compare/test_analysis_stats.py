@@ -12,7 +12,15 @@ from hypothesis import strategies as st
 from scipy import stats
 
 from normlab.analysis import analyze, compare_paired, load_compare_folder
-from normlab.analysis.power import seeds_needed, settle_probability
+from normlab.analysis.power import (
+    SPREAD_CONFIDENCE,
+    forecast_range,
+    forecast_seeds,
+    forecast_words,
+    sd_interval,
+    seeds_needed,
+    settle_probability,
+)
 from normlab.analysis.stats import (
     describe,
     holm_adjust,
@@ -204,6 +212,67 @@ def test_seeds_needed_grows_with_noise_and_respects_the_floor():
     assert seeds_needed(0.0, 1.0, 0.0) is None  # nothing to detect, no margin to meet
     with pytest.raises(ValueError, match="sd_diff"):
         seeds_needed(0.1, 0.0, 0.02)
+
+
+# ---- the seeds forecast carries the uncertainty of the spread it is made from ----------------
+
+SIGMA, MARGIN = 0.045, 0.02
+"""The default question: the paired sd of LayerNorm vs RMSNorm at the default budget over 16
+seeds (docs/studies.md), and the default margin in bits per byte."""
+
+
+def test_the_spread_interval_covers_the_true_sd_as_often_as_it_says():
+    rng = np.random.default_rng(5)
+    sds = (SIGMA * rng.standard_normal((10_000, 3))).std(axis=1, ddof=1)
+    bounds = np.array([sd_interval(float(s), 3) for s in sds])
+    covered = (bounds[:, 0] <= SIGMA) & (bounds[:, 1] >= SIGMA)
+    assert covered.mean() == pytest.approx(SPREAD_CONFIDENCE, abs=0.02)
+    assert (bounds[:, 1] >= SIGMA).mean() == pytest.approx(0.9, abs=0.02)
+    low, high = sd_interval(1.0, 3)  # χ²₂ quantiles 0.2107 and 4.605
+    assert low == pytest.approx(math.sqrt(2 / stats.chi2.ppf(0.9, 2)), rel=1e-12)
+    assert high == pytest.approx(math.sqrt(2 / stats.chi2.ppf(0.1, 2)), rel=1e-12)
+    with pytest.raises(ValueError, match="n must"):
+        sd_interval(1.0, 1)
+
+
+def test_a_forecast_from_three_seeds_brackets_the_seeds_needed_at_the_true_spread():
+    """Three paired seeds drawn with the default question's spread (true difference 0): the
+    forecast's range holds the seeds needed at the true sd (for the same observed difference)
+    in about 80 % of experiments and its upper end reaches it in about 90 %; the plug-in count
+    alone, what the terminal said before ("about 7 seeds per arm"), reaches it in about 37 %
+    (P(χ²₂ ≥ 2) = 1/e): it is not an estimate of how many seeds to plan for."""
+    rng = np.random.default_rng(23)
+    inside = reached = point_reached = 0
+    draws = 150
+    big = 10**9  # "more than the forecast looks at" counts as larger than any count
+    for _ in range(draws):
+        d = SIGMA * rng.standard_normal(3)
+        mean, sd = float(d.mean()), float(d.std(ddof=1))
+        f = forecast_seeds(mean, sd, MARGIN, 3)
+        truth = seeds_needed(mean, SIGMA, MARGIN, n_done=3) or big
+        point, low, high = (n or big for n in (f.point, f.low, f.high))
+        inside += low <= truth <= high
+        reached += truth <= high
+        point_reached += truth <= point
+    assert inside / draws >= 0.7, inside
+    assert reached / draws >= 0.8, reached
+    assert point_reached / draws <= 0.5, point_reached
+
+
+def test_the_forecast_says_its_range_and_the_default_run_gets_about_45():
+    """The default run's own numbers (difference −0.0006 bpb, 95 % CI −0.037 to +0.036 over 3
+    seeds, so s ≈ 0.0147): about 7 seeds at that spread, and up to about 45, where the 16-seed
+    study measured sd 0.045 and about 45 seeds."""
+    f = forecast_seeds(-0.0006, 0.0147, MARGIN, 3)
+    assert f.point == 7 and f.low is not None and 4 <= f.low <= f.point
+    assert f.high is not None and 35 <= f.high <= 60
+    words = forecast_words(f.point, f.high, 3)
+    assert words.startswith("about 7 seeds per arm (4 more) would likely settle it")
+    assert f"up to {f.high} if that spread is as large as its 80% interval allows" in words
+    assert forecast_words(5, 5, 3) == "about 5 seeds per arm (2 more) would likely settle it"
+    assert "up to more than 1000" in forecast_words(7, None, 3)
+    assert forecast_range(7, 46) == "7–46" and forecast_range(None, None) == "—"
+    assert forecast_range(5, 5) == "5" and forecast_range(7, None) == "7–>1000"
 
 
 def test_holm_adjust_worked_example() -> None:

@@ -16,7 +16,8 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from normlab.analysis import METRICS, analyze, load_compare_folder, profile_of
+from normlab import run_format
+from normlab.analysis import analyze, load_compare_folder
 from normlab.analysis.runs import MARGIN_KEYS
 from normlab.cli import app
 from normlab.cli.compare_cmd import build_config_dict
@@ -535,7 +536,7 @@ def test_dit_analysis_uses_the_loss_and_its_margin(tmp_path: Path) -> None:
 
 
 def test_gpt_outputs_keep_their_bpb_labels(tmp_path: Path) -> None:
-    assert profile_of(None) is profile_of("gpt") and profile_of("gpt").metrics is METRICS
+    assert run_format.testbed_format(None) is run_format.testbed_format("gpt")
     folder = tmp_path / "fixture"
     shutil.copytree(FIXTURE, folder)
     build_report(folder)

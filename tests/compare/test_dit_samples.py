@@ -18,7 +18,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from normlab.analysis import PROFILES
+from normlab import run_format
 from normlab.cli import app
 from normlab.data import SHAPE_CLASSES, make_shapes, unpatchify
 from normlab.data.shapes import balanced_selection
@@ -279,9 +279,9 @@ def test_analysis_compares_sw2_but_the_loss_decides(dit_out: Path) -> None:
     verdict = analysis["verdicts"]["adarms-pre"]
     assert verdict["quality"] == analysis["comparisons"]["adarms-pre"]["final_val_loss"]["verdict"]
     assert "SW2" not in verdict["justification"]
-    spec = PROFILES["dit"].metric("final_sample_sw2")
+    spec = run_format.testbed_format("dit").metric("final_sample_sw2")
     assert spec.margin_factor is None and spec.statuses == ("finished",)
-    assert "final_sample_sw2" not in {m.name for m in PROFILES["gpt"].metrics}
+    assert "final_sample_sw2" not in {m.name for m in run_format.testbed_format("gpt").metrics}
 
 
 def test_report_shows_the_samples_figure_and_the_sw2_rows(dit_out: Path) -> None:
@@ -295,7 +295,7 @@ def test_report_shows_the_samples_figure_and_the_sw2_rows(dit_out: Path) -> None
     assert 'id="plot-samples"' in html and "<strong>Samples.</strong>" in html
     png = (dit_out / "plots" / "samples.png").read_bytes()
     assert png.startswith(b"\x89PNG")
-    method = PROFILES["dit"].method_note
+    method = run_format.testbed_format("dit").method_note
     assert f"{SAMPLE_STEPS} Euler steps" in method and f"{SW2_PROJECTIONS} random" in method
     assert f"sampler, {SAMPLE_STEPS} steps" in md
 

@@ -13,8 +13,8 @@ from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.text import Text
 
+from normlab import run_format
 from normlab.analysis import analyze, load_compare_folder
-from normlab.analysis.metrics import profile_of
 from normlab.report.curves import load_run_curves
 from normlab.report.plots import (
     plot_final_metrics,
@@ -176,7 +176,7 @@ def _figures(tmp_path: Path, arms: list[str]) -> dict[str, Figure]:
     curves = {arm: [load_run_curves(r) for r in folder.runs_of(arm)] for arm in folder.arms}
     return {
         "training_loss": plot_training_loss(curves, colors),
-        "validation": plot_validation(curves, colors, profile_of("gpt")),
+        "validation": plot_validation(curves, colors, run_format.testbed_format("gpt")),
         "grad_norm": plot_grad_norm(curves, colors, clip=1.0),
         "final_metrics": plot_final_metrics(a, colors, "max_rss"),
         "paired_comparison": plot_paired_comparison(a, colors),

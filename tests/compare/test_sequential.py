@@ -14,12 +14,13 @@ import pytest
 from scipy import stats
 
 from normlab.analysis.sequential import (
+    DEFAULT_MAX_SEEDS,
     SequentialPlan,
     critical_values,
     decide,
     decide_all,
-    default_looks,
     look_decisions,
+    look_schedule,
     next_round_size,
     plan_for,
     spent_alpha,
@@ -124,6 +125,44 @@ def test_seeds_needed_for_typical_effects():
     assert all(r[2] < 0.005 for r in rows)
 
 
+DEFAULT_SD, DEFAULT_MARGIN = 0.045, 0.02
+"""The default question: LayerNorm vs RMSNorm at the default budget (paired sd over 16 seeds,
+docs/studies.md) and the default margin in bits per byte."""
+
+
+def test_the_default_plan_on_the_default_question():
+    """The default ``--max-seeds`` (DEFAULT_MAX_SEEDS, looks every 2 seeds from 3) against the
+    former 7 (looks 3, 5, 7) on the default question; prints the table of docs/DESIGN.md §3
+    (``pytest tests/compare/test_sequential.py -k default_question -s``). The longer plan keeps
+    both error rates and decides a difference of twice the margin in most experiments, where
+    the short one ran out of seeds in more than half."""
+    rows = {}
+    for n_max in (7, DEFAULT_MAX_SEEDS):
+        plan = SequentialPlan(looks=look_schedule(3, n_max), alpha=ALPHA, margin=DEFAULT_MARGIN)
+        for delta in (0.0, 0.02, 0.04, 0.06, 0.1):
+            sim = _simulate(-delta, DEFAULT_SD, plan, seed=int(1000 * delta) + n_max)
+            decided = sim["equivalent"] | sim["better"] | sim["worse"]
+            by7 = (decided & (sim["seeds"] <= 7)).mean()
+            rows[n_max, delta] = (
+                sim["equivalent"].mean(), sim["better"].mean(), by7, sim["seeds"].mean()
+            )  # fmt: skip
+            eq, better, _, seeds = rows[n_max, delta]
+            print(
+                f"max {n_max:2d}, difference {delta:.2f}: equivalent {eq:.3f}, better "
+                f"{better:.3f}, decided by 7 seeds {by7:.3f}, {seeds:.1f} seeds on average"
+            )
+    new, old = DEFAULT_MAX_SEEDS, 7
+    assert rows[new, 0.04][1] > 0.9 > 0.5 > rows[old, 0.04][1]
+    assert rows[new, 0.0][0] > 2 * rows[old, 0.0][0]  # equivalence is shown more often
+    assert rows[new, 0.1][1] > 0.99 and rows[new, 0.1][3] < 9  # a clear effect stops early
+    assert rows[new, 0.1][2] > 0.3  # and is often decided within the default time budget
+    # the error rates hold for the longer plan: "equivalent" at the margin, "better" at zero
+    at_margin = _simulate(DEFAULT_MARGIN, DEFAULT_SD, SequentialPlan(
+        looks=look_schedule(), alpha=ALPHA, margin=DEFAULT_MARGIN), seed=99)  # fmt: skip
+    assert at_margin["equivalent"].mean() <= ALPHA + _slack(ALPHA)
+    assert rows[new, 0.0][1] <= ALPHA / 2 + _slack(ALPHA / 2)
+
+
 def test_boundaries_are_deterministic_and_spend_as_designed():
     a = critical_values(LOOKS, 10, ALPHA, "obrien-fleming")
     b = critical_values(list(LOOKS), 10, ALPHA, "obrien-fleming")
@@ -181,7 +220,9 @@ def test_decide_all_and_argument_errors():
         decide([1.0, 2.0, 3.0], plans["a"], earlier=[4])
     with pytest.raises(ValueError, match="differences"):
         decide([1.0, float("nan")], plans["a"])
-    assert default_looks() == (3, 5, 7, 9, 10)
+    assert look_schedule(3, 10) == (3, 5, 7, 9, 10)
+    default = (*range(3, DEFAULT_MAX_SEEDS, 2), DEFAULT_MAX_SEEDS)
+    assert SequentialPlan().looks == look_schedule() == default
     assert decide([0.3], plans["a"]).verdict == "open"
 
 

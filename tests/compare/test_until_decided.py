@@ -20,11 +20,11 @@ import yaml
 from typer.testing import CliRunner
 
 from normlab.analysis.rounds import SequentialTracker, paired_differences, read_state
-from normlab.analysis.sequential import SequentialPlan
+from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_schedule
 from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
 from normlab.experiment import validate_config
-from normlab.experiment.rounds import look_schedule, round_seconds, run_until_decided
+from normlab.experiment.rounds import round_seconds, run_until_decided
 from normlab.experiment.runner import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
 
@@ -164,7 +164,12 @@ def test_settle_command_is_the_same_command_with_until_decided() -> None:
     timed = {"stopped": {"reason": "max-time"}, "plan": {"max_seeds": 10}}
     seq = [*args, "--until-decided", "--max-seeds", "10"]
     assert settle_command(seq, "o", timed) == "normlab compare " + " ".join(seq) + " --out o"
-    assert settle_command(args, "o", None, 5, 100.0).endswith("--until-decided --out o")
+    assert settle_command(args, "o", None, DEFAULT_MAX_SEEDS, 100.0).endswith(
+        "--until-decided --out o"
+    )
+    assert settle_command(args, "o", None, 5, 100.0).endswith(
+        "--until-decided --max-seeds 5 --out o"
+    )
     assert settle_command(args, "o", None, 12, 900.0).endswith(
         "--until-decided --max-seeds 12 --max-time 900 --out o"
     )
@@ -196,14 +201,17 @@ def test_report_ends_with_the_answer_and_the_settling_command(tmp_path: Path) ->
     assert lines[-3].startswith("Verdict per arm on validation bpb")
     assert lines[-2].startswith("  rmsnorm-pre vs layernorm-pre: inconclusive — difference +0.10")
     assert "95% CI [" in lines[-2] and lines[-2].endswith("3 paired seeds [undecided]")
+    # the forecast says its range, and the command plans for its upper end
+    assert "seeds per arm would likely settle it at the spread of these 3 seeds" in lines[-4]
     a = json.loads((out / "summary.json").read_text())
-    needed = a["verdicts"][ARM]["seeds_needed"]
+    point, needed = (a["verdicts"][ARM][k] for k in ("seeds_needed", "seeds_needed_high"))
+    assert f"about {point} seeds" in lines[-4] and f"and up to {needed} if that" in lines[-4]
     walls = sorted(
         json.loads(p.read_text())["wall_s"] for p in (out / "runs").glob("*/summary.json")
     )
     per_run = (walls[2] + walls[3]) / 2 * 1.25 + 2  # the median × 1.25 + start-up
     seconds = math.ceil((needed - 3) * 2 * per_run / 60) * 60
-    assert needed > 7 and seconds > 360
+    assert needed > 3 * point > 3 and seconds > 360
     assert lines[-1] == (
         f"To settle it, run: normlab compare --until-decided --max-seeds {needed} "
         f"--max-time {seconds} --out {out}"

@@ -322,3 +322,35 @@ def test_report_words_for_a_failed_arm(tmp_path):
     assert badges["dyt-pre"] == "failed"
     assert badges["rmsnorm-pre"] == "recommended"
     assert {d for _, d, _ in content.arm_details} <= {"recommended", "failed"}
+
+
+# ---- one vocabulary: the words and the colours of the report's badges ------------------------
+
+
+def test_every_word_the_analysis_gives_has_its_tone_and_the_report_colours_by_it(tmp_path):
+    """Each word a verdict, decision, badge or run status can be carries one declared tone, and
+    the HTML report's badge class is that tone: a word added to the analysis without a tone
+    would show as a grey fact, so every word met in real reports is listed here."""
+    from normlab.analysis.wording import BAD, GOOD, NEUTRAL, OPEN, WORD_TONES, tone
+    from normlab.report.html import _badge
+
+    judged = {
+        "better", "worse", "equivalent", "inconclusive", "unconfirmed", "unclear size",
+        "no detectable difference", "not comparable",
+    }  # fmt: skip
+    badges = {"recommended", "failed", "undecided", "less stable", "worse quality", "slower"}
+    badges |= {"runner-up", "no gain"}
+    speed_memory = {"faster", "slower", "same speed", "less", "more", "same"}
+    decisions = {"switch", "keep", "either", "undecided"}
+    statuses = {"finished", "diverged", "crashed", "unfinished"}
+    for word in judged | badges | speed_memory | decisions | statuses:
+        assert word in WORD_TONES, word
+        assert f'class="badge b-{tone(word)}"' in _badge(word.upper())
+    assert set(WORD_TONES.values()) == {GOOD, BAD, OPEN, NEUTRAL}
+    assert tone("Better") == GOOD and tone(" crashed ") == BAD and tone("unfinished") == OPEN
+    assert tone("runner-up") == NEUTRAL and tone("a sentence") == NEUTRAL
+    a = analyze(load_compare_folder(Path(__file__).parent / "fixtures" / "compare_run"))
+    for arm in a["verdicts"]:
+        v = a["verdicts"][arm]
+        for word in (v["quality"], v["throughput"], v["memory"], v["decision"]):
+            assert word in WORD_TONES, word

@@ -11,15 +11,6 @@ Modules, one job each: :mod:`~normlab.analysis.runs` loads a compare folder,
 """
 
 from normlab.analysis.comparison import EXACT_TEST, PairedComparison, compare_paired
-from normlab.analysis.metrics import (
-    DIT_METRICS,
-    METRICS,
-    PROFILES,
-    MetricSpec,
-    Profile,
-    metric_spec,
-    profile_of,
-)
 from normlab.analysis.power import seeds_needed, settle_probability
 from normlab.analysis.recommendation import Recommendation, recommend
 from normlab.analysis.runs import (
@@ -43,17 +34,12 @@ from normlab.analysis.summary import analyze, compare_metric, run_outcome
 from normlab.analysis.verdicts import ArmVerdict, arm_verdict
 
 __all__ = [
-    "DIT_METRICS",
     "DONE_STATUSES",
     "EXACT_TEST",
-    "METRICS",
-    "PROFILES",
     "ArmVerdict",
     "CompareFolder",
     "CompareFolderError",
-    "MetricSpec",
     "PairedComparison",
-    "Profile",
     "Recommendation",
     "RunResult",
     "analyze",
@@ -64,9 +50,7 @@ __all__ = [
     "describe",
     "load_compare_folder",
     "log_ratio_interval",
-    "metric_spec",
     "paired_t_interval",
-    "profile_of",
     "recommend",
     "run_outcome",
     "seeds_needed",

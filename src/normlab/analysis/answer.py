@@ -20,13 +20,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from normlab.analysis.format import fmt_p
-from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
+from normlab.analysis.wording import DECIDED, badge_in_analysis, judge_in_analysis
 from normlab.run_format import testbed_format
 
-__all__ = ["DECIDED", "answer_lines", "is_open"]
-
-DECIDED = ("better", "worse", "equivalent")
-"""Sequential verdicts that close a comparison."""
+__all__ = ["answer_lines", "is_open"]
 
 
 def is_open(a: Mapping[str, Any], state: Mapping[str, Any] | None = None) -> bool:

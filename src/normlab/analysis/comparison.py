@@ -8,8 +8,9 @@ d_k = ln(x_k / y_k), at level α (0.05 by default):
    (−Δ, +Δ) — or when every pair is identical (all d_k = 0) for metrics without a margin;
 3. otherwise ``better`` / ``worse`` when the (1 − α) t-interval excludes zero (its sign and the
    metric's direction decide which);
-4. otherwise ``inconclusive``, with ``seeds_needed`` from
-   :func:`normlab.analysis.power.seeds_needed`.
+4. otherwise ``inconclusive``, with ``seeds_needed`` and its upper end ``seeds_needed_high``
+   from :func:`normlab.analysis.power.forecast_seeds` (the upper end at the top of the
+   spread's confidence interval).
 
 A metric that does not vary with the seed (the bytes a forward saves for the backward) gives
 the same nonzero difference in every pair. That difference is exact: the verdict follows its
@@ -36,12 +37,10 @@ from typing import Any
 
 import numpy as np
 
-from normlab.analysis.power import seeds_needed
+from normlab.analysis.power import forecast_seeds
 from normlab.analysis.stats import TInterval, log_ratio_interval, sign_test, t_interval, tost
 
-__all__ = ["EXACT_TEST", "VERDICTS", "PairedComparison", "compare_paired", "decide_by_sign_test"]
-
-VERDICTS = ("better", "worse", "equivalent", "inconclusive")
+__all__ = ["EXACT_TEST", "PairedComparison", "compare_paired", "decide_by_sign_test"]
 
 EXACT_TEST = "exact: the same difference in every pair"
 """The ``test`` of a comparison whose paired differences are all equal and nonzero."""
@@ -79,6 +78,10 @@ class PairedComparison:
     note: str = ""
     power: float = 0.8
     """The power that ``seeds_needed`` aims for."""
+    seeds_needed_high: int | None = None
+    """The seeds needed if the spread is at the top of its confidence interval
+    (:func:`normlab.analysis.power.forecast_seeds`); None with ``seeds_needed``, or beyond
+    the most a forecast looks at."""
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""
@@ -105,6 +108,102 @@ def _significance(
     return interval.low > 0 or interval.high < 0, interval.p_value, interval.mean
 
 
+def _check_arguments(scale: str, discrete: bool, margin: float | None, alpha: float) -> None:
+    if scale not in ("difference", "ratio"):
+        raise ValueError(f"scale must be 'difference' or 'ratio', got {scale!r}")
+    if discrete and scale != "difference":
+        raise ValueError(f"discrete counts are compared on the difference scale, got {scale!r}")
+    if margin is not None and not (math.isfinite(margin) and margin >= 0):
+        raise ValueError(f"margin must be None or a finite number >= 0, got {margin!r}")
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+
+
+def _paired_arrays(
+    x: Sequence[float], y: Sequence[float], seeds: Sequence[int] | None
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """``x`` and ``y`` as float64 arrays of one pair per seed, and the seeds (0, 1, … unless
+    given)."""
+    xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    if xa.shape != ya.shape or xa.ndim != 1:
+        raise ValueError(
+            f"x and y must be paired 1-d samples of equal length, got shapes {xa.shape} "
+            f"and {ya.shape}"
+        )
+    seed_list = list(range(xa.size)) if seeds is None else [int(s) for s in seeds]
+    if len(seed_list) != xa.size:
+        raise ValueError(f"seeds must have one entry per pair ({xa.size}), got {seed_list}")
+    return xa, ya, seed_list
+
+
+def _describe_pairs(
+    xa: np.ndarray,
+    ya: np.ndarray,
+    scale: str,
+    discrete: bool,
+    margin: float | None,
+    confidence: float,
+) -> tuple[TInterval, dict[str, Any]]:
+    """(the interval the test reads, the fields every outcome shares): the raw difference's
+    interval, and for ratio metrics the log-ratio interval, which is then tested instead (and
+    no margin applies)."""
+    raw = t_interval(xa - ya, confidence)
+    ratio = ratio_low = ratio_high = None
+    if scale == "ratio":
+        rint = log_ratio_interval(xa, ya, confidence)
+        test_int, test = rint.log, "paired t-test on ln(x / y)"
+        ratio, ratio_low, ratio_high = rint.ratio, rint.low, rint.high
+        eq_margin = None
+    else:
+        test_int, eq_margin = raw, margin
+        test = "exact sign test on x − y" if discrete else "paired t-test on x − y"
+    common = dict(
+        n_pairs=raw.n,
+        test=test,
+        confidence=confidence,
+        mean_diff=raw.mean,
+        sd_diff=raw.sd,
+        ci_low=raw.low,
+        ci_high=raw.high,
+        margin=eq_margin,
+        ratio=ratio,
+        ratio_ci_low=ratio_low,
+        ratio_ci_high=ratio_high,
+    )
+    return test_int, common
+
+
+def _too_few_pairs(common: dict[str, Any], p_value: float | None) -> PairedComparison:
+    """Rule 1: fewer than two pairs give no interval, hence ``inconclusive``."""
+    note = (
+        "no seed has a value in both arms"
+        if common["n_pairs"] == 0
+        else "only one seed has a usable result in both arms, which gives no interval "
+        "and no estimate of seed-to-seed variation; at least 3 paired seeds are needed"
+    )
+    return PairedComparison(
+        **common,
+        p_value=p_value,
+        tost_p=None,
+        tost_low=None,
+        tost_high=None,
+        equivalent=False,
+        significant=False,
+        verdict="inconclusive",
+        seeds_needed=None,
+        note=note,
+    )
+
+
+def _equivalence(d: np.ndarray, margin: float | None, alpha: float) -> dict[str, Any]:
+    """Rule 2's TOST on ``d`` within ±``margin`` (no test without a positive margin)."""
+    if margin is not None and margin > 0:
+        eq = tost(d, margin, alpha)
+        return dict(tost_p=eq.p_value, tost_low=eq.low, tost_high=eq.high, equivalent=eq.equivalent)
+    return dict(tost_p=None, tost_low=None, tost_high=None, equivalent=False)
+
+
 def compare_paired(
     x: Sequence[float],
     y: Sequence[float],
@@ -124,87 +223,21 @@ def compare_paired(
     ``discrete=True`` (small integer counts) decides by the exact sign test on x − y.
     See the module docstring for the verdict rules.
     """
-    if scale not in ("difference", "ratio"):
-        raise ValueError(f"scale must be 'difference' or 'ratio', got {scale!r}")
-    if discrete and scale != "difference":
-        raise ValueError(f"discrete counts are compared on the difference scale, got {scale!r}")
-    if margin is not None and not (math.isfinite(margin) and margin >= 0):
-        raise ValueError(f"margin must be None or a finite number >= 0, got {margin!r}")
-    if not 0.0 < alpha < 0.5:
-        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
-    xa = np.asarray(x, dtype=np.float64)
-    ya = np.asarray(y, dtype=np.float64)
-    if xa.shape != ya.shape or xa.ndim != 1:
-        raise ValueError(
-            f"x and y must be paired 1-d samples of equal length, got shapes {xa.shape} "
-            f"and {ya.shape}"
-        )
-    seed_list = list(range(xa.size)) if seeds is None else [int(s) for s in seeds]
-    if len(seed_list) != xa.size:
-        raise ValueError(f"seeds must have one entry per pair ({xa.size}), got {seed_list}")
-    confidence = 1.0 - alpha
-    raw = t_interval(xa - ya, confidence)
-    n = raw.n
-
-    ratio = ratio_low = ratio_high = None
-    if scale == "ratio":
-        rint = log_ratio_interval(xa, ya, confidence)
-        test_int, test = rint.log, "paired t-test on ln(x / y)"
-        ratio, ratio_low, ratio_high = rint.ratio, rint.low, rint.high
-        eq_margin = None
-    else:
-        test_int, eq_margin = raw, margin
-        test = "exact sign test on x − y" if discrete else "paired t-test on x − y"
-
-    common = dict(
-        n_pairs=n,
-        seeds=seed_list,
-        test=test,
-        confidence=confidence,
-        mean_diff=raw.mean,
-        sd_diff=raw.sd,
-        ci_low=raw.low,
-        ci_high=raw.high,
-        margin=eq_margin,
-        ratio=ratio,
-        ratio_ci_low=ratio_low,
-        ratio_ci_high=ratio_high,
-        power=power,
-    )
-    if n < 2:
-        note = (
-            "no seed has a value in both arms"
-            if n == 0
-            else "only one seed has a usable result in both arms, which gives no interval "
-            "and no estimate of seed-to-seed variation; at least 3 paired seeds are needed"
-        )
-        return PairedComparison(
-            **common,
-            p_value=test_int.p_value,
-            tost_p=None,
-            tost_low=None,
-            tost_high=None,
-            equivalent=False,
-            significant=False,
-            verdict="inconclusive",
-            seeds_needed=None,
-            note=note,
-        )
+    _check_arguments(scale, discrete, margin, alpha)
+    xa, ya, seed_list = _paired_arrays(x, y, seeds)
+    test_int, common = _describe_pairs(xa, ya, scale, discrete, margin, 1.0 - alpha)
+    common.update(seeds=seed_list, power=power)
+    if common["n_pairs"] < 2:
+        return _too_few_pairs(common, test_int.p_value)
 
     mean, sd = test_int.mean, test_int.sd
     assert mean is not None and sd is not None
     significant, p_value, effect = _significance(xa - ya, test_int, discrete, alpha)
-    if eq_margin is not None and eq_margin > 0:
-        eq = tost(xa - ya, eq_margin, alpha)
-        tost_p, tost_low, tost_high, equivalent = eq.p_value, eq.low, eq.high, eq.equivalent
-    else:
-        tost_p = tost_low = tost_high = None
-        equivalent = False
+    eq = _equivalence(xa - ya, common["margin"], alpha)
     note = ""
-    exact = sd == 0.0 and mean != 0.0 and not discrete
     if sd == 0.0:
         if mean == 0.0:
-            equivalent = True
+            eq["equivalent"] = True
             note = "identical values in every pair"
         elif discrete:
             note = "every pair differs by the same count: the sign test decides, not the interval"
@@ -212,31 +245,30 @@ def compare_paired(
             # A deterministic metric (bytes saved for backward, parameter counts): the difference
             # is known exactly, so no test applies and no p-value is given.
             significant, p_value, effect = True, None, mean
-            test = EXACT_TEST
+            common["test"] = EXACT_TEST
             note = "the same difference in every pair: the metric does not vary with the seed"
-    needed = None
-    if equivalent:
+    if eq["equivalent"]:
         verdict = "equivalent"
     elif significant:
         verdict = _direction(effect, lower_is_better)
     else:
         verdict = "inconclusive"
+    needed = needed_high = None
     if verdict == "inconclusive" and not discrete:
-        needed = seeds_needed(mean, sd, eq_margin or 0.0, n_done=n, alpha=alpha, power=power)
+        forecast = forecast_seeds(
+            mean, sd, common["margin"] or 0.0, common["n_pairs"], alpha=alpha, power=power
+        )
+        needed, needed_high = forecast.point, forecast.high
         if needed is None:
             note = "more than 1000 seeds would be needed: the difference is far below the noise"
-    if exact:
-        common["test"] = test
     return PairedComparison(
         **common,
+        **eq,
         p_value=p_value,
-        tost_p=tost_p,
-        tost_low=tost_low,
-        tost_high=tost_high,
-        equivalent=equivalent,
         significant=significant,
         verdict=verdict,
         seeds_needed=needed,
+        seeds_needed_high=needed_high,
         note=note,
     )
 
@@ -271,5 +303,6 @@ def decide_by_sign_test(
         significant=significant,
         verdict=_direction(effect, lower_is_better) if significant else "inconclusive",
         seeds_needed=None,
+        seeds_needed_high=None,
         note=note,
     )

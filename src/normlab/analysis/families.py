@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from normlab.analysis.metrics import MetricSpec
 from normlab.analysis.runs import CompareFolder
+from normlab.run_format import MetricSpec
 
 __all__ = ["FACTORS", "PREFERRED_BASELINE", "arm_levels", "comparison_families", "varied_factors"]
 

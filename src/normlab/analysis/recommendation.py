@@ -4,9 +4,10 @@
   largest quality gain (most negative difference of the testbed's quality metric), else a more
   stable arm, else the fastest of the equivalent-and-faster arms.
 - Else, if some arm is ``undecided``, the choice is ``"undecided"`` and the text says how many
-  seeds would likely settle it and how to add them (``--until-decided``), or, for an arm without any
-  finished or diverged run (every run crashed), that it has no result: more seeds do not help
-  an arm that crashes.
+  seeds would likely settle it and up to how many it may take (the spread of a few seeds is
+  itself uncertain: :func:`normlab.analysis.power.forecast_words`), and how to add them
+  (``--until-decided``), or, for an arm without any finished or diverged run (every run
+  crashed), that it has no result: more seeds do not help an arm that crashes.
 - Else the baseline is kept (``either`` when some arm is equivalent with no speed difference).
 """
 
@@ -16,6 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from normlab.analysis.comparison import PairedComparison
+from normlab.analysis.power import forecast_words
 from normlab.analysis.verdicts import ArmVerdict
 
 __all__ = ["UNDECIDED", "Recommendation", "recommend"]
@@ -58,14 +60,18 @@ def _how_to_settle(verdicts: dict[str, ArmVerdict], arms: list[str]) -> str:
             "fewer than two seeds have a result in both arms, so there is no interval; run at "
             "least 3 seeds per arm and this report will say how many more would settle it"
         )
-    needs = [verdicts[a].seeds_needed for a in arms if verdicts[a].n_pairs >= 2]
+    judged = [verdicts[a] for a in arms if verdicts[a].n_pairs >= 2]
+    needs = [v.seeds_needed for v in judged]
     if any(n is None for n in needs):
         return "the difference is too small against the seed-to-seed noise to resolve"
+    highs = [v.seeds_needed_high for v in judged]
     most = max(n for n in needs if n is not None)
+    most_high = None if None in highs else max(n for n in highs if n is not None)
+    words = forecast_words(most, most_high, [v.n_pairs for v in judged])
     return (
-        f"about {most} seeds per arm would likely settle it: add seeds with --until-decided "
-        "and the same --out (finished runs are kept; only the new seeds train; the terminal's "
-        "last line gives the exact command)"
+        f"{words}: add seeds with --until-decided and the same --out "
+        "(finished runs are kept; only the new seeds train; the terminal's last line gives the "
+        "exact command)"
     )
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from normlab.analysis.comparison import PairedComparison
 from normlab.analysis.sequential import Decision, SequentialPlan, decide
+from normlab.analysis.wording import BETTER_WORSE, DECIDED
 from normlab.run_format import FINISHED, SEQUENTIAL_FILE
 
 __all__ = [
@@ -208,7 +209,7 @@ def sequential_comparison(c: PairedComparison, decision: Mapping[str, Any]) -> P
     equivalence decision, else the (1 − α) one. A fixed-sample interval of the same seeds is
     narrower: read after several looks, it would claim more than the data show."""
     verdict = str(decision.get("verdict", "open"))
-    verdict = verdict if verdict in ("better", "worse", "equivalent") else "inconclusive"
+    verdict = verdict if verdict in DECIDED else "inconclusive"
     eq = verdict == "equivalent" and decision.get("eq_low") is not None
     low = decision.get("eq_low") if eq else decision.get("low")
     high = decision.get("eq_high") if eq else decision.get("high")
@@ -221,8 +222,9 @@ def sequential_comparison(c: PairedComparison, decision: Mapping[str, Any]) -> P
         ci_low=low,
         ci_high=high,
         equivalent=verdict == "equivalent",
-        significant=verdict in ("better", "worse"),
+        significant=verdict in BETTER_WORSE,
         verdict=verdict,
         seeds_needed=None if verdict != "inconclusive" else c.seeds_needed,
+        seeds_needed_high=None if verdict != "inconclusive" else c.seeds_needed_high,
         note=str(decision.get("reason", "")),
     )

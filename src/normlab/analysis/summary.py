@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
 from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
-from normlab.analysis.metrics import MetricSpec, profile_of
-from normlab.analysis.recommendation import recommend
+from normlab.analysis.recommendation import Recommendation, recommend
 from normlab.analysis.rounds import read_state, sequential_comparison
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
 from normlab.analysis.stats import describe, holm_adjust
-from normlab.analysis.verdicts import arm_verdict
+from normlab.analysis.verdicts import ArmVerdict, arm_verdict
+from normlab.run_format import MetricSpec, TestbedFormat, testbed_format
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
 
@@ -196,91 +197,96 @@ def _no_result(runs: list[RunResult]) -> str:
     return ", ".join(f"{n} {word}" for n, word in counts if n) or "no run folder"
 
 
-def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
-    """Statistics, comparisons, verdicts and the recommendation for a loaded compare folder.
-
-    Per arm and metric: mean and sample sd over seeds. Per non-baseline arm and metric: the
-    paired comparison against the baseline (matched by seed). Per arm: verdicts and decision.
-    When several factors vary (norm × precision, …), also ``families``: each factor's levels
-    compared with the others held fixed (:func:`normlab.analysis.families.comparison_families`).
-    Tests use level ``alpha``; ``power`` sets how sure the seeds-needed estimate aims to be.
-    The metrics, the quality metric and the margin's key follow the folder's testbed
-    (:data:`normlab.analysis.metrics.PROFILES`).
-    """
-    if not 0.0 < alpha < 0.5:
-        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
-    if not 0.0 < power < 1.0:
-        raise ValueError(f"power must lie in (0, 1), got {power!r}")
-    testbed = profile_of(folder.testbed)
-    metrics = testbed.metrics
-    base = folder.baseline_arm
-    base_runs = folder.runs_of(base)
-    arms_stats: dict[str, Any] = {}
+def _arm_statistics(folder: CompareFolder, metrics: tuple[MetricSpec, ...]) -> dict[str, Any]:
+    """{arm: {metric: mean, sample sd, n, the values and their seeds}}."""
+    stats: dict[str, Any] = {}
     for arm in folder.arms:
         runs = folder.runs_of(arm)
-        arms_stats[arm] = {}
+        stats[arm] = {}
         for spec in metrics:
             values = _values(runs, spec)
             d = describe(list(values.values()))
-            arms_stats[arm][spec.name] = {
+            stats[arm][spec.name] = {
                 "mean": d.mean,
                 "std": d.std,
                 "n": d.n,
                 "values": list(values.values()),
                 "seeds": list(values),
             }
+    return stats
 
-    sequential = read_state(folder.path)
-    comparisons: dict[str, dict[str, Any]] = {}
-    verdicts: dict[str, Any] = {}
-    arm_verdicts = {}
-    quality: dict[str, PairedComparison] = {}
-    speed: dict[str, PairedComparison] = {}
+
+@dataclass
+class _ArmResults:
+    """Every non-baseline arm's comparisons (as dicts, with Holm's p), verdicts, and the
+    quality and speed comparisons the recommendation ranks by."""
+
+    comparisons: dict[str, dict[str, Any]] = field(default_factory=dict)
+    verdicts: dict[str, Any] = field(default_factory=dict)
+    arm_verdicts: dict[str, ArmVerdict] = field(default_factory=dict)
+    quality: dict[str, PairedComparison] = field(default_factory=dict)
+    speed: dict[str, PairedComparison] = field(default_factory=dict)
+
+
+def _judge_arms(
+    folder: CompareFolder,
+    testbed: TestbedFormat,
+    sequential: dict[str, Any] | None,
+    alpha: float,
+    power: float,
+) -> _ArmResults:
+    """Compare every arm with the baseline on every metric (the quality metric as the
+    sequential procedure decided it, after ``--until-decided``), and give its verdict."""
+    out = _ArmResults()
+    base = folder.baseline_arm
+    base_runs = folder.runs_of(base)
     for arm in folder.arms:
         if arm == base:
             continue
         runs = folder.runs_of(arm)
         results = {
             spec.name: compare_metric(spec, runs, base_runs, folder.margin, alpha, power)
-            for spec in metrics
+            for spec in testbed.metrics
         }
         decided = _sequential_decision(sequential, arm, testbed.quality)
         if decided is not None:
             results[testbed.quality] = sequential_comparison(results[testbed.quality], decided)
-        comparisons[arm] = {name: c.to_dict() for name, c in results.items()}
-        _add_holm(comparisons[arm])
+        out.comparisons[arm] = {name: c.to_dict() for name, c in results.items()}
+        _add_holm(out.comparisons[arm])
         stab = stability_verdict(runs, base_runs, alpha)
-        quality[arm], speed[arm] = results[testbed.quality], results["tokens_per_s"]
+        out.quality[arm], out.speed[arm] = results[testbed.quality], results["tokens_per_s"]
         v = arm_verdict(
             arm,
             base,
-            quality[arm],
-            speed[arm],
+            out.quality[arm],
+            out.speed[arm],
             results["peak_memory_bytes"],
             stab,
             what=testbed.quality_name,
             unit=testbed.short_unit,
         )
-        arm_verdicts[arm] = v
-        verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
+        out.arm_verdicts[arm] = v
+        out.verdicts[arm] = {**v.to_dict(), "stability_detail": stab.to_dict()}
+    return out
 
-    families = comparison_families(
-        folder,
-        metrics,
-        lambda spec, runs, base_runs: compare_metric(
-            spec, runs, base_runs, folder.margin, alpha, power
-        ),
-    )
-    problems = {arm: _no_result(folder.runs_of(arm)) for arm in arm_verdicts}
-    rec = recommend(
-        base,
-        arm_verdicts,
-        quality,
-        speed,
-        baseline_problem=_no_result(base_runs),
+
+def _recommend(folder: CompareFolder, judged: _ArmResults) -> Recommendation:
+    """The recommendation from the arms' verdicts; arms (or a baseline) without any result say
+    why instead."""
+    problems = {arm: _no_result(folder.runs_of(arm)) for arm in judged.arm_verdicts}
+    return recommend(
+        folder.baseline_arm,
+        judged.arm_verdicts,
+        judged.quality,
+        judged.speed,
+        baseline_problem=_no_result(folder.runs_of(folder.baseline_arm)),
         arm_problems={arm: why for arm, why in problems.items() if why},
     )
-    runs_table = [
+
+
+def _runs_table(folder: CompareFolder) -> list[dict[str, Any]]:
+    """One row per run: its id, arm, seed, status and the reason for that status."""
+    return [
         {
             "run_id": r.run_id,
             "arm": r.arm,
@@ -290,26 +296,61 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         }
         for r in folder.runs
     ]
+
+
+def _metric_info(metrics: tuple[MetricSpec, ...]) -> dict[str, dict[str, Any]]:
+    """{metric: its label, unit, direction and scale}."""
     return {
-        "baseline_arm": base,
+        s.name: {
+            "label": s.label,
+            "unit": s.unit,
+            "lower_is_better": s.lower_is_better,
+            "scale": s.scale,
+        }
+        for s in metrics
+    }
+
+
+def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> dict[str, Any]:
+    """Statistics, comparisons, verdicts and the recommendation for a loaded compare folder.
+
+    Per arm and metric: mean and sample sd over seeds. Per non-baseline arm and metric: the
+    paired comparison against the baseline (matched by seed). Per arm: verdicts and decision.
+    When several factors vary (norm × precision, …), also ``families``: each factor's levels
+    compared with the others held fixed (:func:`normlab.analysis.families.comparison_families`).
+    Tests use level ``alpha``; ``power`` sets how sure the seeds-needed estimate aims to be.
+    The metrics, the quality metric and the margin's key follow the folder's testbed
+    (:data:`normlab.run_format.TESTBED_FORMATS`).
+    """
+    if not 0.0 < alpha < 0.5:
+        raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power must lie in (0, 1), got {power!r}")
+    testbed = testbed_format(folder.testbed)
+    arms_stats = _arm_statistics(folder, testbed.metrics)
+    sequential = read_state(folder.path)
+    judged = _judge_arms(folder, testbed, sequential, alpha, power)
+    families = comparison_families(
+        folder,
+        testbed.metrics,
+        lambda spec, runs, base_runs: compare_metric(
+            spec, runs, base_runs, folder.margin, alpha, power
+        ),
+    )
+    rec = _recommend(folder, judged)
+    runs_table = _runs_table(folder)
+    return {
+        "baseline_arm": folder.baseline_arm,
         testbed.margin_key: folder.margin,
         "alpha": alpha,
         "power": power,
         "arm_order": list(folder.arms),
-        "metrics": {
-            s.name: {
-                "label": s.label,
-                "unit": s.unit,
-                "lower_is_better": s.lower_is_better,
-                "scale": s.scale,
-            }
-            for s in metrics
-        },
+        "metrics": _metric_info(testbed.metrics),
         "arms": arms_stats,
         "arm_info": {arm: _arm_info(folder, arm) for arm in folder.arms},
-        "comparisons": comparisons,
+        "comparisons": judged.comparisons,
         "families": families,
-        "verdicts": verdicts,
+        "verdicts": judged.verdicts,
         "recommendation": rec.to_dict(),
         "runs": runs_table,
         "excluded": [row for row in runs_table if row["status"] in ("crashed", "unfinished")],

@@ -29,6 +29,7 @@ from typing import Any
 
 from normlab.analysis.comparison import EXACT_TEST, PairedComparison
 from normlab.analysis.format import fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.power import forecast_words
 from normlab.analysis.stability import StabilityVerdict
 from normlab.analysis.wording import Smallest, judge
 
@@ -57,6 +58,9 @@ class ArmVerdict:
     quality: str
     quality_text: str
     seeds_needed: int | None
+    seeds_needed_high: int | None
+    """The seeds that would likely settle the quality question, and the most it may take
+    (:func:`normlab.analysis.power.forecast_seeds`); None once it is settled."""
     n_pairs: int
     throughput: str
     throughput_text: str
@@ -122,11 +126,9 @@ def quality_sentence(
     if c.seeds_needed is None:
         need = "no practical number of seeds would settle it at this noise level"
     else:
-        more = c.seeds_needed - c.n_pairs
         need = (
-            f"about {c.seeds_needed} seeds per arm ({more} more) would likely settle it "
-            f"({round(100 * c.power)}% power, taking the observed difference and its spread as "
-            "the truth)"
+            f"{forecast_words(c.seeds_needed, c.seeds_needed_high, c.n_pairs)} "
+            f"({round(100 * c.power)}% power, taking the observed difference as the truth)"
         )
     return (
         f"Final {what} cannot be told apart yet: {diff} neither excludes zero nor fits "
@@ -233,6 +235,7 @@ def arm_verdict(
         quality=quality.verdict,
         quality_text=q_text,
         seeds_needed=quality.seeds_needed,
+        seeds_needed_high=quality.seeds_needed_high,
         n_pairs=quality.n_pairs,
         throughput=speed,
         throughput_text=s_text,

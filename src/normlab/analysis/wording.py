@@ -39,6 +39,9 @@ other metrics are shown with their raw and Holm-adjusted p, and only the adjuste
 :func:`ladder_words` is the rule for a size ladder's prediction at a target size: ``equivalent``
 when the whole prediction interval lies within ±δ, ``better`` / ``worse`` when it excludes zero
 (one sign holds at least (1 + c) / 2 of the bootstrap draws), ``not determined`` otherwise.
+
+:data:`WORD_TONES` lists every word these give, with its tone (the report colours its badges by
+it).
 """
 
 from __future__ import annotations
@@ -48,13 +51,27 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from normlab.analysis.format import fmt_p
-from normlab.run_format import TESTBED_FORMATS, Smallest, testbed_format
+from normlab.run_format import (
+    CRASHED,
+    DIVERGED,
+    FINISHED,
+    TESTBED_FORMATS,
+    UNFINISHED,
+    Smallest,
+    testbed_format,
+)
 from normlab.run_format.fields import DEFAULT_SMALLEST
 
 __all__ = [
+    "BAD",
     "BETTER_WORSE",
+    "DECIDED",
+    "GOOD",
     "LEARNED_MODEL_METRICS",
+    "NEUTRAL",
+    "OPEN",
     "SMALLEST",
+    "WORD_TONES",
     "Judgement",
     "Smallest",
     "badge_in_analysis",
@@ -64,9 +81,62 @@ __all__ = [
     "judge_in_analysis",
     "ladder_words",
     "smallest_for",
+    "tone",
 ]
 
 BETTER_WORSE = ("better", "worse")
+DECIDED = (*BETTER_WORSE, "equivalent")
+"""The verdicts that settle a comparison (the others leave it open)."""
+
+GOOD, BAD, OPEN, NEUTRAL = "good", "bad", "open", "neutral"
+"""The tones a word can carry: it favours the arm, counts against it, leaves the question open,
+or states a fact."""
+
+WORD_TONES: dict[str, str] = {
+    # what judge() says of one metric
+    "better": GOOD,
+    "worse": BAD,
+    "equivalent": NEUTRAL,
+    "inconclusive": OPEN,
+    "unconfirmed": OPEN,
+    "unclear size": OPEN,
+    "no detectable difference": NEUTRAL,
+    "not comparable": NEUTRAL,
+    # what ladder_words() says of the prediction at a target size (besides better / worse /
+    # equivalent)
+    "not determined": OPEN,
+    # its better / worse / equivalent for speed and for memory (normlab.analysis.verdicts)
+    "faster": GOOD,
+    "slower": BAD,
+    "same speed": NEUTRAL,
+    "less": GOOD,
+    "more": BAD,
+    "same": NEUTRAL,
+    # an arm's decision against the baseline, and its badge (decision_badge)
+    "switch": GOOD,
+    "keep": NEUTRAL,
+    "either": NEUTRAL,
+    "undecided": OPEN,
+    "recommended": GOOD,
+    "failed": BAD,
+    "less stable": BAD,
+    "worse quality": BAD,
+    "no gain": NEUTRAL,
+    "runner-up": NEUTRAL,
+    # a run's status
+    FINISHED: GOOD,
+    DIVERGED: BAD,
+    CRASHED: BAD,
+    UNFINISHED: OPEN,
+}
+"""Every word of a verdict, decision, badge or run status, with its tone: the one list the
+report's badges are coloured by."""
+
+
+def tone(word: str) -> str:
+    """The tone of ``word`` in :data:`WORD_TONES` (case and surrounding spaces ignored);
+    :data:`NEUTRAL` for any other text."""
+    return WORD_TONES.get(word.strip().lower(), NEUTRAL)
 
 
 def _declared() -> tuple[dict[str, Smallest], tuple[str, ...]]:
@@ -174,6 +244,127 @@ def interval_words(low: float | None, high: float | None) -> str:
     return "excludes zero" if low > 0 or high < 0 else "includes zero"
 
 
+@dataclass(frozen=True)
+class _Reading:
+    """What rules 5–7 read from one comparison: the effect and its interval on δ's scale
+    (rule 4), δ, and how the comparison was tested."""
+
+    verdict: str | None
+    effect: float | None
+    low: float | None
+    high: float | None
+    delta: float
+    kind: str
+    n: int
+    exact: bool
+    sign_tested: bool
+    significant: bool
+    holm_note: str
+
+    @property
+    def practical(self) -> bool:
+        """|effect| ≥ δ."""
+        return self.effect is not None and abs(self.effect) >= self.delta
+
+    @property
+    def sign_decided(self) -> bool:
+        """Decided better or worse by the exact sign test."""
+        return self.sign_tested and self.verdict in BETTER_WORSE
+
+
+def _read(
+    c: Any,
+    spec: Smallest,
+    delta: float,
+    scale: str,
+    baseline_mean: float | None,
+    p_holm: float | None,
+    alpha: float,
+    primary: bool,
+) -> _Reading:
+    """Rule 4's effect and interval, and rule 6's statistical significance: the raw p for the
+    primary metric, else Holm's; an exact difference needs no test; a sign test that did not
+    decide is not significant."""
+    verdict = _get(c, "verdict")
+    test = str(_get(c, "test") or "")
+    sign_tested = test.startswith("exact sign test")
+    effect, low, high = _effect(c, scale, spec.kind, baseline_mean)
+    exact = test.startswith("exact:")
+    p = _get(c, "p_value")
+    p_used = p if (primary or p_holm is None) else p_holm
+    significant = exact or (p_used is not None and p_used < alpha)
+    if sign_tested and verdict not in BETTER_WORSE:
+        significant = False
+    return _Reading(
+        verdict=verdict,
+        effect=effect,
+        low=low,
+        high=high,
+        delta=delta,
+        kind=spec.kind,
+        n=_get(c, "n_pairs") or 0,
+        exact=exact,
+        sign_tested=sign_tested,
+        significant=significant,
+        holm_note="" if primary or p_holm is None else f" (Holm-adjusted {fmt_p(p_holm)})",
+    )
+
+
+def _equivalent(r: _Reading) -> Judgement | None:
+    """Rule 5: ``equivalent`` by the comparison, by an exact difference below δ, or by an
+    interval inside ±δ; None when none applies."""
+    if r.verdict == "equivalent" and not r.exact:
+        return Judgement("equivalent", "within the equivalence margin", r.significant, False)
+    if r.effect is not None and r.exact and not r.practical:
+        return Judgement(
+            "equivalent",
+            f"the same in every seed, a difference of {_size(r.effect, r.kind)}, below the "
+            f"{_size(r.delta, r.kind)} that matters",
+            True,
+            False,
+        )
+    low, high = r.low, r.high
+    if low is not None and high is not None and r.delta > 0 and -r.delta < low and high < r.delta:
+        return Judgement(
+            "equivalent",
+            f"the whole interval lies within ±{_size(r.delta, r.kind)}, the smallest "
+            "difference that matters",
+            r.significant,
+            False,
+        )
+    return None
+
+
+def _excluding_zero(r: _Reading, alpha: float, lower_is_better: bool) -> Judgement:
+    """Rule 6, for an interval that excludes zero (or an exact difference): ``unconfirmed``
+    without a significant test, ``unclear size`` below δ, else ``better`` / ``worse``."""
+    if not r.significant:
+        why = "the exact sign test" if r.sign_tested else "the test"
+        return Judgement(
+            "unconfirmed",
+            f"the interval excludes zero, but {why} is not significant at α = {alpha:g}"
+            f"{r.holm_note}",
+            False,
+            r.practical,
+        )
+    if not r.practical and r.effect is not None:
+        return Judgement(
+            "unclear size",
+            f"a detectable difference of {_size(r.effect, r.kind)}, below the "
+            f"{_size(r.delta, r.kind)} that matters, whose interval reaches past it",
+            True,
+            False,
+        )
+    if r.sign_decided:
+        word = str(r.verdict)
+    else:
+        sign = r.effect if r.effect is not None else (1.0 if r.verdict == "worse" else -1.0)
+        word = "better" if (sign < 0) == lower_is_better else "worse"
+    return Judgement(
+        word, f"significant{r.holm_note} and at least the smallest that matters", True, True
+    )
+
+
 def judge(
     c: Any,
     metric: str,
@@ -205,86 +396,32 @@ def judge(
         return Judgement("not comparable", f"{who} failed to learn", False, False)
     if never_reached:
         return Judgement("worse", "never reached the target, where the baseline did", True, True)
-    n = _get(c, "n_pairs") or 0
-    verdict = _get(c, "verdict")
-    test = str(_get(c, "test") or "")
-    sign_tested = test.startswith("exact sign test")
-    if n < 2 and not (sign_tested and verdict in BETTER_WORSE):
+    r = _read(c, spec, delta, scale, baseline_mean, p_holm, alpha, primary)
+    if r.n < 2 and not r.sign_decided:
         return Judgement(
             "inconclusive", _get(c, "note") or "fewer than two paired seeds", False, False
         )
-    effect, low, high = _effect(c, scale, spec.kind, baseline_mean)
-    exact = test.startswith("exact:")
-    p = _get(c, "p_value")
-    p_used = p if (primary or p_holm is None) else p_holm
-    significant = exact or (p_used is not None and p_used < alpha)
-    if sign_tested and verdict not in BETTER_WORSE:
-        significant = False
-    practical = effect is not None and abs(effect) >= delta
-    holm_note = "" if primary or p_holm is None else f" (Holm-adjusted {fmt_p(p_holm)})"
-    if verdict == "equivalent" and not exact:
-        return Judgement("equivalent", "within the equivalence margin", significant, False)
-    if effect is not None and exact and not practical:
-        return Judgement(
-            "equivalent",
-            f"the same in every seed, a difference of {_size(effect, spec.kind)}, below the "
-            f"{_size(delta, spec.kind)} that matters",
-            True,
-            False,
-        )
-    inside = low is not None and high is not None and delta > 0 and -delta < low and high < delta
-    if inside:
-        return Judgement(
-            "equivalent",
-            f"the whole interval lies within ±{_size(delta, spec.kind)}, the smallest "
-            "difference that matters",
-            significant,
-            False,
-        )
-    excludes = exact or interval_words(low, high) == "excludes zero"
-    if sign_tested and verdict in BETTER_WORSE and n < 2:
-        excludes = True  # a censored comparison decided on order alone
-    if excludes:
-        if not significant:
-            why = "the exact sign test" if sign_tested else "the test"
-            return Judgement(
-                "unconfirmed",
-                f"the interval excludes zero, but {why} is not significant at α = {alpha:g}"
-                f"{holm_note}",
-                False,
-                practical,
-            )
-        if not practical and effect is not None:
-            return Judgement(
-                "unclear size",
-                f"a detectable difference of {_size(effect, spec.kind)}, below the "
-                f"{_size(delta, spec.kind)} that matters, whose interval reaches past it",
-                True,
-                False,
-            )
-        sign = effect if effect is not None else (1.0 if verdict == "worse" else -1.0)
-        if sign_tested and verdict in BETTER_WORSE:
-            word = verdict
-        else:
-            word = "better" if (sign < 0) == lower_is_better else "worse"
-        return Judgement(
-            word, f"significant{holm_note} and at least the smallest that matters", True, True
-        )
-    if significant and sign_tested and verdict in BETTER_WORSE:
+    equivalent = _equivalent(r)
+    if equivalent is not None:
+        return equivalent
+    # a censored comparison decided on order alone (n < 2) excludes zero too
+    if r.exact or interval_words(r.low, r.high) == "excludes zero" or (r.sign_decided and r.n < 2):
+        return _excluding_zero(r, alpha, lower_is_better)
+    if r.significant and r.sign_decided:
         return Judgement(
             "unconfirmed",
             "the sign test is significant but the interval includes zero",
             True,
-            practical,
+            r.practical,
         )
     if _get(c, "margin") is not None:
         return Judgement(
             "inconclusive",
             "the interval neither excludes zero nor fits the margin",
             False,
-            practical,
+            r.practical,
         )
-    return Judgement("no detectable difference", "the interval includes zero", False, practical)
+    return Judgement("no detectable difference", "the interval includes zero", False, r.practical)
 
 
 def decision_badge(

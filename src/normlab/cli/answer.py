@@ -4,9 +4,11 @@
 command is that same command with the same ``--out`` (so every finished run is reused):
 
 - after a fixed number of seeds: ``--seeds`` removed and ``--until-decided`` added (its look
-  schedule starts at the seeds already run, 3 by default), with ``--max-seeds`` raised to the
-  seeds that the power estimate says would likely settle it and ``--max-time`` to the time
-  those runs would take at the speed of the runs so far, where these exceed the defaults;
+  schedule starts at the seeds already run, 3 by default), with ``--max-seeds`` set to the
+  upper end of the seeds-needed forecast (:func:`normlab.analysis.power.forecast_seeds`: the
+  seeds needed if the spread of the few seeds so far understates the noise as much as its
+  confidence interval allows) where that differs from the default, and ``--max-time`` to the
+  time those runs would take at the speed of the runs so far where that exceeds the default;
 - after ``--until-decided`` stopped on its time budget: the same command again (the rounds
   already trained are reused, so it continues where it stopped), with ``--max-time`` set to
   the time the remaining planned runs would take at the speed of the runs so far (else a
@@ -30,7 +32,8 @@ from rich.markup import escape
 from normlab._io import write_json_atomic
 from normlab.analysis.answer import answer_lines
 from normlab.analysis.rounds import read_state
-from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S, round_seconds
+from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
+from normlab.experiment.rounds import DEFAULT_MAX_TIME_S, round_seconds
 from normlab.run_format import ANALYSIS_FILE, COMMAND_FILE, RUNS_DIR, SUMMARY_FILE
 
 __all__ = [
@@ -98,12 +101,13 @@ def settle_command(
 ) -> str:
     """The command that would settle the question left open by ``normlab compare args``
     (module docstring), with ``--out out``, shell-quoted. After fixed seeds, ``max_seeds`` and
-    ``max_time_s`` (when given and above the defaults) size the sequential plan."""
+    ``max_time_s`` (when given, and other than or above the defaults) size the sequential
+    plan."""
     base = _without(args, ("--out",))
     if state is None:
         new = [*_without(base, ("--seeds", "--until-decided", "--max-seeds", "--max-time"))]
         new.append("--until-decided")
-        if max_seeds is not None and max_seeds > DEFAULT_MAX_SEEDS:
+        if max_seeds is not None and max_seeds != DEFAULT_MAX_SEEDS:
             new += ["--max-seeds", str(max_seeds)]
         if max_time_s is not None and max_time_s > DEFAULT_MAX_TIME_S:
             new += ["--max-time", f"{max_time_s:g}"]
@@ -121,18 +125,19 @@ def settle_command(
 
 def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float | None]:
     """(most seeds, seconds) for the sequential plan that would settle the open arms of the
-    analysis ``a``: the largest seeds-needed estimate of an undecided arm (at least
-    :data:`DEFAULT_MAX_SEEDS`), and the time its new runs would take
-    (:func:`normlab.experiment.rounds.round_seconds` from the folder's runs, rounded up to a
-    minute), or (None, None) without an estimate."""
+    analysis ``a``: the largest upper end of an undecided arm's seeds-needed forecast
+    (``seeds_needed_high``; its plug-in ``seeds_needed`` where the upper end lies beyond what a
+    forecast looks at, or in an analysis written without it), and the time its new runs would
+    take (:func:`normlab.experiment.rounds.round_seconds` from the folder's runs, rounded up to
+    a minute), or (None, None) without an estimate."""
     needs = [
-        v.get("seeds_needed")
+        v.get("seeds_needed_high") or v["seeds_needed"]
         for v in a.get("verdicts", {}).values()
         if v.get("decision") == "undecided" and v.get("seeds_needed")
     ]
     if not needs:
         return None, None
-    most = max(DEFAULT_MAX_SEEDS, *(int(n) for n in needs))
+    most = max(int(n) for n in needs)
     summaries = _summaries(out)
     done = len({s.get("seed") for s in summaries.values()})
     new_runs = max(0, most - done) * len(a.get("arm_order", []))
@@ -211,7 +216,7 @@ def print_answer(console: Console, out: Path, args: Sequence[str] | None = None)
             "More seeds after the last planned look make a new plan, chosen after this one "
             "ended undecided: its error rates then hold only approximately.",
         )
-    console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False)
+    console.print(f"[bold]{escape(lines[0])}[/bold]", highlight=False, soft_wrap=True)
     for line in lines[1:]:
         console.print(escape(line), highlight=False, soft_wrap=True)
     return True

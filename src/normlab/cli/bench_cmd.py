@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,7 @@ from normlab.bench.runner import (
     LLC_MULTIPLE,
     MAX_LLC_MULTIPLE,
     Config,
+    Result,
     Row,
     cache_bytes,
     check_device_available,
@@ -221,6 +223,47 @@ def bench(
     ] = "reexec",
 ) -> None:
     """Time norms against PyTorch and other kernels, as a fraction of copy bandwidth."""
+    config = _checked_config(
+        ops,
+        dims,
+        dtypes,
+        modes,
+        peers,
+        device,
+        quick,
+        reps,
+        rows,
+        llc_multiple,
+        threads,
+        out,
+        allocator_mode,
+    )  # every option checked here, before any measurement (or restart)
+    console = Console()
+    if not console.is_terminal:  # a log file gets the whole table, not an 80-column squeeze
+        console = Console(width=160)
+    _prepare_machine(console, config, device, allocator_mode, threads)
+    result = run(config, progress=partial(_print_row, console))
+    render_table(result, console)
+    _write_results(console, result, out)
+
+
+def _checked_config(
+    ops: str | None,
+    dims: str | None,
+    dtypes: str | None,
+    modes: str | None,
+    peers: str | None,
+    device: str,
+    quick: bool,
+    reps: int | None,
+    rows: int | None,
+    llc_multiple: float,
+    threads: int | None,
+    out: Path,
+    allocator_mode: str,
+) -> Config:
+    """The bench's config from its options, each checked (device, memory and --out included);
+    raises ``typer.BadParameter`` naming the option at the first that is wrong."""
     if allocator_mode not in ("reexec", "warn", "ignore"):
         raise typer.BadParameter(
             f"expected reexec, warn or ignore, got {allocator_mode!r}", param_hint="--allocator"
@@ -228,18 +271,21 @@ def bench(
     _positive(threads, "--threads")
     _positive(reps, "--reps")
     _positive(rows, "--rows")
-    config = _config(
-        ops, dims, dtypes, modes, peers, device, quick, reps, rows, llc_multiple
-    )  # every option checked here, before any measurement (or restart)
+    config = _config(ops, dims, dtypes, modes, peers, device, quick, reps, rows, llc_multiple)
     try:
         check_device_available(device)
         check_bench_memory(config)
         check_out_dir(out)
     except ValueError as err:
         raise _bad_parameter(err) from None
-    console = Console()
-    if not console.is_terminal:  # a log file gets the whole table, not an 80-column squeeze
-        console = Console(width=160)
+    return config
+
+
+def _prepare_machine(
+    console: Console, config: Config, device: str, allocator_mode: str, threads: int | None
+) -> None:
+    """Before timing: restart with the allocator settings (or warn without them), warn about
+    too few repetitions and a busy machine, and set torch's threads."""
     if not device.startswith("cuda") and allocator_mode != "ignore":
         message = allocator.warning_text()
         if message and allocator_mode == "reexec" and allocator.can_reexec():
@@ -259,19 +305,22 @@ def bench(
     if threads is not None:
         torch.set_num_threads(threads)
 
-    def progress(row: Row) -> None:
-        detail = (
-            f"{row.frac_copy:.2f} of copy, {row.median_ms:.2f} ms"
-            if row.status == "ok" and row.frac_copy is not None
-            else f"{row.status} {row.note}"
-        )
-        console.print(
-            f"  {row.op:<8} {row.dtype:<9} D={row.dim:<5} {row.mode:<8} {row.peer:<22} {detail}",
-            highlight=False,
-        )
 
-    result = run(config, progress=progress)
-    render_table(result, console)
+def _print_row(console: Console, row: Row) -> None:
+    """One measured row as it comes: its fraction of copy and time, or why it has none."""
+    detail = (
+        f"{row.frac_copy:.2f} of copy, {row.median_ms:.2f} ms"
+        if row.status == "ok" and row.frac_copy is not None
+        else f"{row.status} {row.note}"
+    )
+    console.print(
+        f"  {row.op:<8} {row.dtype:<9} D={row.dim:<5} {row.mode:<8} {row.peer:<22} {detail}",
+        highlight=False,
+    )
+
+
+def _write_results(console: Console, result: Result, out: Path) -> None:
+    """Write the result's files into ``out``; exit 1 when no row was measured."""
     command = shlex.join(["normlab", *sys.argv[1:]])
     written = write_outputs(result, out, command=command)
     if written.paths:

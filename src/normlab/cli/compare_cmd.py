@@ -20,10 +20,11 @@ from pydantic.fields import FieldInfo
 from rich.console import Console
 from rich.markup import escape
 
+from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
-from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S
+from normlab.experiment.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
     REPORT_HTML_FILE,
@@ -250,65 +251,82 @@ def compare(
     max_time: Annotated[float, typer.Option(help=MAX_TIME_HELP)] = DEFAULT_MAX_TIME_S,
 ) -> None:
     """Run the controlled experiment; what it does is :data:`COMPARE_HELP` (its ``--help``)."""
+    flags = dict(locals())  # the parameters as given, before any other name is bound
+    console = Console()
+    started = time.perf_counter()
+    given = _config_flags(flags)
+    if run is not None:
+        _run_one(run, out, config, given, plan)
+        return
+    cfg = _validated_config(config, given, console)
+    args = compare_args({"config": config, **given, **{k: flags[k] for k in _RECORDED_AS_GIVEN}})
+    if until_decided:
+        args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
+    if plan:
+        _plan(cfg, out)
+        return
+    rounds = (max_seeds, max_time) if until_decided else None
+    summaries = _train(cfg, out, console, args, report=report, rounds=rounds)
+    _check_results(console, summaries, out, started)
+    if report:
+        print_answer(console, out, args)
+
+
+_LIST_FLAGS = ("norms", "placements", "precision")
+"""Flags given as comma-separated lists."""
+_RECORDED_AS_GIVEN = ("seeds", "norms", "placements")
+"""Flags whose text, not its parsed value, is recorded for the settling command."""
+
+
+def _config_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """{flag: parsed value} of every flag that sets a config key (:data:`FLAG_KEYS`), in that
+    order; None where the flag was left out."""
+    given = {flag: flags[flag] for flag in FLAG_KEYS}
+    for flag in _LIST_FLAGS:
+        given[flag] = _split(given[flag])
+    given["seeds"] = parse_seeds(given["seeds"])
+    return given
+
+
+def _validated_config(
+    config: Path | None, given: dict[str, Any], console: Console
+) -> ExperimentConfig:
+    """The experiment config of the YAML file with the flags laid over it, validated; exits
+    with :data:`EXIT_BAD_CONFIG` and one line naming the problem when it is invalid."""
+    from normlab.experiment.config import ConfigError, validate_config
+
+    overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
+    try:
+        merged = build_config_dict(config, overrides)
+        check_scale_options(merged)
+        return validate_config(merged)
+    except (ConfigError, ValueError) as err:
+        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
+        raise typer.Exit(EXIT_BAD_CONFIG) from None
+
+
+def _train(
+    cfg: ExperimentConfig,
+    out: Path,
+    console: Console,
+    args: list[str],
+    *,
+    report: bool,
+    rounds: tuple[int, float] | None,
+) -> dict[str, dict[str, Any]]:
+    """Train the grid into ``out`` (in ``--until-decided`` rounds when ``rounds`` holds
+    (max seeds, max time)), record the command and build the report on the locked folder;
+    returns {run_id: summary}. Every way it can stop early becomes its exit status."""
     from normlab.cli.errors import (
         check_utf8_path,
         describe_error,
         interrupt_exit_code,
         signals_as_interrupt,
     )
-    from normlab.experiment.config import ConfigError, validate_config
     from normlab.experiment.executors import make_executor
     from normlab.experiment.lock import FolderLockedError
     from normlab.experiment.runner import GridStopped, run_experiment
 
-    console = Console()
-    started = time.perf_counter()
-    given: dict[str, Any] = {
-        "testbed": testbed,
-        "norms": _split(norms),
-        "placements": _split(placements),
-        "precision": _split(precision),
-        "seeds": parse_seeds(seeds),
-        "steps": steps,
-        "tokens": tokens,
-        "lr": lr,
-        "warmup": warmup,
-        "batch_size": batch_size,
-        "device": device,
-        "threads": threads,
-        "parallel": parallel,
-        "data": data,
-        "model": model,
-        "model_set": model_set,
-        "tokenizer": tokenizer,
-        "text_field": text_field,
-        "bpe_merges": bpe_merges,
-        "nproc_per_node": nproc_per_node,
-        "nnodes": nnodes,
-        "rdzv_endpoint": rdzv_endpoint,
-        "fsdp": fsdp,
-        "executor": executor,
-        "ray_address": ray_address,
-    }
-    if run is not None:
-        _run_one(run, out, config, given, plan)
-        return
-    overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
-    try:
-        merged = build_config_dict(config, overrides)
-        check_scale_options(merged)
-        cfg = validate_config(merged)
-    except (ConfigError, ValueError) as err:
-        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(EXIT_BAD_CONFIG) from None
-    args = compare_args(
-        {"config": config, **given, "seeds": seeds, "norms": norms, "placements": placements}
-    )
-    if until_decided:
-        args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
-    if plan:
-        _plan(cfg, out)
-        return
     try:
         grid_executor = make_executor(cfg.scale)
     except ValueError as err:
@@ -319,15 +337,12 @@ def compare(
             check_utf8_path(out, "out")
             check_utf8_path(cfg.data.path, "data")
             after = _build_report_step(console) if report else None
-            after = _record_command_step(args, after, sequential=until_decided)
-            if until_decided:
-                summaries = _run_rounds(
-                    cfg, out, console, after, max_seeds, max_time, grid_executor
-                )
-            else:
-                summaries = run_experiment(
-                    cfg, out, console=console, after_training=after, executor=grid_executor
-                )
+            after = _record_command_step(args, after, sequential=rounds is not None)
+            if rounds is not None:
+                return _run_rounds(cfg, out, console, after, *rounds, grid_executor)
+            return run_experiment(
+                cfg, out, console=console, after_training=after, executor=grid_executor
+            )
     except (GridStopped, ReportNotBuilt) as err:
         console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
         raise typer.Exit(EXIT_STOPPED) from None
@@ -338,6 +353,13 @@ def compare(
         how = "terminated" if interrupt_exit_code(err) != EXIT_INTERRUPTED else "interrupted"
         console.print(f"{how}: finished runs are kept in {out}; run the same command to continue")
         raise typer.Exit(interrupt_exit_code(err)) from None
+
+
+def _check_results(
+    console: Console, summaries: dict[str, dict[str, Any]], out: Path, started: float
+) -> None:
+    """Print how the runs ended; exit with :data:`EXIT_NO_RESULT` when none finished or
+    diverged."""
     counts = status_counts(summaries)
     shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     console.print(f"done in {time.perf_counter() - started:.0f} s: {shown}; results in {out}")
@@ -348,8 +370,6 @@ def compare(
             highlight=False,
         )
         raise typer.Exit(EXIT_NO_RESULT)
-    if report:
-        print_answer(console, out, args)
 
 
 def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -437,9 +457,9 @@ def _run_rounds(
     from functools import partial
 
     from normlab.analysis.rounds import SequentialTracker
-    from normlab.analysis.sequential import plan_for
+    from normlab.analysis.sequential import look_schedule, plan_for
     from normlab.experiment import runner
-    from normlab.experiment.rounds import look_schedule, run_until_decided
+    from normlab.experiment.rounds import run_until_decided
     from normlab.run_format import testbed_format
 
     if not max_time > 0:

@@ -1,13 +1,13 @@
 """``compare --until-decided``: train paired seeds in rounds until the question is decided.
 
-The look schedule is fixed before the first look: looks after n_1 = the seeds asked for (at
-least 2; 3 by default), then every 2 more, and at ``max_seeds``
-(:func:`normlab.analysis.sequential.default_looks`: 3, 5, 7, 9, 10 for ``--max-seeds 10``).
-Round k trains the grid with the first n_k seeds by :func:`run_experiment` into the same
-``out``, so every run already finished there (from an earlier round, or an earlier command) is
-reused; after it trains, while the folder is still locked, the ``looker`` looks at the runs
-(the decision rule lives on the analysis side; the CLI passes it in, since this package does
-not import the analysis) and its state is written to :data:`SEQUENTIAL_FILE`.
+The look schedule ``looks`` is given, fixed before the first look: after n_1 = the seeds asked
+for, then every 2 more, and at ``--max-seeds`` (:func:`normlab.analysis.sequential.look_schedule`,
+where its default lives with the α-spending it sets). Round k trains the grid with the first n_k
+seeds by :func:`run_experiment` into the same ``out``, so every run already finished there (from
+an earlier round, or an earlier command) is reused; after it trains, while the folder is still
+locked, the ``looker`` looks at the runs (the decision rule lives on the analysis side; the CLI
+passes it in, since this package does not import the analysis) and its state is written to
+:data:`SEQUENTIAL_FILE`.
 
 The rounds stop when the looker says every arm is decided, after the last planned look, or
 when the next round would overrun ``max_time_s`` (counted from the call): its duration is
@@ -33,18 +33,13 @@ from normlab.experiment.runner import AfterTraining, run_experiment
 from normlab.run_format import SEQUENTIAL_FILE
 
 __all__ = [
-    "DEFAULT_MAX_SEEDS",
     "DEFAULT_MAX_TIME_S",
     "Looker",
-    "look_schedule",
     "round_seconds",
     "run_until_decided",
     "seed_sequence",
 ]
 
-DEFAULT_MAX_SEEDS = 7
-"""The last planned look of ``--until-decided`` by default: looks after 3, 5 and 7 seeds, 14 runs
-of the default model, about 5 minutes on 2 idle cores (docs/DESIGN.md §3)."""
 DEFAULT_MAX_TIME_S = 360.0
 """No round of ``--until-decided`` starts that would end later than this, by default."""
 RUN_OVERHEAD_S = 2.0
@@ -61,23 +56,6 @@ class Looker(Protocol):
     def stop(self, reason: str, n_seeds: int) -> None: ...
 
     def to_dict(self) -> dict[str, Any]: ...
-
-
-def look_schedule(first: int, max_seeds: int, step: int = 2) -> tuple[int, ...]:
-    """The planned looks: ``first``, every ``step`` more, and ``max_seeds`` (module docstring).
-
-    Raises ``ValueError`` naming ``--max-seeds`` unless ``max_seeds`` ≥ ``first`` ≥ 2."""
-    if not (isinstance(first, int) and first >= 2):
-        raise ValueError(
-            f"seeds: --until-decided needs at least 2 seeds at the first look (--seeds), "
-            f"got {first!r}"
-        )
-    if not (isinstance(max_seeds, int) and max_seeds >= first):
-        raise ValueError(
-            f"max_seeds: expected --max-seeds to be an int >= the seeds of the first look "
-            f"({first}), got {max_seeds!r}"
-        )
-    return (*range(first, max_seeds, step), max_seeds)
 
 
 def seed_sequence(cfg: ExperimentConfig, n: int) -> list[int]:

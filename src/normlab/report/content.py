@@ -13,6 +13,7 @@ from typing import Any
 
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.power import SPREAD_CONFIDENCE, forecast_range
 from normlab.analysis.runs import CompareFolder
 from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
 from normlab.report.norm_swaps import norm_swap_paragraphs
@@ -176,7 +177,7 @@ def _verdict_table(a: dict[str, Any]) -> Table:
             if t["ratio_ci_low"] is not None
             else fmt_ratio(t["ratio"])
         )
-        needed = "—" if v["seeds_needed"] is None else str(v["seeds_needed"])
+        needed = forecast_range(v["seeds_needed"], v.get("seeds_needed_high", v["seeds_needed"]))
         rows.append(
             [
                 arm,
@@ -441,8 +442,10 @@ def _method(a: dict[str, Any]) -> list[str]:
         "Otherwise the result "
         f"is inconclusive and 'seeds needed' is the smallest n at which, if the observed "
         f"difference and spread were the truth, the question would be settled with "
-        f"{round(100 * a['power'])}% probability (noncentral-t power). With 3–5 seeds the spread "
-        "itself is uncertain; read the count as an order of magnitude.",
+        f"{round(100 * a['power'])}% probability (noncentral-t power), then the same n at the top "
+        f"of the spread's {round(100 * SPREAD_CONFIDENCE)}% chi-square interval: with 3–5 seeds "
+        "the spread itself is uncertain, and the count at the true spread lies below the upper "
+        "end about 9 times in 10.",
         "Spike counts are small integers, so their verdicts (and the stability verdict) use the "
         "exact two-sided sign test on the paired differences, ties dropped: equal counts in "
         "every pair give a zero-width t-interval without being certain. A seed where only one "

@@ -6,13 +6,11 @@ from __future__ import annotations
 import base64
 from html import escape
 
+from normlab.analysis.wording import tone
 from normlab.report.content import Plot, ReportContent, Section, Table
 
 __all__ = ["render_html"]
 
-_GOOD = {"better", "faster", "less", "switch", "finished", "recommended"}
-_BAD = {"worse", "slower", "more", "diverged", "crashed", "failed", "less stable", "worse quality"}
-_OPEN = {"inconclusive", "undecided", "unfinished", "unconfirmed", "unclear size"}
 _BOX_TITLE = {
     "switch": "Recommendation",
     "keep": "Recommendation",
@@ -95,16 +93,7 @@ def _badge(text: str) -> str:
     word = text.strip().lower()
     if not word or word == "—":
         return escape(text)
-    cls = (
-        "b-good"
-        if word in _GOOD
-        else "b-bad"
-        if word in _BAD
-        else "b-open"
-        if word in _OPEN
-        else "b-neutral"
-    )
-    return f'<span class="badge {cls}">{escape(text)}</span>'
+    return f'<span class="badge b-{tone(word)}">{escape(text)}</span>'
 
 
 def _table(t: Table, css_class: str = "") -> str:
