@@ -29,6 +29,7 @@ from normlab.models.external.source import (
 from normlab.models.external.spec import (
     MODEL_OPTION,
     SETTINGS_OPTION,
+    SettingsError,
     SourceSpec,
     parse_settings,
     parse_source,
@@ -43,6 +44,7 @@ __all__ = [
     "HeldNorm",
     "ModelSource",
     "NormSwapRecord",
+    "SettingsError",
     "SourceLM",
     "SourceSpec",
     "SwappedNorm",
