@@ -37,6 +37,12 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
         (["report", str(tmp / "missing")], 2, "normlab report: error: "),
         (["bench", "--dims", "0"], 2, "normlab bench: error: Invalid value for --dims:"),
         (["audit", "norm", "nope"], 2, "normlab audit norm: error: Invalid value for TARGET:"),
+        (
+            ["audit", "model", "hf:llama", "--model-set", "hidden_size=abc"],
+            2,
+            "normlab audit model: error: Invalid value for --model-set: hidden_size='abc': "
+            "expected an integer",
+        ),
         (["explain", "1", "2", "--eps", "-1"], 2, "normlab explain: error: Invalid value: eps:"),
         (["--no-such-option"], 2, "normlab: error: No such option: --no-such-option"),
     ]
