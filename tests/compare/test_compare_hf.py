@@ -302,6 +302,74 @@ def _bad_inputs(tmp: Path, corpus: Path) -> list[tuple[list[str], int, str]]:
     ]
 
 
+HUGE = (
+    "hidden_size=65536,num_hidden_layers=96,num_attention_heads=64,num_key_value_heads=64,"
+    "intermediate_size=262144,max_position_embeddings=64"
+)
+"""A Llama of 6.6e12 parameters: about 100 TiB to train, on no machine."""
+
+
+def _with(**changes: object) -> str:
+    """:data:`LLAMA` with some keys changed (or added)."""
+    pairs = dict(p.split("=") for p in LLAMA.split(","))
+    return ",".join(f"{k}={v}" for k, v in {**pairs, **changes}.items())
+
+
+BAD_SETTINGS = [
+    (_with(hidden_size="abc"), "--model-set: hidden_size='abc': expected an integer"),
+    (_with(hidden_size=32.5), "--model-set: hidden_size=32.5: expected an integer"),
+    (_with(num_hidden_layers="true"), "--model-set: num_hidden_layers=True: expected an integer"),
+    (_with(rms_norm_eps="tiny"), "--model-set: rms_norm_eps='tiny': expected a number"),
+    (_with(hidden_size=-32), "--model-set: hidden_size=-32: expected an integer >= 1"),
+    (_with(intermediate_size=0), "--model-set: intermediate_size=0: expected an integer >= 1"),
+    (_with(hidden_size=33), "is not a multiple of the number of attention heads (2)"),
+    (_with(hidden_size=30), "RoPE requires an even rotary dimension"),
+    (_with(num_key_value_heads=3, num_attention_heads=4), "not a multiple of num_key_value"),
+    (_with(hidden_sise=32), "--model-set: the llama config has no 'hidden_sise'"),
+    (_with(hidden_act="nope"), "--model-set: the hf:llama model cannot be built from them"),
+    ("n_embd=30,n_layer=1,n_head=4", "--model-set: n_embd=30 is not a multiple of n_head=4"),
+]
+"""(--model-set, the start of the error): values the config or the model cannot take."""
+
+
+def test_bad_model_settings_are_usage_errors_and_write_nothing(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """Every --model-set value the model cannot take (wrong type, unknown key, a size below 1,
+    heads that do not divide the width, an unknown activation) ends in one line naming the key,
+    exit status 2, before --out is created."""
+    config = str(tiny_config(tmp_path / "c.yaml"))
+    for i, (settings, named) in enumerate(BAD_SETTINGS):
+        out = tmp_path / f"out{i}"
+        source = "hf:gpt2" if settings.startswith("n_embd") else "hf:llama"
+        code, output = invoke(
+            "--config", config, "--model", source, "--model-set", settings,
+            "--data", str(corpus), "--out", str(out), *TINY,
+        )  # fmt: skip
+        assert code == 2, (settings, output)
+        error = [line for line in output.splitlines() if "error" in line]
+        assert len(error) == 1 and named in error[0], (settings, output)
+        assert "Traceback" not in output and not out.exists(), (settings, output)
+
+
+def test_a_model_too_large_for_the_memory_is_refused_before_anything_is_written(
+    tmp_path: Path, corpus: Path
+) -> None:
+    """--model with sizes no machine holds: refused from the config's estimate (parameters,
+    Adam's state, activations), exit status 1, --out not created, no model built."""
+    config = str(tiny_config(tmp_path / "c.yaml"))
+    out = tmp_path / "new" / "out"
+    code, output = invoke(
+        "--config", config, "--model", "hf:llama", "--model-set", HUGE, "--data", str(corpus),
+        "--out", str(out), *TINY,
+    )  # fmt: skip
+    assert code == 1, output
+    error = [line for line in output.splitlines() if "error" in line]
+    assert len(error) == 1 and "--model hf:llama --model-set " in error[0], output
+    assert "needs about" in error[0] and "TiB to train" in error[0], output
+    assert not (tmp_path / "new").exists()
+
+
 def test_bad_inputs_give_one_line_errors_and_write_nothing(tmp_path: Path, corpus: Path) -> None:
     config = str(tiny_config(tmp_path / "c.yaml"))
     for i, (args, exit_code, named) in enumerate(_bad_inputs(tmp_path, corpus)):

@@ -590,3 +590,72 @@ def test_a_factory_that_raises_is_a_one_line_model_error() -> None:
     source = load_model_source(f"{HERE}:tiny_lm", "d_model=-4", vocab_size=V)
     with pytest.raises(ValueError, match=r"^--model: .*:tiny_lm\(make_norm, \*\*settings\) raised"):
         source.build("rmsnorm", 0)
+
+
+# ---- memory estimate before anything is built ----------------------------------------------
+
+
+HUGE_LLAMA = (
+    "hidden_size=65536,num_hidden_layers=96,num_attention_heads=64,intermediate_size=262144"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "settings"),
+    [("hf:llama", LLAMA), ("hf:qwen3", QWEN3), ("hf:gpt2", GPT2), ("hf:llama", HUGE_LLAMA)],
+)
+def test_the_configs_parameter_estimate_is_within_a_small_factor(
+    transformers, source: str, settings: str
+) -> None:
+    """The config's formula against the parameters of the model built on the meta device
+    (no memory, whatever its size)."""
+    from normlab.models.external.footprint import config_footprint, meta_parameter_count
+
+    loaded = load_model_source(source, settings, vocab_size=V)
+    estimate = config_footprint(loaded.config, batch_size=4, context=16)
+    counted = meta_parameter_count(loaded, "rmsnorm")
+    assert counted is not None and estimate.parameters is not None
+    assert counted / 1.5 <= estimate.parameters <= counted * 1.5, (estimate, counted)
+    twice = config_footprint(loaded.config, batch_size=8, context=16)
+    assert twice.activation_bytes == 2 * estimate.activation_bytes > 0  # linear in the batch
+
+
+def test_a_model_beyond_the_memory_is_refused_from_its_config_alone(
+    transformers, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from normlab._resources import available_memory
+    from normlab.models.external import check_source_fits, footprint
+
+    def no_build(*args: object) -> None:
+        raise AssertionError("the model was built before the config's estimate refused it")
+
+    huge = load_model_source("hf:llama", HUGE_LLAMA, vocab_size=V)
+    monkeypatch.setattr(footprint, "meta_parameter_count", no_build)
+    with pytest.raises(ValueError, match=r"^--model hf:llama --model-set hidden_size=65536,") as e:
+        check_source_fits(
+            huge, batch_size=4, context=16, norm="rmsnorm", available=available_memory()
+        )
+    assert "TiB to train" in str(e.value) and "is available in memory" in str(e.value)
+    monkeypatch.undo()
+    small = load_model_source("hf:llama", LLAMA, vocab_size=V)
+    need = check_source_fits(small, batch_size=4, context=16, norm="rmsnorm", available=1 << 30)
+    assert need.parameters == sum(p.numel() for p in small.build("rmsnorm", 0)[0].parameters())
+    with pytest.raises(ValueError, match=r"× 3 at once.*fewer runs in parallel"):
+        check_source_fits(small, batch_size=4, context=16, norm="rmsnorm", available=1, copies=3)
+
+
+def test_a_factory_is_counted_on_the_meta_device() -> None:
+    from normlab.models.external import check_source_fits
+
+    source = load_model_source(f"{HERE}:tiny_lm", "d_model=32,n_layers=2", vocab_size=V)
+    need = check_source_fits(source, batch_size=2, context=8, norm="layernorm", available=1 << 30)
+    built, _ = source.build("layernorm", 0)
+    assert need.parameters == sum(p.numel() for p in built.parameters())
+    big = load_model_source(f"{HERE}:tiny_lm", "d_model=100000,n_layers=40", vocab_size=V)
+    with pytest.raises(ValueError, match=r"^--model .*:tiny_lm --model-set d_model=100000"):
+        check_source_fits(big, batch_size=2, context=8, norm="layernorm", available=1 << 30)
+
+
+def test_audit_model_refuses_a_model_beyond_the_memory(transformers) -> None:
+    with pytest.raises(ValueError, match=r"needs about .* to build and run"):
+        audit_target("hf:llama", HUGE_LLAMA)

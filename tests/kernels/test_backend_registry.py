@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from types import SimpleNamespace
 
@@ -135,3 +136,90 @@ def test_register_backend_checks_its_other_arguments(
     with pytest.raises(exc, match=f"^{start}.*expected"):
         normlab.register_backend("checked", _reference_like(), **kwargs)
     assert "checked" not in kernels._BACKENDS
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. a known backend that cannot run here, or cannot take the tensor's device, raises
+#    BackendUnavailableError naming it and why; an unknown name stays a ValueError
+# ----------------------------------------------------------------------------------------------
+_NO_GPU_SCRIPT = """
+import sys
+{block}
+import torch
+import normlab.functional as NF
+from normlab.kernels import BackendUnavailableError, backend_unavailable_reason
+x = torch.randn(2, 8)
+assert backend_unavailable_reason("triton") is not None
+for call in (lambda: NF.rms_norm(x), lambda: NF.rms_norm(x, backend="triton")):
+    try:
+        call()
+    except BackendUnavailableError as err:
+        print("unavailable:", err)
+    except ValueError as err:
+        print("value error:", err)
+    else:
+        print("ran")
+"""
+
+
+def _run_without_gpu(backend_env: str, block_triton: bool) -> list[str]:
+    """The two lines the script prints: the call with the default (``NORMLAB_BACKEND``), then the
+    call with ``backend="triton"``, in a process that sees no GPU and no Triton interpreter."""
+    from triton_harness import run_python
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDA_VISIBLE_DEVICES="", NORMLAB_BACKEND=backend_env)
+    block = "sys.modules['triton'] = None" if block_triton else ""
+    proc = run_python(["-c", _NO_GPU_SCRIPT.format(block=block)], env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.strip().splitlines()[-2:]
+
+
+def test_triton_without_a_gpu_is_unavailable_not_unknown() -> None:
+    from_env, named = _run_without_gpu("triton", block_triton=False)
+    assert from_env.startswith("unavailable: backend: the default backend 'triton'"), from_env
+    assert "NORMLAB_BACKEND" in from_env and "no CUDA GPU" in from_env, from_env
+    assert named.startswith("unavailable: backend: 'triton' was asked for"), named
+    assert "no CUDA GPU" in named and "TRITON_INTERPRET=1" in named, named
+
+
+def test_triton_not_installed_is_unavailable_and_a_bad_env_name_is_unknown() -> None:
+    from_env, named = _run_without_gpu("tritn", block_triton=True)
+    assert from_env.startswith("value error: backend: unknown backend 'tritn'"), from_env
+    assert "NORMLAB_BACKEND" in from_env and "torch, triton" in from_env, from_env
+    assert named.startswith("unavailable: backend: 'triton'"), named
+    assert "the triton package does not import" in named, named
+
+
+def test_a_tensor_on_a_device_the_backend_does_not_take_raises(registry_restored: None) -> None:
+    x = torch.randn(2, D, device="meta")  # a device no fast backend is registered for
+    for name in ("cpp", "compiled"):
+        with pytest.raises(BackendUnavailableError, match=rf"^backend: '{name}' .* on meta"):
+            NF.rms_norm(x, backend=name)
+        assert backend_unavailable_reason(name, "meta") is not None
+        assert name not in backends_for("meta", available_only=True)
+    assert NF.rms_norm(x, backend="torch").shape == x.shape  # the reference takes any device
+    assert NF.rms_norm(x, backend="auto").shape == x.shape
+    hook = _reference_like(unavailable_on=lambda kind: f"no {kind} chip in reach")
+    normlab.register_backend("fussy", hook, devices=("cpu",))
+    with pytest.raises(BackendUnavailableError, match=r"'fussy' .*no cpu chip in reach"):
+        NF.layer_norm(torch.randn(2, D), backend="fussy")
+    with pytest.raises(ValueError, match=r"unknown backend 'fusy'; expected one of auto, "):
+        NF.layer_norm(torch.randn(2, D), backend="fusy")
+
+
+def test_compiled_without_a_working_compiler_is_unavailable_on_the_cpu(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from torch._inductor import config
+
+    missing = "/nonexistent/normlab-test/g++"
+    monkeypatch.setattr(config.cpp, "cxx", (None, missing))
+    x = torch.randn(4, D)
+    with pytest.raises(BackendUnavailableError, match=r"^backend: 'compiled' .*C\+\+ compiler"):
+        NF.rms_norm(x, backend="compiled")
+    reason = backend_unavailable_reason("compiled", "cpu")
+    assert reason is not None and missing in reason and "C++ compiler" in reason
+    assert backend_unavailable_reason("compiled") is None  # CUDA may still have it
+    assert "compiled" not in backends_for("cpu", available_only=True)
+    torch.testing.assert_close(NF.rms_norm(x), NF.rms_norm(x, backend="torch"))  # auto: fine

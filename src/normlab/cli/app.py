@@ -4,8 +4,11 @@ from typing import Annotated
 
 import typer
 
+from normlab.cli.errors import OneLineErrors
+
 app = typer.Typer(
     name="normlab",
+    cls=OneLineErrors,  # every usage error: one line on standard error
     help="Normalization layers done right: explain, compare, bench and audit norms.",
     no_args_is_help=True,
     add_completion=False,

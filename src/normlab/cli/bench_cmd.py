@@ -31,6 +31,7 @@ from normlab.bench.runner import (
     run,
 )
 from normlab.cli.app import app
+from normlab.cli.errors import EXIT_ERROR, fail
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -328,8 +329,8 @@ def _write_results(console: Console, result: Result, out: Path) -> None:
     for note in written.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     if not measured(result):
-        console.print(
-            "[red]error:[/red] no row was measured: every peer was skipped or failed "
-            "(the status column says why)"
+        raise fail(
+            "bench",
+            "no row was measured: every peer was skipped or failed (the status column says why)",
+            EXIT_ERROR,
         )
-        raise typer.Exit(1)

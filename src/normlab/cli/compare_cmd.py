@@ -23,6 +23,7 @@ from rich.markup import escape
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
+from normlab.cli.errors import fail
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
 from normlab.experiment.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
@@ -301,8 +302,7 @@ def _validated_config(
         check_scale_options(merged)
         return validate_config(merged)
     except (ConfigError, ValueError) as err:
-        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(EXIT_BAD_CONFIG) from None
+        raise fail("compare", err, EXIT_BAD_CONFIG) from None
 
 
 def _train(
@@ -319,8 +319,8 @@ def _train(
     returns {run_id: summary}. Every way it can stop early becomes its exit status."""
     from normlab.cli.errors import (
         check_utf8_path,
-        describe_error,
         interrupt_exit_code,
+        print_error,
         signals_as_interrupt,
     )
     from normlab.experiment.executors import make_executor
@@ -330,8 +330,7 @@ def _train(
     try:
         grid_executor = make_executor(cfg.scale)
     except ValueError as err:
-        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise fail("compare", err, EXIT_REFUSED) from None
     try:
         with signals_as_interrupt():
             check_utf8_path(out, "out")
@@ -344,14 +343,13 @@ def _train(
                 cfg, out, console=console, after_training=after, executor=grid_executor
             )
     except (GridStopped, ReportNotBuilt) as err:
-        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(EXIT_STOPPED) from None
+        raise fail("compare", str(err), EXIT_STOPPED) from None
     except (FolderLockedError, ValueError, OSError, MemoryError, RecursionError) as err:
-        console.print(f"[red]error:[/] {escape(describe_error(err) or str(err))}", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise fail("compare", err, EXIT_REFUSED) from None
     except KeyboardInterrupt as err:
         how = "terminated" if interrupt_exit_code(err) != EXIT_INTERRUPTED else "interrupted"
-        console.print(f"{how}: finished runs are kept in {out}; run the same command to continue")
+        kept = f"finished runs are kept in {out}; run the same command to continue"
+        print_error("compare", f"{how}: {kept}")
         raise typer.Exit(interrupt_exit_code(err)) from None
 
 
@@ -364,12 +362,12 @@ def _check_results(
     shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
     console.print(f"done in {time.perf_counter() - started:.0f} s: {shown}; results in {out}")
     if not counts.get("finished") and not counts.get("diverged"):
-        console.print(
-            f"[red]error:[/] no run finished or diverged; each run's error is in "
-            f"{escape(str(out / RUNS_DIR))}/<run>/{SUMMARY_FILE}",
-            highlight=False,
+        raise fail(
+            "compare",
+            f"no run finished or diverged; each run's error is in "
+            f"{out / RUNS_DIR}/<run>/{SUMMARY_FILE}",
+            EXIT_NO_RESULT,
         )
-        raise typer.Exit(EXIT_NO_RESULT)
 
 
 def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -529,8 +527,7 @@ def _plan(cfg: Any, out: Path) -> None:
     try:
         run_ids = plan_experiment(cfg, out, console=console)
     except (FolderLockedError, ValueError) as err:
-        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise fail("compare", err, EXIT_REFUSED) from None
     for command in plan_commands(out, run_ids):
         typer.echo(command)
     console.print(
@@ -553,16 +550,15 @@ def _run_one(
     if plan:
         others.insert(0, "--plan")
     if others:
-        console.print(
-            f"[red]error:[/] --run: trains a planned run as its run.json says; expected only "
-            f"--out with it, got {', '.join(others)}",
-            highlight=False,
+        raise fail(
+            "compare",
+            f"--run: trains a planned run as its run.json says; expected only --out with it, "
+            f"got {', '.join(others)}",
+            EXIT_BAD_CONFIG,
         )
-        raise typer.Exit(EXIT_BAD_CONFIG)
     try:
         summary = run_planned(out, run_id, console=console)
     except (FolderLockedError, ValueError) as err:
-        console.print(f"[red]error:[/] {escape(str(err))}", highlight=False)
-        raise typer.Exit(EXIT_REFUSED) from None
+        raise fail("compare", err, EXIT_REFUSED) from None
     if summary.get("status") not in DONE_STATUSES:
         raise typer.Exit(EXIT_NO_RESULT)

@@ -1,6 +1,17 @@
 """How the command line reports failures: one line that names the file, option or key, and the
 documented exit status, never a traceback for something the user can fix.
 
+Every error is one line on standard error, ``normlab <command>: error: <message>``: its line
+breaks and runs of spaces folded, and never wrapped at the terminal's width (it is written as
+it is, not through rich), so that a script can tell errors (stderr) from results (stdout) and
+read each error as one line.
+
+* :func:`print_error`, :func:`fail`: print that line; ``fail`` also returns the
+  ``typer.Exit`` to raise, with :data:`EXIT_USAGE` for an error in an option's value
+  (:func:`is_usage_error`) and the caller's status otherwise.
+* :class:`OneLineErrors`: the root command group; typer's own usage errors (an unknown option,
+  a value of the wrong type, a command's ``typer.BadParameter``) end the same way, exit status
+  :data:`EXIT_USAGE`, instead of typer's framed box that wraps to the terminal.
 * :func:`signals_as_interrupt`: ``SIGTERM`` (and ``SIGHUP``) raise :class:`Terminated`, a
   ``KeyboardInterrupt``, so that a terminated command cleans up exactly as after Ctrl-C (its
   workers stopped, its folder resumable) and exits ``128 + signal`` (143 for ``SIGTERM``).
@@ -24,9 +35,21 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
+from typing import Any, NoReturn
+
+import typer
+from typer.core import TyperGroup
 
 EXIT_ERROR = 1
 """Exit status of a command refused for its input (bad option, file, folder)."""
+EXIT_USAGE = 2
+"""Exit status of a usage error: an option or config key given a value it does not take (as
+typer's own usage errors, and ``normlab compare``'s invalid config)."""
+
+try:  # recent typer vendors click as typer._click; older typer runs on click itself
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore
 
 
 class Terminated(KeyboardInterrupt):
@@ -96,8 +119,89 @@ def describe_error(err: BaseException) -> str | None:
     if isinstance(err, UnicodeError):
         return f"text that is not valid UTF-8: {err}"
     if isinstance(err, (ValueError, RecursionError)):
-        return " ".join(str(err).split()) or type(err).__name__
+        return one_line(str(err)) or type(err).__name__
     return None
+
+
+def one_line(message: str) -> str:
+    """``message`` on one line: each line with its runs of whitespace folded to one space, the
+    lines joined by ``"; "`` (by a space after a line that ends in ``:``, a heading such as
+    ``invalid experiment config:`` over one problem a line)."""
+    text = ""
+    for line in (" ".join(part.split()) for part in message.splitlines()):
+        if line:
+            text += line if not text else (" " if text.endswith(":") else "; ") + line
+    return text
+
+
+def error_line(command: str | None, message: str) -> str:
+    """``normlab <command>: error: <message>`` (``normlab: error: …`` without a command), the
+    message made :func:`one_line`."""
+    where = f"normlab {command}" if command else "normlab"
+    return f"{where}: error: {one_line(message)}"
+
+
+def print_error(command: str | None, message: str) -> None:
+    """Write :func:`error_line` to standard error as one line, never wrapped."""
+    sys.stderr.write(error_line(command, message) + "\n")
+    sys.stderr.flush()
+
+
+def is_usage_error(err: BaseException) -> bool:
+    """Whether ``err`` is about an option's value, not about the machine or the files: the
+    model settings of ``--model-set`` (:class:`normlab.models.external.SettingsError`)."""
+    from normlab.models.external.spec import SettingsError
+
+    return isinstance(err, SettingsError)
+
+
+def fail(command: str | None, err: BaseException | str, code: int) -> typer.Exit:
+    """Print ``err`` as :func:`print_error` does (an exception as :func:`describe_error` words
+    it) and return the ``typer.Exit`` to raise: :data:`EXIT_USAGE` for a usage error
+    (:func:`is_usage_error`), else ``code``."""
+    if isinstance(err, BaseException):
+        message = describe_error(err) or str(err) or type(err).__name__
+        code = EXIT_USAGE if is_usage_error(err) else code
+    else:
+        message = err
+    print_error(command, message)
+    return typer.Exit(code)
+
+
+def _command_of(err: ClickException) -> str | None:
+    """The subcommand path of a usage error's context (``audit norm``), without the program."""
+    ctx = getattr(err, "ctx", None)
+    names = []
+    while ctx is not None:
+        names.append(ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join(reversed(names[:-1])) or None
+
+
+class OneLineErrors(TyperGroup):
+    """The ``normlab`` command group: a usage error of any command (typer's own, or a command's
+    ``typer.BadParameter``) is printed by :func:`print_error` as one line and exits with its
+    status (:data:`EXIT_USAGE`); ``Ctrl-D`` at a prompt (typer's abort) exits 1. Everything else
+    runs as typer runs it."""
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            result = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError as err:  # the help is already printed
+            _exit(err.exit_code)
+        except ClickException as err:
+            print_error(_command_of(err), err.format_message())
+            _exit(err.exit_code)
+        except typer.Abort:
+            print_error(None, "aborted")
+            _exit(EXIT_ERROR)
+        _exit(result if isinstance(result, int) else 0)  # an Exit's status, else success
+
+
+def _exit(code: int) -> NoReturn:
+    sys.exit(code)
 
 
 def check_utf8_path(path: str | Path | None, option: str) -> None:
@@ -130,5 +234,5 @@ def main_guard(run: Callable[[], object]) -> None:
         message = describe_error(err)
         if message is None:
             raise
-        print(f"normlab: error: {message}", file=sys.stderr)
-        sys.exit(EXIT_ERROR)
+        print_error(None, message)
+        sys.exit(EXIT_USAGE if is_usage_error(err) else EXIT_ERROR)

@@ -40,12 +40,12 @@ def report(
     ],
 ) -> None:
     """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
-    from normlab.cli.errors import check_utf8_path, describe_error
+    from normlab.cli.errors import check_utf8_path, describe_error, print_error
     from normlab.experiment.lock import FolderLockedError, OutputLock
     from normlab.report import build_report  # matplotlib is imported only when needed
 
     def fail(message: str, code: int) -> typer.Exit:
-        typer.echo(f"normlab report: error: {' '.join(message.split())}", err=True)
+        print_error("report", message)
         return typer.Exit(code=code)
 
     try:

@@ -13,7 +13,9 @@ read or built):
   (weights, gradients, two Adam moments) of 4 bytes, and activations of about
   4·B·T·(L·(16·d + 2·h·T) + 3·V) bytes; ``parallel + 1`` workers exist at once (one in
   standby);
-* the images (DiT): ``(n_train + n_val) · image_size² · 3`` float32 values.
+* the images (DiT): ``(n_train + n_val) · image_size² · 3`` float32 values;
+* the user's model (lm): :func:`normlab.models.external.footprint.check_source_fits`, from the
+  ``--model`` source's config (parameters, Adam's state, activations), ``parallel + 1`` at once.
 
 The estimates are rough (within a small factor) and only refuse sizes far beyond the machine;
 each message names the key and both numbers.
@@ -77,6 +79,15 @@ def check_experiment_sizes(cfg: ExperimentConfig, out: Path) -> None:
             f"{workers} workers at once)",
             "in memory",
             "use a smaller model, batch or parallel",
+        )
+    elif cfg.testbed == "lm":  # the user's model: estimated from its config, see footprint
+        from normlab.experiment.testbeds_lm import _vocab_hint, lm_source
+        from normlab.models.external.footprint import check_source_fits
+
+        source = lm_source(cfg.lm.model_dump(mode="json"), _vocab_hint(cfg))
+        b, t, norm = cfg.train.batch_size, cfg.lm.context, cfg.norms[0]
+        check_source_fits(
+            source, batch_size=b, context=t, norm=norm, available=memory, copies=cfg.parallel + 1
         )
     else:
         s = cfg.shapes

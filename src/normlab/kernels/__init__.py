@@ -8,9 +8,15 @@ sets the default at import.
 
 A backend may also define ``available() -> bool`` (and ``unavailable_reason() -> str | None``)
 when it can be registered but not run here, as ``"cpp"`` when no C++ compiler builds its
-kernels. ``"auto"`` then skips it silently; a call that asks for it by name (``backend=``,
-:func:`set_default_backend` or ``NORMLAB_BACKEND``) raises :class:`BackendUnavailableError`
-with the reason. :func:`backend_unavailable_reason` tells in advance (the benchmark uses it).
+kernels, and ``unavailable_on(device_type) -> str | None`` when it cannot run tensors of one of
+its device types here, as ``"compiled"`` on the CPU without a working C++ compiler. A backend
+normlab ships that could not be registered here (``"triton"`` without a GPU, or without the
+triton package) stays known with the reason. ``"auto"`` skips what cannot run silently; a call
+that asks for a known backend by name (``backend=``, :func:`set_default_backend` or
+``NORMLAB_BACKEND``) that cannot run here, or cannot take the tensor's device, raises
+:class:`BackendUnavailableError` naming the backend and why; a name that is not known at all is
+a ``ValueError`` listing the known ones. :func:`backend_unavailable_reason` tells in advance
+(the benchmark uses it).
 
 Modules: :mod:`~normlab.kernels.reference` (the math, stated once: the ``"torch"`` backend and
 the row formulas of the fused norm), :mod:`~normlab.kernels.frontend` (the one host path of the
@@ -46,11 +52,17 @@ BACKEND_FUNCTIONS: tuple[str, ...] = (
 _BACKENDS: dict[str, Any] = {"torch": reference}
 _DEVICES: dict[str, tuple[str, ...]] = {"torch": ("cpu", "cuda", "mps", "xpu")}
 _default_backend: str = os.environ.get("NORMLAB_BACKEND", "auto")
+_UNREGISTERED: dict[str, str] = {}
+"""Backends normlab ships that could not be registered in this process, with the reason (the
+``"triton"`` backend without a GPU or without the triton package)."""
+REFERENCE = "torch"
+"""The reference backend: the formula in torch ops, which runs on every device torch has."""
 
 
 class BackendUnavailableError(RuntimeError):
     """A backend asked for by name cannot run in this process (say, the C++ kernels of
-    ``"cpp"`` could not be built); ``"auto"`` would have picked another one silently."""
+    ``"cpp"`` could not be built, or ``"triton"`` has no GPU), or cannot take the tensor's device
+    (a CUDA tensor for ``"cpp"``); ``"auto"`` would have picked another one silently."""
 
 
 def register_backend(
@@ -63,10 +75,11 @@ def register_backend(
     """Make ``impl`` (an object with the reference backend's functions) available as ``name``.
 
     ``impl`` must provide every function of :data:`BACKEND_FUNCTIONS` as a callable (and, if it
-    has them, ``available`` and ``unavailable_reason`` as callables). ``devices`` lists the
-    device types (``torch.device.type``) the backend runs on here. A name that is already
-    registered is replaced only with ``overwrite=True`` (registering the same object again just
-    updates its devices).
+    has them, ``available``, ``unavailable_reason`` and ``unavailable_on`` as callables).
+    ``devices`` lists the device types (``torch.device.type``) the backend runs on here: asked
+    for by name with a tensor on another device, it raises :class:`BackendUnavailableError`. A
+    name that is already registered is replaced only with ``overwrite=True`` (registering the
+    same object again just updates its devices).
     """
     if not isinstance(name, str) or not name or name == "auto":
         raise ValueError(f"name: expected a non-empty backend name other than 'auto', got {name!r}")
@@ -80,7 +93,7 @@ def register_backend(
             "each name of normlab.kernels.BACKEND_FUNCTIONS, taking the arguments of the "
             "function of the same name in normlab.kernels.reference"
         )
-    for optional in ("available", "unavailable_reason"):
+    for optional in ("available", "unavailable_reason", "unavailable_on"):
         if hasattr(impl, optional) and not callable(getattr(impl, optional)):
             raise TypeError(
                 f"impl: its {optional!r} attribute is a {type(getattr(impl, optional)).__name__}; "
@@ -100,13 +113,15 @@ def register_backend(
         )
     _BACKENDS[name] = impl
     _DEVICES[name] = tuple(devices)
+    _UNREGISTERED.pop(name, None)
 
 
 def backends_for(device: torch.device | str, *, available_only: bool = False) -> list[str]:
     """Registered backends (not ``"auto"``) for ``device``'s type.
 
-    With ``available_only=True``, only those that can run in this process (see
-    :func:`backend_available`; for ``"cpp"`` this builds the C++ kernels on the first call).
+    With ``available_only=True``, only those that can run tensors of that device type in this
+    process (see :func:`backend_available`; for ``"cpp"`` this builds the C++ kernels on the
+    first call).
     """
     kind = torch.device(device).type
     if not isinstance(available_only, bool):
@@ -115,12 +130,18 @@ def backends_for(device: torch.device | str, *, available_only: bool = False) ->
             f"{available_only!r}"
         )
     names = sorted(name for name, kinds in _DEVICES.items() if kind in kinds)
-    return [n for n in names if backend_available(n)] if available_only else names
+    return [n for n in names if backend_available(n, kind)] if available_only else names
 
 
 def available_backends() -> list[str]:
     """Names of the registered backends, plus ``"auto"``."""
     return ["auto", *sorted(_BACKENDS)]
+
+
+def known_backends() -> list[str]:
+    """:func:`available_backends` and the backends normlab ships that could not be registered
+    here (asking for one by name raises :class:`BackendUnavailableError` with the reason)."""
+    return ["auto", *sorted({*_BACKENDS, *_UNREGISTERED})]
 
 
 def set_default_backend(name: str) -> None:
@@ -134,28 +155,41 @@ def get_default_backend() -> str:
     return _default_backend
 
 
-def backend_unavailable_reason(name: str) -> str | None:
+def backend_unavailable_reason(name: str, device: torch.device | str | None = None) -> str | None:
     """``None`` when the backend ``name`` can run in this process, else why not and how to get it.
 
-    ``"auto"`` and backends without an ``available()`` function are always available. For
-    ``"cpp"`` the first call builds the C++ kernels (a one-time compilation, cached on disk).
+    ``"auto"`` and backends without an ``available()`` function are always available; a backend
+    normlab ships that could not be registered here (:func:`known_backends`) never is. With
+    ``device``, also whether it takes tensors on that device here: one of the device types it was
+    registered for, and its own ``unavailable_on(device_type)`` check (``"compiled"``: a working
+    C++ compiler for the CPU, triton for CUDA); the reference ``"torch"`` takes every device.
+    For ``"cpp"`` the first call builds the C++ kernels (a one-time compilation, cached on disk).
     Use it to tell whether ``backend=name`` would run, e.g. before timing it.
     """
     _check_name(name)
-    if name == "auto":
+    if name == "auto" or name == REFERENCE:
         return None
+    if name in _UNREGISTERED:
+        return _UNREGISTERED[name]
     impl = _BACKENDS[name]
     available = getattr(impl, "available", None)
-    if available is None or available():
+    if available is not None and not available():
+        explain = getattr(impl, "unavailable_reason", None)
+        reason = explain() if explain is not None else None
+        return reason or f"backend {name!r} reports itself unavailable in this process"
+    if device is None:
         return None
-    explain = getattr(impl, "unavailable_reason", None)
-    reason = explain() if explain is not None else None
-    return reason or f"backend {name!r} reports itself unavailable in this process"
+    kind = torch.device(device).type
+    if kind not in _DEVICES[name]:
+        return f"it takes tensors on {' or '.join(_DEVICES[name])} here, and this one is on {kind}"
+    on_device = getattr(impl, "unavailable_on", None)
+    return on_device(kind) if on_device is not None else None
 
 
-def backend_available(name: str) -> bool:
-    """Whether ``backend=name`` can run here (see :func:`backend_unavailable_reason`)."""
-    return backend_unavailable_reason(name) is None
+def backend_available(name: str, device: torch.device | str | None = None) -> bool:
+    """Whether ``backend=name`` can run here (on ``device``, if given; see
+    :func:`backend_unavailable_reason`)."""
+    return backend_unavailable_reason(name, device) is None
 
 
 def auto_backend(x: torch.Tensor) -> str:
@@ -183,7 +217,7 @@ def auto_backend(x: torch.Tensor) -> str:
         return "cpp" if "cpp" in _BACKENDS and backend_available("cpp") else "torch"
     if kind == "cuda" and x.dtype != torch.float64:
         for name in ("triton", "compiled"):
-            if kind in _DEVICES.get(name, ()):
+            if name in _BACKENDS and backend_available(name, x.device):
                 return name
     return "torch"
 
@@ -191,7 +225,8 @@ def auto_backend(x: torch.Tensor) -> str:
 def resolve_backend(name: str | None, x: torch.Tensor) -> Any:
     """Return the backend object for ``name`` (``None`` means the default) and tensor ``x``.
 
-    A backend named explicitly (here or as the default) that cannot run in this process raises
+    A backend named explicitly (here or as the default) that cannot run in this process, or
+    cannot take ``x``'s device (:func:`backend_unavailable_reason`), raises
     :class:`BackendUnavailableError`; ``"auto"`` picks an available one instead. While
     ``torch.compile`` traces the caller the check is skipped: every backend then hands the call
     to the reference formula anyway.
@@ -201,9 +236,8 @@ def resolve_backend(name: str | None, x: torch.Tensor) -> Any:
     _check_name(name, from_default)
     if name == "auto":
         return _BACKENDS[auto_backend(x)]
-    impl = _BACKENDS[name]
-    if hasattr(impl, "available") and not torch.compiler.is_compiling():
-        reason = backend_unavailable_reason(name)
+    if name != REFERENCE and not torch.compiler.is_compiling():
+        reason = backend_unavailable_reason(name, x.device)
         if reason is not None:
             origin = (
                 f"the default backend {name!r} (NORMLAB_BACKEND or set_default_backend)"
@@ -215,16 +249,16 @@ def resolve_backend(name: str | None, x: torch.Tensor) -> Any:
                 "backend='auto' (picks an available backend silently) or backend='torch' "
                 "(the reference formula)."
             )
-    return impl
+    return _BACKENDS[name]
 
 
 def _check_name(name: object, from_default: bool = False) -> None:
-    if isinstance(name, str) and (name == "auto" or name in _BACKENDS):
+    """ValueError listing :func:`known_backends` unless ``name`` is one of them."""
+    if isinstance(name, str) and (name == "auto" or name in _BACKENDS or name in _UNREGISTERED):
         return
     where = " (the default, from NORMLAB_BACKEND or set_default_backend)" if from_default else ""
     raise ValueError(
-        f"backend: unknown backend {name!r}{where}; expected one of "
-        f"{', '.join(available_backends())}"
+        f"backend: unknown backend {name!r}{where}; expected one of {', '.join(known_backends())}"
     )
 
 
@@ -239,5 +273,7 @@ try:
     from normlab.kernels.triton import register as _register_triton
 except ImportError:  # pragma: no cover - the package ships with normlab
     _register_triton = None
-if _register_triton is not None:
-    _register_triton()
+if _register_triton is not None and not _register_triton():
+    from normlab.kernels.triton import unavailable_reason as _triton_reason
+
+    _UNREGISTERED["triton"] = _triton_reason() or "the triton backend could not be registered"

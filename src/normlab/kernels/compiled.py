@@ -55,6 +55,40 @@ def _compiled(which: str) -> Callable[..., Any]:
     return torch.compile(fn, dynamic=None, options={"emulate_precision_casts": True})
 
 
+def unavailable_on(device_type: str) -> str | None:
+    """Why Inductor cannot generate the kernels for tensors on ``device_type`` here, else None:
+    on the CPU it compiles C++ and needs a working C++ compiler (``torch._inductor.config.cpp.cxx``,
+    from ``CXX``), on CUDA it writes Triton kernels and needs the triton package."""
+    if device_type == "cpu":
+        from torch._inductor import config
+
+        return _cpu_compiler_problem(tuple(config.cpp.cxx))
+    if device_type == "cuda":
+        from torch.utils._triton import has_triton
+
+        if not has_triton():
+            return "Inductor writes its CUDA kernels in Triton, which does not run here"
+    return None
+
+
+@functools.cache
+def _cpu_compiler_problem(search: tuple[str | None, ...]) -> str | None:
+    """None when Inductor finds a C++ compiler among ``search`` that runs, else why not
+    (each compiler is tried once per process)."""
+    from torch._inductor.cpp_builder import get_cpp_compiler
+
+    try:
+        get_cpp_compiler()
+    except Exception as err:  # Inductor's own InvalidCxxCompiler, or whatever the search raises
+        message = " ".join(str(err).split()) or type(err).__name__
+        tried = ", ".join(str(c) for c in search if c is not None) or "none"
+        return (
+            f"Inductor found no working C++ compiler for CPU code (tried {tried}: {message}); "
+            "install g++ or clang++, or point CXX at one"
+        )
+    return None
+
+
 def _mark_dynamic(*tensors: torch.Tensor | None) -> None:
     """Mark every dimension dynamic: rows (N, or K modulation rows) and the feature size D."""
     for t in tensors:

@@ -44,6 +44,23 @@ def triton_importable() -> bool:
     return True
 
 
+def unavailable_reason() -> str | None:
+    """Why the kernels cannot run in this process (the triton package does not import, or no
+    device can run them); None when they can."""
+    try:
+        import triton  # noqa: F401
+    except (ImportError, OSError, RuntimeError) as err:
+        message = " ".join(str(err).split()) or type(err).__name__
+        return f"the triton package does not import here ({message}); pip install triton"
+    if not supported_devices():
+        return (
+            "no CUDA GPU is visible here (torch.cuda.is_available() is False) and "
+            "TRITON_INTERPRET=1 was not set before triton was imported (Triton's CPU "
+            "interpreter: slow, for tests)"
+        )
+    return None
+
+
 def register() -> bool:
     """Register the ``"triton"`` backend for :func:`supported_devices`; False if it cannot run."""
     devices = supported_devices()

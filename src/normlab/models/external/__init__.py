@@ -11,6 +11,7 @@ Importing this package does not import transformers; building an ``hf:`` source 
 """
 
 from normlab.models.external.arm import ArmNorm, check_slot_norm, slot_norm_kinds
+from normlab.models.external.footprint import Footprint, check_source_fits
 from normlab.models.external.hf import causal_lm_types
 from normlab.models.external.lm import (
     SourceLM,
@@ -29,6 +30,7 @@ from normlab.models.external.source import (
 from normlab.models.external.spec import (
     MODEL_OPTION,
     SETTINGS_OPTION,
+    SettingsError,
     SourceSpec,
     parse_settings,
     parse_source,
@@ -40,9 +42,11 @@ __all__ = [
     "MODEL_OPTION",
     "SETTINGS_OPTION",
     "ArmNorm",
+    "Footprint",
     "HeldNorm",
     "ModelSource",
     "NormSwapRecord",
+    "SettingsError",
     "SourceLM",
     "SourceSpec",
     "SwappedNorm",
@@ -50,6 +54,7 @@ __all__ = [
     "causal_lm_types",
     "check_same_start",
     "check_slot_norm",
+    "check_source_fits",
     "load_model_source",
     "output_logits",
     "parse_settings",

@@ -14,7 +14,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION
+from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION, SettingsError
 
 MAKE_NORM = "make_norm"
 VOCAB_SIZE = "vocab_size"
@@ -62,17 +62,18 @@ def factory_kwargs(
 ) -> dict[str, Any]:
     """The keyword arguments besides ``make_norm``: ``settings`` (each checked to be a
     parameter of ``fn``, unless it takes ``**kwargs``) and ``vocab_size`` when ``fn`` has that
-    parameter. ValueError naming :data:`SETTINGS_OPTION` for a setting it does not take."""
+    parameter. :class:`SettingsError` naming :data:`SETTINGS_OPTION` for a setting it does not
+    take."""
     params = _parameters(fn, target)
     open_kwargs = any(p.kind is p.VAR_KEYWORD for p in params.values())
     named = [n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
     for key in settings:
         if key in (MAKE_NORM, VOCAB_SIZE):
             what = "the arm's norm" if key == MAKE_NORM else "the tokenizer's vocabulary size"
-            raise ValueError(f"{SETTINGS_OPTION}: {key} is not a setting; normlab passes {what}")
+            raise SettingsError(f"{SETTINGS_OPTION}: {key} is not a setting; normlab passes {what}")
         if key not in named and not open_kwargs:
             others = ", ".join(n for n in named if n not in (MAKE_NORM, VOCAB_SIZE)) or "none"
-            raise ValueError(
+            raise SettingsError(
                 f"{SETTINGS_OPTION}: {target} takes no {key!r}; its settings are: {others}"
             )
     kwargs = dict(settings)

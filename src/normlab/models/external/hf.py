@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from normlab.models.external.arm import forked_rng
-from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION
+from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION, SettingsError
 
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -65,8 +65,10 @@ def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
 
     Errors (ValueError, one line): :data:`MODEL_OPTION` for an unknown model_type (with the
     closest known ones), a model_type without a causal-LM class, a folder without config.json or
-    a path that is no folder; :data:`SETTINGS_OPTION` for a key the config does not have, or
-    ``vocab_size`` (the tokenizer's).
+    a path that is no folder; :class:`SettingsError` naming :data:`SETTINGS_OPTION` and the key
+    for a key the config does not have, ``vocab_size`` (the tokenizer's), a value of another type
+    than the config's own (:func:`check_setting_types`), a value the config's constructor
+    refuses, or sizes that cannot make a model (:func:`check_geometry`).
     """
     transformers = import_transformers()
     if _looks_like_path(target):
@@ -76,17 +78,18 @@ def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
     _check_model_type(transformers, model_type)
     default = transformers.AutoConfig.for_model(model_type)
     if "vocab_size" in settings:
-        raise ValueError(
+        raise SettingsError(
             f"{SETTINGS_OPTION}: vocab_size is the tokenizer's ({vocab_size}); leave it out"
         )
     unknown = sorted(k for k in settings if k not in base and not hasattr(default, k))
     if unknown:
         close = difflib.get_close_matches(unknown[0], sorted(default.to_dict()), n=3)
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise ValueError(
+        raise SettingsError(
             f"{SETTINGS_OPTION}: the {model_type} config has no {', '.join(map(repr, unknown))}"
             f"{hint}; expected keys of {type(default).__name__}"
         )
+    check_setting_types(settings, default, model_type)
     merged = {**base, **settings, "vocab_size": vocab_size}
     for name in TOKEN_ID_FIELDS:
         if name not in settings and _out_of_range(
@@ -95,13 +98,93 @@ def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
             merged[name] = None
     try:
         config = transformers.AutoConfig.for_model(model_type, **merged)
-    except (TypeError, ValueError) as err:
-        message = " ".join(str(err).split())
-        raise ValueError(
+    except Exception as err:  # TypeError, ValueError, huggingface_hub's strict-dataclass errors
+        message = " ".join(str(err).split()) or type(err).__name__
+        raise SettingsError(
             f"{SETTINGS_OPTION}: the {model_type} config refused them: {message}"
         ) from None
+    check_geometry(config, settings, model_type)
     config.use_cache = False
     return config
+
+
+_KINDS = ((bool, "true or false"), (int, "an integer"), (float, "a number"), (str, "a string"))
+"""The value kinds a setting is checked against, by its default's type (bool before int)."""
+
+
+def check_setting_types(settings: dict[str, Any], default: Any, model_type: str) -> None:
+    """Each setting must be of the kind of the config's own value for its key: an integer where
+    the config has an integer (not a float or a bool), a number where it has a float, true or
+    false where it has a bool, a string where it has a string; a key whose value is None, a list
+    or a mapping takes anything (the config's constructor checks it). :class:`SettingsError`
+    naming the key, the expected kind and the value otherwise."""
+    for key, value in settings.items():
+        current = getattr(default, key, None)
+        for kind, words in _KINDS:
+            if isinstance(current, kind):
+                fits = (
+                    isinstance(value, (int, float)) and not isinstance(value, bool)
+                    if kind is float
+                    else isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+                )
+                if value is not None and not fits:
+                    raise SettingsError(
+                        f"{SETTINGS_OPTION}: {key}={value!r}: expected {words} (the "
+                        f"{model_type} config's {key} is {current!r})"
+                    )
+                break
+
+
+_POSITIVE_SIZES = (
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "intermediate_size",
+    "head_dim",
+    "max_position_embeddings",
+)
+"""The sizes every transformers causal LM config names this way (directly or through its
+``attribute_map``: ``n_embd`` is ``hidden_size`` for GPT-2): each must be an integer >= 1."""
+
+
+def check_geometry(config: Any, settings: dict[str, Any], model_type: str) -> None:
+    """The built config's sizes must make a model: :data:`_POSITIVE_SIZES` integers >= 1 where
+    set, ``num_attention_heads`` a multiple of ``num_key_value_heads``, and ``hidden_size`` a
+    multiple of ``num_attention_heads`` where the head size follows from them (a ``head_dim``
+    of ``hidden_size // num_attention_heads``, or none). :class:`SettingsError` naming the keys
+    as the settings spell them (``n_embd`` for GPT-2's ``hidden_size``)."""
+    aliases = getattr(config, "attribute_map", {}) or {}
+
+    def spelled(key: str) -> str:
+        return aliases[key] if aliases.get(key) in settings else key
+
+    sizes = {k: getattr(config, k, None) for k in _POSITIVE_SIZES}
+    for key, value in sizes.items():
+        if value is None or (key == "intermediate_size" and not isinstance(value, int)):
+            continue  # GPT-2's n_inner: None means 4 × the width
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SettingsError(
+                f"{SETTINGS_OPTION}: {spelled(key)}={value!r}: expected an integer >= 1 (a size "
+                f"of the {model_type} model)"
+            )
+    width, heads, kv = (
+        sizes[k] for k in ("hidden_size", "num_attention_heads", "num_key_value_heads")
+    )
+    if heads is not None and kv is not None and heads % kv:
+        raise SettingsError(
+            f"{SETTINGS_OPTION}: {spelled('num_attention_heads')}={heads} is not a multiple of "
+            f"{spelled('num_key_value_heads')}={kv}; expected each key/value head to serve the "
+            "same number of query heads"
+        )
+    if width is None or heads is None or not width % heads:
+        return
+    if sizes["head_dim"] in (None, width // heads):
+        raise SettingsError(
+            f"{SETTINGS_OPTION}: {spelled('hidden_size')}={width} is not a multiple of "
+            f"{spelled('num_attention_heads')}={heads}; expected the width to split evenly "
+            "into the heads (or a head_dim of their own)"
+        )
 
 
 def _out_of_range(value: object, vocab_size: int) -> bool:

@@ -47,6 +47,12 @@ class ModelSource:
     _kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
+    def factory_kwargs(self) -> dict[str, Any]:
+        """A factory's keyword arguments besides ``make_norm`` (its settings, and
+        ``vocab_size`` when it takes it); empty for a transformers source."""
+        return dict(self._kwargs)
+
+    @property
     def max_length(self) -> int | None:
         """The longest sequence the model takes (transformers: ``max_position_embeddings``;
         None when the config has none, and for a factory)."""
@@ -240,7 +246,20 @@ def audit_target(
 ) -> tuple[nn.Module, tuple[torch.Tensor]]:
     """``(model, example_inputs)`` for ``normlab audit model``: the source's model for seed 0
     with the arm ``norm``'s norms (None: a transformers model's own norms) and token ids
-    [2, ``length``] (see :meth:`ModelSource.example_inputs`)."""
+    [2, ``length``] (see :meth:`ModelSource.example_inputs`). A model that could not be held
+    in the available memory is refused first
+    (:func:`~normlab.models.external.footprint.check_source_fits`)."""
+    from normlab._resources import available_memory
+    from normlab.models.external.footprint import check_source_fits
+
     loaded = load_model_source(source, settings, vocab_size=vocab_size)
+    check_source_fits(
+        loaded,
+        batch_size=2,
+        context=length,
+        norm=norm or "rmsnorm",
+        available=available_memory(),
+        training=False,
+    )
     model, _ = loaded.build(norm, 0)
     return model, loaded.example_inputs(2, length)

@@ -23,6 +23,13 @@ HF_PREFIX = "hf:"
 Scalar = int | float | bool | str | None
 
 
+class SettingsError(ValueError):
+    """A :data:`SETTINGS_OPTION` value the source does not take: a malformed pair, a key it
+    lacks, a value of the wrong type or out of range, sizes that do not fit together. The
+    message is one line that names the key and what was expected (a usage error on the command
+    line, exit status 2)."""
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     """A parsed source: ``kind`` is ``"hf"`` (``target``: a folder or a model_type) or
@@ -86,7 +93,7 @@ def parse_value(text: str) -> Scalar:
 
 def parse_settings(settings: str | Mapping[str, Any] | None) -> dict[str, Any]:
     """``"hidden_size=128,num_hidden_layers=2"`` → ``{"hidden_size": 128, …}``; a mapping is
-    taken as it is (its keys checked); None is no settings. ValueError naming
+    taken as it is (its keys checked); None is no settings. :class:`SettingsError` naming
     :data:`SETTINGS_OPTION` for a pair without ``=``, an empty or repeated key."""
     if settings is None:
         return {}
@@ -94,10 +101,10 @@ def parse_settings(settings: str | Mapping[str, Any] | None) -> dict[str, Any]:
         out = dict(settings)
         for key in out:
             if not isinstance(key, str) or not key.isidentifier():
-                raise ValueError(f"{SETTINGS_OPTION}: expected identifier keys, got {key!r}")
+                raise SettingsError(f"{SETTINGS_OPTION}: expected identifier keys, got {key!r}")
         return out
     if not isinstance(settings, str):
-        raise ValueError(
+        raise SettingsError(
             f"{SETTINGS_OPTION}: expected 'key=value,key=value' or a mapping, got "
             f"{type(settings).__name__}"
         )
@@ -108,8 +115,8 @@ def parse_settings(settings: str | Mapping[str, Any] | None) -> dict[str, Any]:
         key, sep, value = pair.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():
-            raise ValueError(f"{SETTINGS_OPTION}: expected key=value pairs, got {pair!r}")
+            raise SettingsError(f"{SETTINGS_OPTION}: expected key=value pairs, got {pair!r}")
         if key in out:
-            raise ValueError(f"{SETTINGS_OPTION}: {key!r} is set twice")
+            raise SettingsError(f"{SETTINGS_OPTION}: {key!r} is set twice")
         out[key] = parse_value(value)
     return out
