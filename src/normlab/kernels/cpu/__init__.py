@@ -7,10 +7,10 @@ fill one ctypes structure each and make one call into the C++ library (``normlab
 direction: the forward reads x (and r, or gate and o, and per-token modulation) once and writes
 y (and h) once; the backward reads h and dy once and writes dx once, producing the weight and
 modulation gradients in the same pass with deterministic sums. The library is compiled on first
-use and cached (:mod:`._build`), in the build variant :func:`variant` names (``"native"`` unless
-``NORMLAB_CPU_VARIANT`` or :func:`set_variant` / :func:`use_variant` chose ``"portable"`` or
-``"general"``, which run the kernels' other code paths; :func:`fast_path` says which path a
-variant runs); when it cannot be built, :func:`available` is False,
+use and cached (:mod:`._build`), in the build variant that :func:`current_variant` names:
+``"native"`` unless ``NORMLAB_CPU_VARIANT`` or :func:`set_variant` / :func:`use_variant` chose
+``"portable"`` or ``"general"``, which run the kernels' other code paths (:func:`fast_path` says
+which path a variant runs). When it cannot be built, :func:`available` is False,
 :func:`unavailable_reason` says why, ``"auto"`` uses another backend, and a call that asks for
 ``backend="cpp"`` by name raises :class:`normlab.kernels.BackendUnavailableError` (the module
 functions below raise ``RuntimeError``). Non-CPU tensors go to the reference formula, as do the
@@ -31,11 +31,11 @@ from normlab.kernels.cpu._build import (
     VARIANTS,
     build_error,
     compiler,
+    current_variant,
     fast_path,
     load_library,
     set_variant,
     use_variant,
-    variant,
 )
 from normlab.kernels.cpu.cache_size import last_level_cache_bytes
 from normlab.kernels.frontend import FusedBackend, FusedSpec, Gradients, Needs, Operands, Saved
@@ -49,6 +49,7 @@ __all__ = [
     "available",
     "build_error",
     "compiler",
+    "current_variant",
     "fast_path",
     "gated_add_ada_rms_norm",
     "gated_residual",
@@ -57,7 +58,6 @@ __all__ = [
     "set_variant",
     "unavailable_reason",
     "use_variant",
-    "variant",
 ]
 
 _CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
@@ -294,7 +294,7 @@ _backend = FusedBackend(_provider)
 
 
 def available() -> bool:
-    """True when the C++ kernels of the current :func:`variant` are built and loaded (builds them
+    """True when the C++ kernels of the :func:`current_variant` are built and loaded (builds them
     on the first call)."""
     return load_library() is not None
 
@@ -310,7 +310,8 @@ def unavailable_reason() -> str | None:
     if available():
         return None
     error = build_error() or "unknown error"
-    kernels = "the C++ CPU kernels" + ("" if variant() == "native" else f" ({variant()} variant)")
+    variant = current_variant()
+    kernels = "the C++ CPU kernels" + ("" if variant == "native" else f" ({variant} variant)")
     if error.startswith("disabled by NORMLAB_CPU_KERNELS"):
         return f"{kernels} are {error}; unset it (or set it to 1) to build them"
     if error.startswith("no C++ compiler found"):  # says already how to get one

@@ -5,8 +5,8 @@ shipped in this package (``normlab_cpu.cpp``, which includes ``common.h``, ``avx
 ``forward.h`` and ``backward.h``; :data:`MAIN_SOURCE`, :func:`source_files`) with the system C++
 compiler (it includes no PyTorch header), writes the library atomically into a cache folder keyed
 by a hash of every source file, the compiler, its flags (a build variant's among them) and this
-CPU's instruction-set flags, and loads it. Later calls and later processes reuse it. The sources are compiled from where the
-package is installed, so a compiler error names the real file and line
+CPU's instruction-set flags, and loads it. Later calls and later processes reuse it. The sources
+are compiled from where the package is installed, so a compiler error names the real file and line
 (``.../normlab/kernels/cpu/forward.h:123:5: error: ...``); a package that is not on disk (a zip)
 has them copied to a temporary folder first. When no compiler is found or every flag set fails,
 the reason is kept (:func:`build_error`, compiler output from its first error on) and the backend
@@ -87,7 +87,8 @@ _variant: str | None = None  # set_variant's choice; None: NORMLAB_CPU_VARIANT o
 
 
 def check_variant(variant: object, where: str = "variant") -> str:
-    """``variant`` when it is one of :data:`VARIANTS`, else ``ValueError`` naming ``where``."""
+    """``variant`` when it is one of :data:`VARIANTS`, else ``ValueError`` naming ``where`` (the
+    argument or environment variable it came from)."""
     if not isinstance(variant, str) or variant not in VARIANTS:
         raise ValueError(
             f"{where}: expected one of {', '.join(map(repr, VARIANTS))}, got {variant!r}"
@@ -95,7 +96,7 @@ def check_variant(variant: object, where: str = "variant") -> str:
     return variant
 
 
-def variant() -> str:
+def current_variant() -> str:
     """The build variant the ``"cpp"`` backend uses now: the one :func:`set_variant` chose, else
     ``NORMLAB_CPU_VARIANT``, else ``"native"``."""
     if _variant is not None:
@@ -104,32 +105,32 @@ def variant() -> str:
     return check_variant(chosen, "NORMLAB_CPU_VARIANT")
 
 
-def set_variant(name: str | None) -> None:
-    """Make the ``"cpp"`` backend use the build variant ``name`` in this process (None: back to
+def set_variant(variant: str | None) -> None:
+    """Make the ``"cpp"`` backend use build variant ``variant`` in this process (None: back to
     ``NORMLAB_CPU_VARIANT`` or ``"native"``). Process-wide, for tests and benchmarks that run
     the variants side by side; a library is built the first time its variant is used."""
     global _variant
-    _variant = None if name is None else check_variant(name)
+    _variant = None if variant is None else check_variant(variant)
 
 
 @contextlib.contextmanager
-def use_variant(name: str) -> Iterator[None]:
-    """Inside the ``with`` block the ``"cpp"`` backend uses build variant ``name`` (see
+def use_variant(variant: str) -> Iterator[None]:
+    """Inside the ``with`` block the ``"cpp"`` backend uses build variant ``variant`` (see
     :func:`set_variant`); the earlier choice comes back after it."""
     previous = _variant
-    set_variant(name)
+    set_variant(variant)
     try:
         yield
     finally:
         set_variant(previous)
 
 
-def variant_flags(name: str) -> tuple[str, ...]:
-    """The compiler flags a variant adds to every flag set (module docstring)."""
-    check_variant(name)
-    if name == "portable":
+def variant_flags(variant: str) -> tuple[str, ...]:
+    """The compiler flags a build variant adds to every flag set (module docstring)."""
+    check_variant(variant)
+    if variant == "portable":
         return ("-mno-avx512f",) if platform.machine().lower() in _X86 else ()
-    if name == "general":
+    if variant == "general":
         return ("-DNL_NO_FAST_PATHS",)
     return ()
 
@@ -248,7 +249,7 @@ def _no_compiler_message() -> str:
     return f"no C++ compiler found ({found}); set NORMLAB_CXX to one, or install g++"
 
 
-def _build_and_load(name: str) -> ctypes.CDLL:
+def _build_and_load(variant: str) -> ctypes.CDLL:
     cxx = compiler()
     if cxx is None:
         raise RuntimeError(_no_compiler_message())
@@ -258,14 +259,14 @@ def _build_and_load(name: str) -> ctypes.CDLL:
     announced = False
     for arch in _ARCH_FLAGS:
         for openmp in _OPENMP_FLAGS:
-            flags = [*_COMMON_FLAGS, *arch, *openmp, *variant_flags(name)]
+            flags = [*_COMMON_FLAGS, *arch, *openmp, *variant_flags(variant)]
             target = cache_dir() / cache_key(sources, cxx, version, flags) / "libnormlab_cpu.so"
             if not target.exists():
                 if not announced:
                     _log.warning(
                         "compiling normlab's C++ CPU kernels%s with %s (once; cached in %s); "
                         "this takes a few tens of seconds...",
-                        "" if name == "native" else f" ({name} variant)",
+                        "" if variant == "native" else f" ({variant} variant)",
                         cxx,
                         cache_dir(),
                     )
@@ -297,36 +298,36 @@ def _build_and_load(name: str) -> ctypes.CDLL:
     raise RuntimeError("the C++ kernels did not compile:\n" + "\n".join(errors))
 
 
-def load_library(name: str | None = None) -> ctypes.CDLL | None:
-    """The loaded kernel library of build variant ``name`` (default :func:`variant`), building it
-    on the first call; None when unavailable."""
-    name = variant() if name is None else check_variant(name)
-    if name in _libraries:
-        return _libraries[name]
+def load_library(variant: str | None = None) -> ctypes.CDLL | None:
+    """The loaded kernel library of build variant ``variant`` (default :func:`current_variant`),
+    building it on the first call; None when unavailable."""
+    variant = current_variant() if variant is None else check_variant(variant)
+    if variant in _libraries:
+        return _libraries[variant]
     with _lock:
-        if name in _libraries:
-            return _libraries[name]
+        if variant in _libraries:
+            return _libraries[variant]
         library = None
         if os.environ.get("NORMLAB_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no"):
-            _errors[name] = "disabled by NORMLAB_CPU_KERNELS=0"
+            _errors[variant] = "disabled by NORMLAB_CPU_KERNELS=0"
         else:
             try:
-                library = _build_and_load(name)
+                library = _build_and_load(variant)
             except (RuntimeError, OSError) as err:
-                _errors[name] = str(err)
-        _libraries[name] = library
+                _errors[variant] = str(err)
+        _libraries[variant] = library
     return library
 
 
-def build_error(name: str | None = None) -> str | None:
-    """Why the kernels of build variant ``name`` (default :func:`variant`) are unavailable (None
-    when they loaded or were not tried yet)."""
-    return _errors.get(variant() if name is None else check_variant(name))
+def build_error(variant: str | None = None) -> str | None:
+    """Why the kernels of build variant ``variant`` (default :func:`current_variant`) are
+    unavailable (None when they loaded or were not tried yet)."""
+    return _errors.get(current_variant() if variant is None else check_variant(variant))
 
 
-def fast_path(name: str | None = None) -> str | None:
-    """The path that float32 and bfloat16 calls of build variant ``name`` (default
-    :func:`variant`) run, one of :data:`FAST_PATHS` (``"avx512"`` where the native build targets
-    AVX-512); None when that library is unavailable. Builds it on the first call."""
-    library = load_library(name)
+def fast_path(variant: str | None = None) -> str | None:
+    """The path that float32 and bfloat16 calls run in build variant ``variant`` (default
+    :func:`current_variant`): one of :data:`FAST_PATHS`, ``"avx512"`` where the native build
+    targets AVX-512; None when that library is unavailable. Builds it on the first call."""
+    library = load_library(variant)
     return None if library is None else FAST_PATHS[library.normlab_fast_path()]
