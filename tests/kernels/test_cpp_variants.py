@@ -154,3 +154,34 @@ test_gemma_casting_against_hf_olmo2 = exactness.test_gemma_casting_against_hf_ol
 test_rms_norm_module_against_torch_nn_rms_norm = (
     exactness.test_rms_norm_module_against_torch_nn_rms_norm
 )
+
+
+# --- the benchmark's peers of the variants ------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", OTHER_VARIANTS)
+def test_the_bench_peer_runs_both_directions_on_its_variant(
+    variant: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``normlab bench --peers normlab:cpp-<variant>``: the forward and the backward of a timed
+    step both call the kernels of that variant, and the result is the op's."""
+    from normlab.bench import peers
+
+    _skip_unless_built(variant)
+    seen: list[str] = []
+    library = cpu.CppProvider._lib
+
+    def spy(self: cpu.CppProvider):  # each kernel call, forward or backward, asks for the library
+        seen.append(cpu.current_variant())
+        return library(self)
+
+    monkeypatch.setattr(cpu.CppProvider, "_lib", spy)
+    name = f"normlab:cpp-{variant}"
+    assert name in peers.known_peers() and name not in peers.default_peers(torch.device("cpu"))
+    problem = peers.make_problem("rms", torch.bfloat16, torch.device("cpu"), 8, 100)
+    runner = peers.run_peer_once(
+        peers.peer_function(name, "rms", problem.device), problem, "fwd+bwd"
+    )
+    assert seen == [variant, variant]  # one forward, one backward
+    assert cpu.current_variant() == "native"
+    assert peers.max_error(runner) < 0.05
