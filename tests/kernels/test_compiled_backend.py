@@ -168,7 +168,7 @@ def test_nothing_is_compiled_at_import() -> None:
         "import sys, normlab, normlab.functional\n"
         "from normlab.kernels.cpu import _build\n"
         "assert 'torch._inductor' not in sys.modules, 'inductor imported at import'\n"
-        "assert not _build._tried, 'C++ kernels built at import'\n"
+        "assert not _build._libraries, 'C++ kernels built at import'\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
@@ -225,9 +225,8 @@ def _fresh_build_state(monkeypatch: pytest.MonkeyPatch, cache: Path | None) -> N
     """Point the builder at ``cache`` (None: leave it) and forget any earlier build."""
     if cache is not None:
         monkeypatch.setenv("NORMLAB_CACHE_DIR", str(cache))
-    monkeypatch.setattr(_build, "_tried", False)
-    monkeypatch.setattr(_build, "_library", None)
-    monkeypatch.setattr(_build, "_error", None)
+    monkeypatch.setattr(_build, "_libraries", {})
+    monkeypatch.setattr(_build, "_errors", {})
 
 
 def test_a_build_announces_itself_once(

@@ -80,9 +80,8 @@ def test_a_compiler_error_names_the_real_file_and_line(
     monkeypatch.setattr(_build, "_ARCH_FLAGS", ((),))  # one flag set: one compile of ~2 s
     monkeypatch.setattr(_build, "_OPENMP_FLAGS", ((),))
     monkeypatch.setenv("NORMLAB_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.setattr(_build, "_tried", False)
-    monkeypatch.setattr(_build, "_library", None)
-    monkeypatch.setattr(_build, "_error", None)
+    monkeypatch.setattr(_build, "_libraries", {})
+    monkeypatch.setattr(_build, "_errors", {})
     with caplog.at_level(logging.ERROR, logger="normlab"):
         assert _build.load_library() is None
     where = f"{copy / 'forward.h'}:{bad_line}:"

@@ -8,6 +8,9 @@ Peers, by name:
 - ``torch.compile``: the same formula through ``torch.compile`` (Inductor, default mode, static
   shapes), forward and autograd backward.
 - ``normlab:auto`` and ``normlab:<backend>``: :mod:`normlab.functional` with that backend.
+- ``normlab:cpp-portable``, ``normlab:cpp-general``: the ``cpp`` backend on another build
+  variant of its kernels (:data:`normlab.kernels.cpu.VARIANTS`): the portable fast paths that
+  CPUs without AVX-512 run, and the general kernels. Run only when named in ``--peers``.
 - ``liger``, ``flash_attn``, ``apex``, ``transformer_engine``, ``quack``: other projects' fused
   kernels where they import (CUDA only); each is skipped with its reason when it does not.
 
@@ -17,6 +20,7 @@ backward) and can report the outputs of its last step for the error check.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 from collections.abc import Callable, Sequence
@@ -27,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 import normlab.functional as NF
-from normlab.kernels import available_backends, backend_unavailable_reason, backends_for
+from normlab.kernels import available_backends, backend_unavailable_reason, backends_for, cpu
 
 EPS = 1e-6
 
@@ -111,6 +115,25 @@ def _normlab_op(op: str, backend: str, t: dict[str, torch.Tensor]) -> Outputs:
     if op == "add_rms":
         return NF.add_rms_norm(x, t["residual"], t["weight"], EPS, backend=backend)
     return (NF.ada_rms_norm(x, t["scale"], t["shift"], EPS, backend=backend),)
+
+
+@dataclass(frozen=True)
+class ScopedOp:
+    """f(tensors) -> outputs whose steps run inside ``scope()``, forward and backward alike."""
+
+    fn: Callable[..., Outputs]
+    scope: Callable[[], contextlib.AbstractContextManager[Any]]
+
+    def __call__(self, t: dict[str, torch.Tensor]) -> Outputs:
+        return self.fn(t)
+
+
+def _cpp_variant_op(op: str, variant: str) -> ScopedOp:
+    """The op on the ``cpp`` backend, built as ``variant``: the kernels of both directions run
+    inside :func:`normlab.kernels.cpu.use_variant` (the backward calls them too)."""
+    return ScopedOp(
+        functools.partial(_normlab_op, op, "cpp"), functools.partial(cpu.use_variant, variant)
+    )
 
 
 def reference_float64(op: str, t: dict[str, torch.Tensor]) -> Outputs:
@@ -211,12 +234,15 @@ BUILTIN = ("torch", "eager", "torch.compile")
 # normlab backends that register only where their dependencies and device exist: still valid
 # peer names elsewhere (their rows are kept as skipped, with the reason)
 OPTIONAL_BACKENDS = ("triton",)
+CPP_VARIANT_PEERS: dict[str, str] = {f"normlab:cpp-{v}": v for v in cpu.VARIANTS if v != "native"}
+"""Peers that run the ``cpp`` backend on another build variant (by peer name); never a default,
+so their libraries are built only when a run names them."""
 
 
 def known_peers() -> list[str]:
     """Every valid peer name, whether or not it can run here."""
     backends = dict.fromkeys([*available_backends(), *OPTIONAL_BACKENDS])
-    return [*BUILTIN, *(f"normlab:{b}" for b in backends), *EXTERNAL]
+    return [*BUILTIN, *(f"normlab:{b}" for b in backends), *CPP_VARIANT_PEERS, *EXTERNAL]
 
 
 def check_peer_names(names: object) -> list[str]:
@@ -254,6 +280,15 @@ def peer_function(name: str, op: str, device: torch.device) -> Callable[..., Out
         return functools.partial(_normlab_op, op, "torch")
     if name == "torch.compile":
         return _compiled_formula(op)
+    if name in CPP_VARIANT_PEERS:
+        if device.type != "cpu":
+            raise Unavailable(f"{name}: CPU only")
+        variant = CPP_VARIANT_PEERS[name]
+        with cpu.use_variant(variant):
+            reason = backend_unavailable_reason("cpp")
+        if reason is not None:
+            raise Unavailable(f"{name}: {reason}")
+        return _cpp_variant_op(op, variant)
     if name.startswith("normlab:"):
         backend = name.removeprefix("normlab:")
         if backend != "auto" and backend not in backends_for(device):
@@ -272,22 +307,24 @@ class Runner:
 
     def __init__(self, fn: Callable[..., Outputs], problem: Problem, mode: str) -> None:
         self.fn = fn
+        self.scope = fn.scope if isinstance(fn, ScopedOp) else contextlib.nullcontext
         self.problem = problem
         self.backward = mode == "fwd+bwd"
         self.leaves = problem.inputs(requires_grad=self.backward)
         self.last: Outputs = ()
 
     def step(self) -> None:
-        if not self.backward:
-            with torch.no_grad():
-                self.last = self.fn(self.leaves)
-            return
-        for t in self.leaves.values():
-            t.grad = None
-        outs = self.fn(self.leaves)
-        grads = [self.problem.grads["y"], self.problem.grads.get("h")][: len(outs)]
-        torch.autograd.backward(list(outs), grads)
-        self.last = outs
+        with self.scope():
+            if not self.backward:
+                with torch.no_grad():
+                    self.last = self.fn(self.leaves)
+                return
+            for t in self.leaves.values():
+                t.grad = None
+            outs = self.fn(self.leaves)
+            grads = [self.problem.grads["y"], self.problem.grads.get("h")][: len(outs)]
+            torch.autograd.backward(list(outs), grads)
+            self.last = outs
 
     def release(self) -> None:
         """Drop the last outputs and gradients (they hold N·D tensors between measurements)."""
@@ -329,6 +366,11 @@ def max_error(runner: Runner, sample_rows: int = 256) -> float:
 
 def describe(name: str) -> str:
     """One line on what a peer is, for the output's legend."""
+    if name in CPP_VARIANT_PEERS:
+        return (
+            f"normlab.functional with backend='cpp', kernels built as the "
+            f"{CPP_VARIANT_PEERS[name]!r} variant (NORMLAB_CPU_VARIANT)"
+        )
     if name.startswith("normlab:"):
         return f"normlab.functional with backend={name.removeprefix('normlab:')!r}"
     return {

@@ -7,7 +7,10 @@ fill one ctypes structure each and make one call into the C++ library (``normlab
 direction: the forward reads x (and r, or gate and o, and per-token modulation) once and writes
 y (and h) once; the backward reads h and dy once and writes dx once, producing the weight and
 modulation gradients in the same pass with deterministic sums. The library is compiled on first
-use and cached (:mod:`._build`); when it cannot be built, :func:`available` is False,
+use and cached (:mod:`._build`), in the build variant that :func:`current_variant` names:
+``"native"`` unless ``NORMLAB_CPU_VARIANT`` or :func:`set_variant` / :func:`use_variant` chose
+``"portable"`` or ``"general"``, which run the kernels' other code paths (:func:`fast_path` says
+which path a variant runs). When it cannot be built, :func:`available` is False,
 :func:`unavailable_reason` says why, ``"auto"`` uses another backend, and a call that asks for
 ``backend="cpp"`` by name raises :class:`normlab.kernels.BackendUnavailableError` (the module
 functions below raise ``RuntimeError``). Non-CPU tensors go to the reference formula, as do the
@@ -24,11 +27,21 @@ import ctypes
 import torch
 
 from normlab._checks import stats_dtype
-from normlab.kernels.cpu._build import build_error, compiler, load_library
+from normlab.kernels.cpu._build import (
+    VARIANTS,
+    build_error,
+    compiler,
+    current_variant,
+    fast_path,
+    load_library,
+    set_variant,
+    use_variant,
+)
 from normlab.kernels.cpu.cache_size import last_level_cache_bytes
 from normlab.kernels.frontend import FusedBackend, FusedSpec, Gradients, Needs, Operands, Saved
 
 __all__ = [
+    "VARIANTS",
     "ada_layer_norm",
     "ada_rms_norm",
     "add_layer_norm",
@@ -36,11 +49,15 @@ __all__ = [
     "available",
     "build_error",
     "compiler",
+    "current_variant",
+    "fast_path",
     "gated_add_ada_rms_norm",
     "gated_residual",
     "layer_norm",
     "rms_norm",
+    "set_variant",
     "unavailable_reason",
+    "use_variant",
 ]
 
 _CODES = {torch.float32: 0, torch.float64: 1, torch.bfloat16: 2, torch.float16: 3}
@@ -277,7 +294,8 @@ _backend = FusedBackend(_provider)
 
 
 def available() -> bool:
-    """True when the C++ kernels are built and loaded (builds them on the first call)."""
+    """True when the C++ kernels of the :func:`current_variant` are built and loaded (builds them
+    on the first call)."""
     return load_library() is not None
 
 
@@ -292,12 +310,14 @@ def unavailable_reason() -> str | None:
     if available():
         return None
     error = build_error() or "unknown error"
+    variant = current_variant()
+    kernels = "the C++ CPU kernels" + ("" if variant == "native" else f" ({variant} variant)")
     if error.startswith("disabled by NORMLAB_CPU_KERNELS"):
-        return f"the C++ CPU kernels are {error}; unset it (or set it to 1) to build them"
+        return f"{kernels} are {error}; unset it (or set it to 1) to build them"
     if error.startswith("no C++ compiler found"):  # says already how to get one
-        return f"the C++ CPU kernels cannot be built: {error}"
+        return f"{kernels} cannot be built: {error}"
     return (
-        f"the C++ CPU kernels could not be built with {compiler()} ({_first_error(error)}); "
+        f"{kernels} could not be built with {compiler()} ({_first_error(error)}); "
         "install a C++17 compiler (g++ or clang++) on PATH or point NORMLAB_CXX at one (full "
         "error: normlab.kernels.cpu.build_error())"
     )

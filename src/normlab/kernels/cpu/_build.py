@@ -4,13 +4,25 @@ Nothing is compiled at import. The first call of :func:`load_library` compiles t
 shipped in this package (``normlab_cpu.cpp``, which includes ``common.h``, ``avx512.h``,
 ``forward.h`` and ``backward.h``; :data:`MAIN_SOURCE`, :func:`source_files`) with the system C++
 compiler (it includes no PyTorch header), writes the library atomically into a cache folder keyed
-by a hash of every source file, the compiler, its flags and this CPU's instruction-set flags, and
-loads it. Later calls and later processes reuse it. The sources are compiled from where the
-package is installed, so a compiler error names the real file and line
+by a hash of every source file, the compiler, its flags (a build variant's among them) and this
+CPU's instruction-set flags, and loads it. Later calls and later processes reuse it. The sources
+are compiled from where the package is installed, so a compiler error names the real file and line
 (``.../normlab/kernels/cpu/forward.h:123:5: error: ...``); a package that is not on disk (a zip)
 has them copied to a temporary folder first. When no compiler is found or every flag set fails,
 the reason is kept (:func:`build_error`, compiler output from its first error on) and the backend
 reports itself unavailable, so ``"auto"`` falls back.
+
+Build variants (:data:`VARIANTS`), so that every code path of the kernels is built and tested on
+one machine; each is its own library, built only when first asked for:
+
+- ``"native"`` (the default): ``-march=native``. float32 and bfloat16 calls run the AVX-512 fast
+  paths where the CPU has AVX-512, the portable fast paths elsewhere.
+- ``"portable"``: ``-march=native -mno-avx512f`` on x86 (the native flags elsewhere): the
+  portable fast paths, compiled for the CPU without AVX-512, as an AVX2-only CPU runs them.
+- ``"general"``: ``-DNL_NO_FAST_PATHS``: every call runs the general kernels (those that serve
+  float16, float64 and mixed dtypes in the other variants).
+
+:func:`fast_path` says which path a loaded library runs (``normlab_fast_path()`` of the library).
 
 A compilation takes tens of seconds on a small machine, so it announces itself once, before it
 starts, with a WARNING on the logger ``normlab.kernels.cpu._build`` (``logging``; silence it with
@@ -21,10 +33,13 @@ Environment:
     ``NORMLAB_CPU_KERNELS=0``  never build or load the kernels (the backend is unavailable).
     ``NORMLAB_CXX``            the compiler to use (default: ``$CXX``, then g++, c++, clang++).
     ``NORMLAB_CACHE_DIR``      cache root (default: ``$XDG_CACHE_HOME/normlab`` or ``~/.cache``).
+    ``NORMLAB_CPU_VARIANT``    the build variant the ``"cpp"`` backend loads (default ``native``;
+                               :func:`set_variant` changes it in a running process).
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import importlib.resources
@@ -36,6 +51,7 @@ import subprocess
 import tempfile
 import threading
 import warnings
+from collections.abc import Iterator
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
@@ -51,7 +67,13 @@ _COMMON_FLAGS = (
 _ARCH_FLAGS = (("-march=native",), ("-mcpu=native",), ())
 _OPENMP_FLAGS = (("-fopenmp",), ("-fopenmp-simd", "-DNL_OMP_SIMD"), ())
 
-ABI_VERSION = 1  # normlab_abi_version() of the library this module's structs describe
+ABI_VERSION = 2  # normlab_abi_version() of the library this module's structs describe
+
+VARIANTS: tuple[str, ...] = ("native", "portable", "general")
+"""The build variants of the kernels (module docstring); ``"native"`` is the default."""
+FAST_PATHS: tuple[str, ...] = ("general", "portable", "avx512")
+"""The path of float32 and bfloat16 calls, by the library's ``normlab_fast_path()`` code."""
+_X86 = ("x86_64", "amd64", "i386", "i686")
 
 MAIN_SOURCE = "normlab_cpu.cpp"  # the file compiled; it includes the other sources
 _SOURCE_SUFFIXES = (".cpp", ".h")
@@ -59,9 +81,58 @@ _ERROR_CHARS = 4000  # compiler output kept per failed flag set, from its start 
 
 _log = logging.getLogger(__name__)
 _lock = threading.Lock()
-_library: ctypes.CDLL | None = None
-_error: str | None = None
-_tried = False
+_libraries: dict[str, ctypes.CDLL | None] = {}  # by variant, once tried (None: unavailable)
+_errors: dict[str, str] = {}  # by variant: why it is unavailable
+_variant: str | None = None  # set_variant's choice; None: NORMLAB_CPU_VARIANT or "native"
+
+
+def check_variant(variant: object, where: str = "variant") -> str:
+    """``variant`` when it is one of :data:`VARIANTS`, else ``ValueError`` naming ``where`` (the
+    argument or environment variable it came from)."""
+    if not isinstance(variant, str) or variant not in VARIANTS:
+        raise ValueError(
+            f"{where}: expected one of {', '.join(map(repr, VARIANTS))}, got {variant!r}"
+        )
+    return variant
+
+
+def current_variant() -> str:
+    """The build variant the ``"cpp"`` backend uses now: the one :func:`set_variant` chose, else
+    ``NORMLAB_CPU_VARIANT``, else ``"native"``."""
+    if _variant is not None:
+        return _variant
+    chosen = os.environ.get("NORMLAB_CPU_VARIANT", "").strip() or "native"
+    return check_variant(chosen, "NORMLAB_CPU_VARIANT")
+
+
+def set_variant(variant: str | None) -> None:
+    """Make the ``"cpp"`` backend use build variant ``variant`` in this process (None: back to
+    ``NORMLAB_CPU_VARIANT`` or ``"native"``). Process-wide, for tests and benchmarks that run
+    the variants side by side; a library is built the first time its variant is used."""
+    global _variant
+    _variant = None if variant is None else check_variant(variant)
+
+
+@contextlib.contextmanager
+def use_variant(variant: str) -> Iterator[None]:
+    """Inside the ``with`` block the ``"cpp"`` backend uses build variant ``variant`` (see
+    :func:`set_variant`); the earlier choice comes back after it."""
+    previous = _variant
+    set_variant(variant)
+    try:
+        yield
+    finally:
+        set_variant(previous)
+
+
+def variant_flags(variant: str) -> tuple[str, ...]:
+    """The compiler flags a build variant adds to every flag set (module docstring)."""
+    check_variant(variant)
+    if variant == "portable":
+        return ("-mno-avx512f",) if platform.machine().lower() in _X86 else ()
+    if variant == "general":
+        return ("-DNL_NO_FAST_PATHS",)
+    return ()
 
 
 def compiler() -> str | None:
@@ -178,7 +249,7 @@ def _no_compiler_message() -> str:
     return f"no C++ compiler found ({found}); set NORMLAB_CXX to one, or install g++"
 
 
-def _build_and_load() -> ctypes.CDLL:
+def _build_and_load(variant: str) -> ctypes.CDLL:
     cxx = compiler()
     if cxx is None:
         raise RuntimeError(_no_compiler_message())
@@ -188,13 +259,14 @@ def _build_and_load() -> ctypes.CDLL:
     announced = False
     for arch in _ARCH_FLAGS:
         for openmp in _OPENMP_FLAGS:
-            flags = [*_COMMON_FLAGS, *arch, *openmp]
+            flags = [*_COMMON_FLAGS, *arch, *openmp, *variant_flags(variant)]
             target = cache_dir() / cache_key(sources, cxx, version, flags) / "libnormlab_cpu.so"
             if not target.exists():
                 if not announced:
                     _log.warning(
-                        "compiling normlab's C++ CPU kernels with %s (once; cached in %s); "
+                        "compiling normlab's C++ CPU kernels%s with %s (once; cached in %s); "
                         "this takes a few tens of seconds...",
+                        "" if variant == "native" else f" ({variant} variant)",
                         cxx,
                         cache_dir(),
                     )
@@ -206,6 +278,7 @@ def _build_and_load() -> ctypes.CDLL:
             lib = ctypes.CDLL(str(target))
             try:
                 lib.normlab_abi_version.restype = ctypes.c_int
+                lib.normlab_fast_path.restype = ctypes.c_int
                 lib.normlab_forward.restype = None
                 lib.normlab_backward.restype = None
             except AttributeError as err:
@@ -225,25 +298,36 @@ def _build_and_load() -> ctypes.CDLL:
     raise RuntimeError("the C++ kernels did not compile:\n" + "\n".join(errors))
 
 
-def load_library() -> ctypes.CDLL | None:
-    """The loaded kernel library, building it on the first call; None when unavailable."""
-    global _library, _error, _tried
-    if _tried:
-        return _library
+def load_library(variant: str | None = None) -> ctypes.CDLL | None:
+    """The loaded kernel library of build variant ``variant`` (default :func:`current_variant`),
+    building it on the first call; None when unavailable."""
+    variant = current_variant() if variant is None else check_variant(variant)
+    if variant in _libraries:
+        return _libraries[variant]
     with _lock:
-        if _tried:
-            return _library
+        if variant in _libraries:
+            return _libraries[variant]
+        library = None
         if os.environ.get("NORMLAB_CPU_KERNELS", "1").strip().lower() in ("0", "false", "no"):
-            _error = "disabled by NORMLAB_CPU_KERNELS=0"
+            _errors[variant] = "disabled by NORMLAB_CPU_KERNELS=0"
         else:
             try:
-                _library = _build_and_load()
+                library = _build_and_load(variant)
             except (RuntimeError, OSError) as err:
-                _error = str(err)
-        _tried = True
-    return _library
+                _errors[variant] = str(err)
+        _libraries[variant] = library
+    return library
 
 
-def build_error() -> str | None:
-    """Why the kernels are unavailable (None when they loaded or were not tried yet)."""
-    return _error
+def build_error(variant: str | None = None) -> str | None:
+    """Why the kernels of build variant ``variant`` (default :func:`current_variant`) are
+    unavailable (None when they loaded or were not tried yet)."""
+    return _errors.get(current_variant() if variant is None else check_variant(variant))
+
+
+def fast_path(variant: str | None = None) -> str | None:
+    """The path that float32 and bfloat16 calls run in build variant ``variant`` (default
+    :func:`current_variant`): one of :data:`FAST_PATHS`, ``"avx512"`` where the native build
+    targets AVX-512; None when that library is unavailable. Builds it on the first call."""
+    library = load_library(variant)
+    return None if library is None else FAST_PATHS[library.normlab_fast_path()]

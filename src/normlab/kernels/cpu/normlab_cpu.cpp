@@ -51,23 +51,51 @@
 // straight to the output, and leaves at most two partial rows (its first and last group) that a
 // final pass adds up in lane order. The partial buffer is O(lanes · D), independent of the rows.
 
+//
+// Code paths. A float32 or bfloat16 call whose tensors share one dtype and whose op has one of the
+// shapes of fast_shape (common.h) runs a fast path: avx_forward / avx_backward where the compiler
+// targets AVX-512 (NL_AVX512, avx512.h), else the portable fast_forward / fast_backward (what an
+// AVX2-only x86 CPU or an ARM CPU runs). Every other call (float16, float64, mixed dtypes, other
+// shapes) runs the general forward<A> / backward<A>. normlab/kernels/cpu/_build.py builds three
+// variants of this file, so that each path can be built and tested on one machine: "native"
+// (-march=native, the default), "portable" (-march=native -mno-avx512f: the portable fast paths)
+// and "general" (NL_NO_FAST_PATHS: the general kernels for every call).
+// normlab_fast_path() says which of them a library holds.
+
 #include "backward.h"
 #include "common.h"
 #include "forward.h"
 
+namespace {
+#ifdef NL_NO_FAST_PATHS
+constexpr bool kFastPaths = false;
+#else
+constexpr bool kFastPaths = true;
+#endif
+}  // namespace
+
 #define NL_EXPORT __attribute__((visibility("default")))
 extern "C" {
-NL_EXPORT int normlab_abi_version() { return 1; }
+NL_EXPORT int normlab_abi_version() { return 2; }
+// The path of float32 and bfloat16 calls: 0 the general kernels, 1 the portable fast paths,
+// 2 their AVX-512 versions.
+NL_EXPORT int normlab_fast_path() {
+#ifdef NL_AVX512
+  return kFastPaths ? 2 : 0;
+#else
+  return kFastPaths ? 1 : 0;
+#endif
+}
 NL_EXPORT void normlab_forward(const ForwardArgs* a, int64_t use_double) {
   if (use_double)
     forward<double>(*a);
-  else if (!try_fast_forward(*a))
+  else if (!(kFastPaths && try_fast_forward(*a)))
     forward<float>(*a);
 }
 NL_EXPORT void normlab_backward(const BackwardArgs* a, int64_t use_double) {
   if (use_double)
     backward<double>(*a);
-  else if (!try_fast_backward(*a))
+  else if (!(kFastPaths && try_fast_backward(*a)))
     backward<float>(*a);
 }
 }
