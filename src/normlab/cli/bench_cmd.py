@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -22,6 +23,7 @@ from normlab.bench.runner import (
     LLC_MULTIPLE,
     MAX_LLC_MULTIPLE,
     Config,
+    Result,
     Row,
     cache_bytes,
     check_device_available,
@@ -163,6 +165,95 @@ def check_bench_memory(config: Config) -> None:
             )
 
 
+def _check_counts(
+    allocator_mode: str, threads: int | None, reps: int | None, rows: int | None
+) -> None:
+    """``--allocator`` is one of reexec, warn, ignore; the counts are >= 1 where given."""
+    if allocator_mode not in ("reexec", "warn", "ignore"):
+        raise typer.BadParameter(
+            f"expected reexec, warn or ignore, got {allocator_mode!r}", param_hint="--allocator"
+        )
+    _positive(threads, "--threads")
+    _positive(reps, "--reps")
+    _positive(rows, "--rows")
+
+
+def _check_can_run(config: Config, device: str, out: Path) -> None:
+    """The device exists, the largest problem fits in its memory and ``--out`` can be written;
+    errors name the option at fault."""
+    try:
+        check_device_available(device)
+        check_bench_memory(config)
+        check_out_dir(out)
+    except ValueError as err:
+        raise _bad_parameter(err) from None
+
+
+def _console() -> Console:
+    """The terminal's console; 160 columns when not a terminal, so that a log file gets the
+    whole table, not an 80-column squeeze."""
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=160)
+    return console
+
+
+def _prepare_run(console: Console, config: Config, device: str, allocator_mode: str) -> None:
+    """Before measuring: on the CPU, restart with the allocator settings (``reexec``) or warn
+    of them; on any device, warn of too few repetitions and of a busy machine."""
+    if not device.startswith("cuda") and allocator_mode != "ignore":
+        message = allocator.warning_text()
+        if message and allocator_mode == "reexec" and allocator.can_reexec():
+            console.print(f"[yellow]restarting with {allocator.settings_line()}[/yellow]")
+            allocator.reexec_with_settings()
+        if message:
+            console.print(f"[yellow]warning:[/yellow] {message}")
+    if config.reps < 3:
+        console.print(
+            f"[yellow]warning:[/yellow] --reps {config.reps}: with fewer than 3 repetitions the "
+            "median fraction of copy rests on one or two paired ratios and can disagree widely "
+            "with the GB/s and copy columns; use 3 or more"
+        )
+    busy = _busy_warning()
+    if busy:
+        console.print(f"[yellow]warning:[/yellow] {busy}")
+
+
+def _row_printer(console: Console) -> Callable[[Row], None]:
+    """The progress callback: one line per measured row (its fraction of copy and time, or its
+    status and why)."""
+
+    def progress(row: Row) -> None:
+        detail = (
+            f"{row.frac_copy:.2f} of copy, {row.median_ms:.2f} ms"
+            if row.status == "ok" and row.frac_copy is not None
+            else f"{row.status} {row.note}"
+        )
+        console.print(
+            f"  {row.op:<8} {row.dtype:<9} D={row.dim:<5} {row.mode:<8} {row.peer:<22} {detail}",
+            highlight=False,
+        )
+
+    return progress
+
+
+def _write_and_report(result: Result, out: Path, console: Console) -> None:
+    """Write bench.csv, bench.json and bench.png with the command that made them, say what was
+    written; exit 1 when no row was measured."""
+    command = shlex.join(["normlab", *sys.argv[1:]])
+    written = write_outputs(result, out, command=command)
+    if written.paths:
+        console.print("wrote " + ", ".join(str(p) for p in written.paths.values()))
+    for note in written.notes:
+        console.print(f"[yellow]note:[/yellow] {note}")
+    if not measured(result):
+        console.print(
+            "[red]error:[/red] no row was measured: every peer was skipped or failed "
+            "(the status column says why)"
+        )
+        raise typer.Exit(1)
+
+
 @app.command()
 def bench(
     ops: Annotated[
@@ -221,66 +312,15 @@ def bench(
     ] = "reexec",
 ) -> None:
     """Time norms against PyTorch and other kernels, as a fraction of copy bandwidth."""
-    if allocator_mode not in ("reexec", "warn", "ignore"):
-        raise typer.BadParameter(
-            f"expected reexec, warn or ignore, got {allocator_mode!r}", param_hint="--allocator"
-        )
-    _positive(threads, "--threads")
-    _positive(reps, "--reps")
-    _positive(rows, "--rows")
+    _check_counts(allocator_mode, threads, reps, rows)
     config = _config(
         ops, dims, dtypes, modes, peers, device, quick, reps, rows, llc_multiple
     )  # every option checked here, before any measurement (or restart)
-    try:
-        check_device_available(device)
-        check_bench_memory(config)
-        check_out_dir(out)
-    except ValueError as err:
-        raise _bad_parameter(err) from None
-    console = Console()
-    if not console.is_terminal:  # a log file gets the whole table, not an 80-column squeeze
-        console = Console(width=160)
-    if not device.startswith("cuda") and allocator_mode != "ignore":
-        message = allocator.warning_text()
-        if message and allocator_mode == "reexec" and allocator.can_reexec():
-            console.print(f"[yellow]restarting with {allocator.settings_line()}[/yellow]")
-            allocator.reexec_with_settings()
-        if message:
-            console.print(f"[yellow]warning:[/yellow] {message}")
-    if config.reps < 3:
-        console.print(
-            f"[yellow]warning:[/yellow] --reps {config.reps}: with fewer than 3 repetitions the "
-            "median fraction of copy rests on one or two paired ratios and can disagree widely "
-            "with the GB/s and copy columns; use 3 or more"
-        )
-    busy = _busy_warning()
-    if busy:
-        console.print(f"[yellow]warning:[/yellow] {busy}")
+    _check_can_run(config, device, out)
+    console = _console()
+    _prepare_run(console, config, device, allocator_mode)
     if threads is not None:
         torch.set_num_threads(threads)
-
-    def progress(row: Row) -> None:
-        detail = (
-            f"{row.frac_copy:.2f} of copy, {row.median_ms:.2f} ms"
-            if row.status == "ok" and row.frac_copy is not None
-            else f"{row.status} {row.note}"
-        )
-        console.print(
-            f"  {row.op:<8} {row.dtype:<9} D={row.dim:<5} {row.mode:<8} {row.peer:<22} {detail}",
-            highlight=False,
-        )
-
-    result = run(config, progress=progress)
+    result = run(config, progress=_row_printer(console))
     render_table(result, console)
-    command = shlex.join(["normlab", *sys.argv[1:]])
-    written = write_outputs(result, out, command=command)
-    if written.paths:
-        console.print("wrote " + ", ".join(str(p) for p in written.paths.values()))
-    for note in written.notes:
-        console.print(f"[yellow]note:[/yellow] {note}")
-    if not measured(result):
-        console.print(
-            "[red]error:[/red] no row was measured: every peer was skipped or failed "
-            "(the status column says why)"
-        )
-        raise typer.Exit(1)
+    _write_and_report(result, out, console)
