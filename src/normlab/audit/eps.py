@@ -35,6 +35,7 @@ INSIDE = "inside the root: x·rsqrt(m + ε)"
 OUTSIDE = "outside the root: x / (sqrt(m) + ε) (a defect)"
 EpsModel = tuple[float | None, str]  # (ε, placement) as :class:`~.statistic.Candidate` takes it
 NO_EPS: EpsModel = (None, "none")
+_PROBE = "ε"
 
 
 @dataclass
@@ -86,6 +87,134 @@ def _agree(estimates: list[float], uncertainties: list[float]) -> tuple[bool, fl
     return worst <= 1.0, worst, spread, allowed_at
 
 
+def _shrink_points(
+    f: NormFn, b: torch.Tensor, v: torch.Tensor, ref_scale: float, lowest: float
+) -> list[tuple[float, float]]:
+    """(s, r(s)) for s = 10^(−k/4) down to ``lowest``, keeping 0.05 < r < 0.95.
+
+    r(s) = ⟨f(s·v) − b, ref⟩ / ⟨ref, ref⟩ with ref = f(S·v) − b at S = ``ref_scale``; s is the
+    scale actually probed, after rounding to v's dtype."""
+    dtype = v.dtype
+    ref = (finite_call(f, ref_scale * v, "ε") - b).double()
+    points: list[tuple[float, float]] = []
+    k = 0
+    while 10.0 ** (-k / 4) >= lowest * 0.99:
+        x = (10.0 ** (-k / 4) * v).to(dtype)
+        s = float(x[0, 0].double())  # the scale actually probed, after rounding to dtype
+        y = finite_call(f, x, "ε")
+        out = (y - b).double()
+        r = float((out * ref).sum() / (ref * ref).sum())
+        if R_RANGE[0] < r < R_RANGE[1]:
+            points.append((s, r))
+        k += 1
+    return points
+
+
+def _no_effect_seen(lowest: float, zero_is_finite: bool) -> EpsResult:
+    """No point shrank down to |x| = ``lowest``: ε is missing (a zero row gives NaN) or below
+    lowest²."""
+    if not zero_is_finite:
+        return EpsResult(
+            None,
+            "missing: x·rsqrt(m) with no ε (a zero row gives NaN)",
+            Finding(
+                _PROBE, DEFECT,
+                f"no ε effect down to |x| = {lowest:g} and a zero row gives NaN: ε is "
+                "missing, x / sqrt(m) divides 0 by 0",
+                diagnosis="ε missing",
+            ),
+        )  # fmt: skip
+    return EpsResult(
+        None,
+        f"no ε effect seen down to |x| = {lowest:g}",
+        Finding(_PROBE, NOTE, f"no ε effect down to |x| = {lowest:g} (ε < {lowest**2:.0e})"),
+    )
+
+
+def _judge_placement(points: list[tuple[float, float]], ref_scale: float, du: float) -> EpsResult:
+    """Fit ε in the root and outside it to every point; the placement whose estimates agree.
+
+    ``du`` is r's uncertainty; an estimate's relative uncertainty is 2·du / (1 − r²) in the
+    root and du / (1 − r) outside it (:func:`_agree`)."""
+    inside = _fits(points, True, ref_scale)
+    outside = _fits(points, False, ref_scale)
+    in_ok, in_worst, in_spread, in_tol = _agree(inside, [2 * du / (1 - r * r) for _, r in points])
+    out_ok, out_worst, out_spread, out_tol = _agree(outside, [du / (1 - r) for _, r in points])
+    eps_in = float(torch.tensor(inside).median())
+    eps_out = float(torch.tensor(outside).median())
+    tol = max(3 * du, MIN_SPREAD)
+    n = len(points)
+    if n == 1 or (in_ok and out_ok):
+        return _undetermined(eps_in, eps_out, n, tol)
+    if in_ok:
+        return _in_the_root(eps_in, n, in_spread, in_tol)
+    if out_ok:
+        return _outside_the_root(eps_out, n, out_spread, out_tol)
+    return _neither(in_worst, out_worst, tol)
+
+
+def _undetermined(eps_in: float, eps_out: float, n: int, tol: float) -> EpsResult:
+    """Both placements fit (or one point only): both readings are left open."""
+    why = "one usable probe point" if n == 1 else "both fit at this precision"
+    return EpsResult(
+        eps_in,
+        "undetermined: x·rsqrt(m + ε) and x / (sqrt(m) + ε) not told apart",
+        Finding(
+            _PROBE, NOTE,
+            f"ε ≈ {eps_in:.3g} (in the root) or {eps_out:.3g} (added to the standard "
+            f"deviation): the probes cannot tell which ({why})",
+            tolerance=tol,
+        ),
+        [(eps_in, INSIDE), (eps_out, OUTSIDE)],
+    )  # fmt: skip
+
+
+def _in_the_root(eps: float, n: int, spread: float, tol: float) -> EpsResult:
+    """ε = s²(1/r² − 1) agrees at every point: x·rsqrt(m + ε)."""
+    return EpsResult(
+        eps,
+        INSIDE,
+        Finding(
+            _PROBE, OK,
+            f"ε = {eps:.3g}, in the root: x·rsqrt(m + ε) ({n} probe points agree)",
+            error=spread, tolerance=tol,
+        ),
+        [(eps, INSIDE)],
+    )  # fmt: skip
+
+
+def _outside_the_root(eps: float, n: int, spread: float, tol: float) -> EpsResult:
+    """ε = s(1/r − 1) agrees at every point: x / (sqrt(m) + ε), a defect."""
+    return EpsResult(
+        eps,
+        OUTSIDE,
+        Finding(
+            _PROBE, DEFECT,
+            f"ε = {eps:.3g} is added to the standard deviation: x / (sqrt(m) + ε) "
+            f"({n} probe points agree; in the root they would not)",
+            diagnosis="ε outside the root",
+            error=spread, tolerance=tol,
+        ),
+        [(eps, OUTSIDE)],
+    )  # fmt: skip
+
+
+def _neither(in_worst: float, out_worst: float, tol: float) -> EpsResult:
+    """Neither placement fits: ε acts in some other way and is not reported (no model)."""
+    return EpsResult(
+        None,
+        "fits neither x·rsqrt(m + ε) nor x / (sqrt(m) + ε)",
+        Finding(
+            _PROBE, NOTE,
+            "ε's effect fits neither x·rsqrt(m + ε) nor x / (sqrt(m) + ε) (estimates spread "
+            f"{in_worst:.1f}× and {out_worst:.1f}× the allowed): a clamp, ε² or ε elsewhere; "
+            "ε not reported",
+            tolerance=tol,
+        ),
+        [],
+    )  # fmt: skip
+
+
 def estimate_eps(
     f: NormFn,
     b: torch.Tensor,
@@ -100,92 +229,9 @@ def estimate_eps(
     to drift (imprecise statistics), added to r's uncertainty."""
     v = alternating(4, d, dtype)
     ref_scale = 16.0 if dtype == torch.float16 else EPS_REF_SCALE
-    ref = (finite_call(f, ref_scale * v, "ε") - b).double()
     lowest = _smallest_scale(dtype)
-    points: list[tuple[float, float]] = []
-    k = 0
-    while 10.0 ** (-k / 4) >= lowest * 0.99:
-        x = (10.0 ** (-k / 4) * v).to(dtype)
-        s = float(x[0, 0].double())  # the scale actually probed, after rounding to dtype
-        y = finite_call(f, x, "ε")
-        out = (y - b).double()
-        r = float((out * ref).sum() / (ref * ref).sum())
-        if R_RANGE[0] < r < R_RANGE[1]:
-            points.append((s, r))
-        k += 1
-    probe = "ε"
+    points = _shrink_points(f, b, v, ref_scale, lowest)
     if not points:
-        if not zero_is_finite:
-            return EpsResult(
-                None,
-                "missing: x·rsqrt(m) with no ε (a zero row gives NaN)",
-                Finding(
-                    probe, DEFECT,
-                    f"no ε effect down to |x| = {lowest:g} and a zero row gives NaN: ε is "
-                    "missing, x / sqrt(m) divides 0 by 0",
-                    diagnosis="ε missing",
-                ),
-            )  # fmt: skip
-        return EpsResult(
-            None,
-            f"no ε effect seen down to |x| = {lowest:g}",
-            Finding(probe, NOTE, f"no ε effect down to |x| = {lowest:g} (ε < {lowest**2:.0e})"),
-        )
+        return _no_effect_seen(lowest, zero_is_finite)
     du = 2 * rounding(out_dtype) + 2 * rounding(dtype) + row_drift  # r, a rounded s, drift
-    inside = _fits(points, True, ref_scale)
-    outside = _fits(points, False, ref_scale)
-    in_ok, in_worst, in_spread, in_tol = _agree(inside, [2 * du / (1 - r * r) for _, r in points])
-    out_ok, out_worst, out_spread, out_tol = _agree(outside, [du / (1 - r) for _, r in points])
-    eps_in = float(torch.tensor(inside).median())
-    eps_out = float(torch.tensor(outside).median())
-    tol = max(3 * du, MIN_SPREAD)
-    if len(points) == 1 or (in_ok and out_ok):
-        why = "one usable probe point" if len(points) == 1 else "both fit at this precision"
-        return EpsResult(
-            eps_in,
-            "undetermined: x·rsqrt(m + ε) and x / (sqrt(m) + ε) not told apart",
-            Finding(
-                probe, NOTE,
-                f"ε ≈ {eps_in:.3g} (in the root) or {eps_out:.3g} (added to the standard "
-                f"deviation): the probes cannot tell which ({why})",
-                tolerance=tol,
-            ),
-            [(eps_in, INSIDE), (eps_out, OUTSIDE)],
-        )  # fmt: skip
-    if in_ok:
-        return EpsResult(
-            eps_in,
-            INSIDE,
-            Finding(
-                probe, OK,
-                f"ε = {eps_in:.3g}, in the root: x·rsqrt(m + ε) ({len(points)} probe points "
-                "agree)",
-                error=in_spread, tolerance=in_tol,
-            ),
-            [(eps_in, INSIDE)],
-        )  # fmt: skip
-    if out_ok:
-        return EpsResult(
-            eps_out,
-            OUTSIDE,
-            Finding(
-                probe, DEFECT,
-                f"ε = {eps_out:.3g} is added to the standard deviation: x / (sqrt(m) + ε) "
-                f"({len(points)} probe points agree; in the root they would not)",
-                diagnosis="ε outside the root",
-                error=out_spread, tolerance=out_tol,
-            ),
-            [(eps_out, OUTSIDE)],
-        )  # fmt: skip
-    return EpsResult(
-        None,
-        "fits neither x·rsqrt(m + ε) nor x / (sqrt(m) + ε)",
-        Finding(
-            probe, NOTE,
-            "ε's effect fits neither x·rsqrt(m + ε) nor x / (sqrt(m) + ε) (estimates spread "
-            f"{in_worst:.1f}× and {out_worst:.1f}× the allowed): a clamp, ε² or ε elsewhere; "
-            "ε not reported",
-            tolerance=tol,
-        ),
-        [],
-    )  # fmt: skip
+    return _judge_placement(points, ref_scale, du)

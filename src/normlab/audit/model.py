@@ -218,18 +218,25 @@ def _classify_block(block: str, calls: list[_Call], subs: list[str]) -> tuple[st
     return "mixed" if kinds else "none", roles
 
 
-def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
-    """Run ``model(*inputs, **kw_inputs)`` once (no grad, eval mode) and locate its norms."""
-    if not isinstance(model, nn.Module):
-        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
-    named = dict(model.named_modules())
+def _norm_names(named: dict[str, nn.Module]) -> set[str]:
+    """The norm sites: every norm module (:func:`is_norm_module`) not nested in another norm
+    (a Linear inside AdaRMSNorm is not a site, nor is a norm inside one)."""
     norm_names = {n for n, m in named.items() if n and is_norm_module(m)}
-    # a norm nested inside another norm (e.g. a Linear inside AdaRMSNorm) is not a site
-    norm_names = {n for n in norm_names if not any(n.startswith(o + ".") for o in norm_names)}
-    blocks = _find_blocks(model, norm_names)
-    watched = norm_names | set(blocks) | {s for subs in blocks.values() for s in subs}
-    conditional = {n for n in norm_names if takes_condition(named[n])}
+    return {n for n in norm_names if not any(n.startswith(o + ".") for o in norm_names)}
 
+
+def _trace_calls(
+    model: nn.Module,
+    named: dict[str, nn.Module],
+    norm_names: set[str],
+    blocks: dict[str, list[str]],
+    conditional: set[str],
+    inputs: tuple,
+    kw_inputs: dict,
+) -> list[_Call]:
+    """One forward pass (no grad, eval mode, training mode restored) with hooks on every norm,
+    block and sublayer: their calls in call order, with the tensors each read and wrote."""
+    watched = norm_names | set(blocks) | {s for subs in blocks.values() for s in subs}
     calls: list[_Call] = []
     pending: dict[str, int] = {}
     # hold every seen tensor until the pass ends, so no address is reused by another tensor
@@ -278,13 +285,33 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
         model.train(was_training)
         for h in handles:
             h.remove()
+    return calls
 
+
+def _place_blocks(
+    blocks: dict[str, list[str]], calls: list[_Call]
+) -> tuple[dict[str, str], dict[str, str]]:
+    """(each block's placement, each norm's role in its block) (:func:`_classify_block`); the
+    model itself, when it is the block, is named ``<model>``."""
     block_placement: dict[str, str] = {}
     roles: dict[str, str] = {}
     for block, subs in blocks.items():
         placement, block_roles = _classify_block(block, calls, subs)
         block_placement[block or "<model>"] = placement
         roles.update(block_roles)
+    return block_placement, roles
+
+
+def _norm_sites(
+    named: dict[str, nn.Module],
+    norm_names: set[str],
+    blocks: dict[str, list[str]],
+    conditional: set[str],
+    calls: list[_Call],
+    roles: dict[str, str],
+) -> list[NormSite]:
+    """Every norm site in module order, with its role: its block's, else ``unused`` (never
+    called), ``final`` (outside every block and called after the last block) or ``other``."""
     block_calls = [i for i, c in enumerate(calls) if c.name in blocks]
     last_block = max(block_calls, default=-1)
     called = {c.name for c in calls}
@@ -314,6 +341,20 @@ def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
                 returns_gate=returns_gate,
             )
         )
+    return sites
+
+
+def audit_model(model: nn.Module, *inputs: Any, **kw_inputs: Any) -> ModelAudit:
+    """Run ``model(*inputs, **kw_inputs)`` once (no grad, eval mode) and locate its norms."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    named = dict(model.named_modules())
+    norm_names = _norm_names(named)
+    blocks = _find_blocks(model, norm_names)
+    conditional = {n for n in norm_names if takes_condition(named[n])}
+    calls = _trace_calls(model, named, norm_names, blocks, conditional, inputs, kw_inputs)
+    block_placement, roles = _place_blocks(blocks, calls)
+    sites = _norm_sites(named, norm_names, blocks, conditional, calls, roles)
     kinds = set(block_placement.values())
     placement = kinds.pop() if len(kinds) == 1 else ("mixed" if kinds else "no blocks found")
     notes = []

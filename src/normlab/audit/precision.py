@@ -42,12 +42,18 @@ from normlab.audit.basics import (
 )
 from normlab.audit.eps import INSIDE, NO_EPS, EpsModel
 from normlab.audit.findings import DEFECT, NOTE, OK, Finding, figure
-from normlab.audit.statistic import BEYOND_ROUNDING, Candidate, explain_row_scales
+from normlab.audit.statistic import (
+    BEYOND_ROUNDING,
+    Candidate,
+    RowScaleExplanation,
+    explain_row_scales,
+)
 
 FP16_SCALE = 300.0
 BF16_MEAN_SQUARE = 2.0**20  # the bfloat16 rows' mean square
 FP16_GAIN_SCALE = 16.0  # x² = 256 stays finite in float16
 MISMATCH_ALLOWED = 0.005  # a formula "matches" when at most 0.5 % of outputs differ, by 1 ulp
+_BF16_PROBE = "precision (bfloat16)"
 
 
 def gain_and_bias(
@@ -174,7 +180,7 @@ def bf16_check(
     already found the row scales off at the audit's own input dtype; errors no bfloat16 rounding
     explains are then not laid at bfloat16's door either."""
     x = bf16_rows(d)
-    probe = "precision (bfloat16)"
+    probe = _BF16_PROBE
     try:
         y = call(f, x)
         g, b = gain_and_bias(f, d, torch.bfloat16, GAIN_READ_SCALE)
@@ -185,13 +191,34 @@ def bf16_check(
         text = "bfloat16: non-finite output at |x| ≈ 1e3 — statistics overflow in bfloat16"
         return text, Finding(probe, DEFECT, text[len("bfloat16: ") :],
                              diagnosis="low-precision statistics")  # fmt: skip
-    xd = x.double()
     live = live & (g.abs() > 1e-8)
     if not bool(live.any()):
         text = f"{probe[11:-1]}: withheld: no channel has a nonzero gain at this input dtype"
         return text, Finding(probe, NOTE, text, withheld=True)
     hat = ((y.double() - b) / torch.where(live, g, torch.ones_like(g)))[:, live]
     noise = row_noise(hat, y[:, live], g[live], x.dtype, d, b[live])
+    ex = _bf16_explanation(cand, x, hat, noise, live, models)
+    verdict = _bf16_explained(ex, d)
+    if verdict is not None:
+        return verdict
+    if inexact:
+        return _bf16_inexact_too(ex)
+    if ex.beyond_rounding and _order_dependent(f, x, hat, b, g, live, noise):
+        return _bf16_accumulated(ex, d)
+    return _bf16_imprecise(ex, models)
+
+
+def _bf16_explanation(
+    cand: Candidate,
+    x: torch.Tensor,
+    hat: torch.Tensor,
+    noise: torch.Tensor,
+    live: torch.Tensor,
+    models: list[EpsModel],
+) -> RowScaleExplanation:
+    """The row scales k = x̂_measured / x̂_predicted explained under each ε model left open; the
+    best: exact first, then undetermined, then the smallest χ² against the rounding noise."""
+    xd = x.double()
     stat = cand.statistic(xd)[:, 0]
     explained = []
     for model in models or [NO_EPS]:
@@ -200,8 +227,13 @@ def bf16_check(
             row_scales(hat, pred), stat, noise, GAIN_READ_SCALE**2, pred, x.dtype
         )
         explained.append(ex)
-    ex = min(explained, key=lambda e: (not e.exact, not e.undetermined, e.chi2))
-    tol = ex.threshold
+    return min(explained, key=lambda e: (not e.exact, not e.undetermined, e.chi2))
+
+
+def _bf16_explained(ex: RowScaleExplanation, d: int) -> tuple[str, Finding] | None:
+    """The verdict when the row scales are accounted for: undetermined, float32 statistics, or
+    one named 16-bit rounding of them (a defect); None when nothing accounts for them."""
+    probe, tol = _BF16_PROBE, ex.threshold
     if ex.undetermined:
         text = (
             f"bfloat16: undetermined at D = {d}: float32 statistics and a 16-bit rounding of "
@@ -229,22 +261,38 @@ def bf16_check(
         return text, Finding(
             probe, DEFECT, text[len("bfloat16: ") :], diagnosis=diag, error=ex.chi2, tolerance=tol
         )
-    if inexact:
-        text = (
-            f"bfloat16: row scale off by {ex.median_error:.3%} (median), no bfloat16 rounding "
-            "fits, and the statistic is inexact at the audit's own input dtype too (see statistic)"
-        )
-        return text, Finding(probe, NOTE, text[len("bfloat16: ") :], error=ex.chi2, tolerance=tol)
-    if ex.beyond_rounding and _order_dependent(f, x, hat, b, g, live, noise):
-        text = (
-            f"bfloat16: statistics accumulated in 16 bits: row scale off by {ex.rms_error:.3%} "
-            f"(RMS), more than rounding the statistic to bfloat16 explains (≤ "
-            f"{BEYOND_ROUNDING:.3%}), over rows of D = {d}"
-        )
-        return text, Finding(
-            probe, DEFECT, text[len("bfloat16: ") :],
-            diagnosis="16-bit accumulation of the statistic", error=ex.chi2, tolerance=tol,
-        )  # fmt: skip
+    return None
+
+
+def _bf16_inexact_too(ex: RowScaleExplanation) -> tuple[str, Finding]:
+    """No rounding fits, and the statistic was inexact at the audit's own dtype: a note."""
+    text = (
+        f"bfloat16: row scale off by {ex.median_error:.3%} (median), no bfloat16 rounding "
+        "fits, and the statistic is inexact at the audit's own input dtype too (see statistic)"
+    )
+    return text, Finding(
+        _BF16_PROBE, NOTE, text[len("bfloat16: ") :], error=ex.chi2, tolerance=ex.threshold
+    )
+
+
+def _bf16_accumulated(ex: RowScaleExplanation, d: int) -> tuple[str, Finding]:
+    """Row-scale errors beyond any rounding of the statistic that move with the order of the
+    sum: a 16-bit accumulator (a defect)."""
+    text = (
+        f"bfloat16: statistics accumulated in 16 bits: row scale off by {ex.rms_error:.3%} "
+        f"(RMS), more than rounding the statistic to bfloat16 explains (≤ "
+        f"{BEYOND_ROUNDING:.3%}), over rows of D = {d}"
+    )
+    return text, Finding(
+        _BF16_PROBE, DEFECT, text[len("bfloat16: ") :],
+        diagnosis="16-bit accumulation of the statistic", error=ex.chi2, tolerance=ex.threshold,
+    )  # fmt: skip
+
+
+def _bf16_imprecise(ex: RowScaleExplanation, models: list[EpsModel]) -> tuple[str, Finding]:
+    """Imprecise statistics that no single rounding fits: a defect, withheld when ε acts in a
+    way the probes do not model (no ``models``) and may be the cause."""
+    probe, tol = _BF16_PROBE, ex.threshold
     if not models:
         text = (
             f"bfloat16: withheld: row scale off by {ex.median_error:.3%} (median) and no bfloat16 "

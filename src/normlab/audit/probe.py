@@ -73,7 +73,7 @@ from normlab.audit.basics import (
     shrink,
     working_dtype,
 )
-from normlab.audit.eps import NO_EPS, estimate_eps
+from normlab.audit.eps import NO_EPS, EpsModel, EpsResult, estimate_eps
 from normlab.audit.findings import (
     DEFECT,
     NOTE,
@@ -84,10 +84,11 @@ from normlab.audit.findings import (
     withheld,
     worst,
 )
-from normlab.audit.gain import L2, UNBIASED, identify_gain
+from normlab.audit.gain import L2, UNBIASED, GainResult, identify_gain
 from normlab.audit.precision import bf16_check, casting_check, fp16_check, row_noise
 from normlab.audit.statistic import (
     ROW_SCALE_BAND,
+    Candidate,
     StatisticFit,
     explain_row_scales,
     fit_statistic,
@@ -321,6 +322,26 @@ def _why_not_normalizing(
     return None
 
 
+def _centring_rows(dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """16 rows on a grid of 1/8 within ±63/8 (fixed seed): x + 4 is exact in every dtype."""
+    xc = torch.randn(16, dim, generator=torch.Generator().manual_seed(7)) * 2 + 0.5
+    return (xc * 8).round().clamp(-63, 63).div(8).to(dtype)
+
+
+@dataclass
+class _GainReading:
+    """What the gain probe read, for the probes after it."""
+
+    fn: NormFn  # the target, or x ↦ f(x / w) when the gain is applied before normalising
+    gain: GainResult  # the gain's form as first read, where ε is negligible
+    v: torch.Tensor  # the alternating row [+1, −1, …] [1, D] in the probe dtype
+    gain_scale: float  # S of the statistic probe's gain row S·v
+    g_meas: torch.Tensor  # g = (fn(S·v) − b) / v, float64
+    read_scale: float  # the scale at which the gain's form was read
+    g_read: torch.Tensor  # g = (f(read_scale·v) − b) / v, float64
+    centred: bool  # f(x + 4) = f(x), on f itself
+
+
 class _Audit:
     """The state of one audit: what each probe found, for the next ones and the result."""
 
@@ -502,40 +523,64 @@ class _Audit:
         self._withhold_after("the statistic does not run over each row's D values")
 
     def _after_normalising(self, b: torch.Tensor, y_main: torch.Tensor) -> None:
-        f, dim, dtype, r = self.f, self.dim, self.dtype, self.result
+        """Probes 4 to 9 of the module docstring, on a target found to normalise its rows."""
+        reading = self._read_gain_form(b)  # 4. the gain, where ε is negligible
+        eps_res = self._probe_eps(reading.fn, b)  # 5. ε
+        gain = self._settle_gain_form(reading)  # 4 again, ε's small effect divided out
+        centred = self._probe_centring(reading.fn, b)  # 6. centring
+        fit, live = self._probe_statistic(reading, eps_res.models, b)  # 7. statistic
+        if fit.candidate is None:
+            return self._withhold_without_statistic(fit, eps_res)
+        self._name_statistic(fit.candidate, gain.finding, centred)
+        self._probe_precision(reading.fn, gain, fit, live, eps_res.models)  # 8. precision
+        if fit.candidate.name == "mean square":
+            self._probe_casting(reading.fn)  # 9. casting
+        return None
+
+    def _gain_at(self, fn: NormFn, scale: float, v: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        """g = (fn(scale·v) − b) / v in float64, for the alternating row v = [+1, −1, …]."""
+        return ((finite_call(fn, scale * v, "gain").double() - b.double()) / v.double())[0]
+
+    def _centring(self, fn: NormFn, b: torch.Tensor) -> tuple[bool, float, float]:
+        """(centred, error, tolerance): fn(x + 4) − b = fn(x) − b within twice the output
+        tolerance ⇔ the mean is subtracted (x from :func:`_centring_rows`)."""
+        xc = _centring_rows(self.dim, self.dtype)
+        y0 = finite_call(fn, xc, "centring") - b
+        err = rel(finite_call(fn, xc + 4.0, "centring") - b, y0)
+        tol = 2 * output_tolerance(self.out_dtype, self.dim)
+        return err <= tol, err, tol
+
+    def _read_gain_form(self, b: torch.Tensor) -> _GainReading:
+        """Step 4, first reading: g = (f(S·v) − b) / v at the statistic probe's scale S, and
+        the gain's form read where ε is negligible wherever it sits (not yet known). A gain
+        applied before normalising turns the target into x ↦ f(x / w) for the probes after."""
+        f, dim, dtype = self.f, self.dim, self.dtype
         v = alternating(1, dim, dtype)
-        v64 = v.double()
         gain_scale = 16.0 if dtype == torch.float16 else math.sqrt(STAT_MEAN_SQUARE)
-        out = finite_call(f, gain_scale * v, "gain")
-        g = g_meas = ((out.double() - b.double()) / v64)[0]
-        xc = torch.randn(16, dim, generator=torch.Generator().manual_seed(7)) * 2 + 0.5
-        xc = (xc * 8).round().clamp(-63, 63).div(8).to(dtype)  # x + 4 is exact in every dtype
-
-        def centred_probe(fn: NormFn) -> tuple[bool, float, float]:
-            y0 = finite_call(fn, xc, "centring") - b
-            err = rel(finite_call(fn, xc + 4.0, "centring") - b, y0)
-            tol = 2 * output_tolerance(self.out_dtype, dim)
-            return err <= tol, err, tol
-
-        centred, _, _ = centred_probe(f)
-        # the gain's form is read where ε is negligible wherever it sits (not yet known)
+        g_meas = self._gain_at(f, gain_scale, v, b)
+        centred, _, _ = self._centring(f, b)
         read_scale = gain_scale if dtype == torch.float16 else GAIN_READ_SCALE
         g_read = self._read_gain(read_scale, b, g_meas)
         gain = identify_gain(
-            g_read, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift
+            g_read, self.weight, dim, v.double()[0], centred, self.out_dtype, self.row_drift
         )
         fn = f
         if gain.effective is not None:  # the gain is applied first: audit x ↦ f(x / w)
             w_eff = gain.effective.to(dtype)
             fn = lambda t: f(t / w_eff.to(t.dtype))  # noqa: E731
-            g = g_meas = ((finite_call(fn, gain_scale * v, "gain").double() - b.double()) / v64)[0]
+            g_meas = self._gain_at(fn, gain_scale, v, b)
             self.notes.append(
                 "the gain is applied before normalising: the statistic and ε were probed on "
                 "x ↦ f(x / w)"
             )
+        return _GainReading(fn, gain, v, gain_scale, g_meas, read_scale, g_read, centred)
 
-        # 5. ε
-        eps_res = estimate_eps(fn, b, dim, dtype, self.zero_finite, self.out_dtype, self.row_drift)
+    def _probe_eps(self, fn: NormFn, b: torch.Tensor) -> EpsResult:
+        """Step 5: ε's size and placement (:func:`~normlab.audit.eps.estimate_eps`)."""
+        r, dtype = self.result, self.dtype
+        eps_res = estimate_eps(
+            fn, b, self.dim, dtype, self.zero_finite, self.out_dtype, self.row_drift
+        )
         self.findings.append(eps_res.finding)
         r.eps, r.eps_placement = eps_res.eps, eps_res.placement
         if r.eps is not None and math.isclose(r.eps, rounding(dtype), rel_tol=0.05):
@@ -543,18 +588,26 @@ class _Audit:
                 f"ε equals the machine epsilon of the probe dtype ({dtype}): the implementation "
                 "derives ε from a dtype (as torch's eps=None does) instead of a fixed value"
             )
-        placement, models = r.eps_placement, eps_res.models
-        if gain.effective is None:  # read again with ε's small effect at the read scale out
-            g = g_read / float(shrink(read_scale**2, r.eps, placement))
+        return eps_res
+
+    def _settle_gain_form(self, reading: _GainReading) -> GainResult:
+        """Step 4, final: the gain read again as g_read / shrink(S², ε) with ε's small effect at
+        the read scale S divided out (a gain applied first keeps its first reading)."""
+        r, gain = self.result, reading.gain
+        if gain.effective is None:
+            g = reading.g_read / float(shrink(reading.read_scale**2, r.eps, r.eps_placement))
             gain = identify_gain(
-                g, self.weight, dim, v64[0], centred, self.out_dtype, self.row_drift
-            )
+                g, self.weight, self.dim, reading.v.double()[0], reading.centred,
+                self.out_dtype, self.row_drift,
+            )  # fmt: skip
         self.findings.append(gain.finding)
         r.gain_form = gain.form
+        return gain
 
-        # 6. centring
-        centred, c_err, c_tol = centred_probe(fn)
-        r.centering = centred
+    def _probe_centring(self, fn: NormFn, b: torch.Tensor) -> bool:
+        """Step 6: f(x + 4) = f(x) ⇔ the mean is subtracted."""
+        centred, c_err, c_tol = self._centring(fn, b)
+        self.result.centering = centred
         self.findings.append(
             Finding(
                 "centring", OK,
@@ -563,8 +616,15 @@ class _Audit:
                 error=c_err, tolerance=c_tol,
             )
         )  # fmt: skip
+        return centred
 
-        # 7. statistic
+    def _probe_statistic(
+        self, reading: _GainReading, models: list[EpsModel], b: torch.Tensor
+    ) -> tuple[StatisticFit, torch.Tensor]:
+        """Step 7: (the best fit, the live channels). x̂ = (f(X) − b) / g on the statistic rows
+        X against each candidate, under each reading of ε the ε probe left open; the order
+        probe first. Channels with |g| < 1e-8 are left out of the fits."""
+        fn, dim, dtype, g_meas = reading.fn, self.dim, self.dtype, reading.g_meas
         live = g_meas.abs() >= 1e-8
         if not bool(live.all()):
             self.notes.append("some channels have zero gain; they were left out of the fits")
@@ -575,9 +635,10 @@ class _Audit:
         hat = (ys.double() - b.double()) / gl
         self.findings.append(self._order_probe(fn, xs, hat, b, gl, live))
         stat_tol = output_tolerance(self.out_dtype, dim)
+        v64, scale = reading.v.double(), reading.gain_scale
         fit = min(
             (
-                fit_statistic(hat, xs.double(), v64, gain_scale, e, p, stat_tol, live)
+                fit_statistic(hat, xs.double(), v64, scale, e, p, stat_tol, live)
                 for e, p in models or [NO_EPS]
             ),
             key=lambda s: s.error,
@@ -591,54 +652,73 @@ class _Audit:
                     "and may cause it"
                 )
         self.findings.append(fit.finding)
-        r.max_rel_error = fit.error
-        if fit.candidate is None:
-            r.statistic = (
-                f"none fits: closest {fit.closest.name} (error {figure(fit.error)} > tolerance "
-                f"{figure(stat_tol)})"
-            )
-            reason = "no candidate statistic fits"
-            self.withhold(reason, "precision (float16)", "precision (bfloat16)", "casting")
-            # ε was read as an addend of a root mean square: without a fitted statistic that
-            # reading is not established
-            self.findings.remove(eps_res.finding)
-            self.findings.append(
-                withheld("ε", f"{reason} (ε's effect on x = s·v looked like {r.eps_placement})")
-            )
-            r.eps, r.eps_placement = None, f"withheld: {reason}"
-            r.stats_precision = {k: f"withheld: {reason}" for k in ("float16", "bfloat16")}
-            return None
-        r.statistic = self._statistic_name(fit.candidate.name, gain.finding)
-        if fit.candidate.centred != centred:
+        self.result.max_rel_error = fit.error
+        return fit, live
+
+    def _withhold_without_statistic(self, fit: StatisticFit, eps_res: EpsResult) -> None:
+        """No candidate statistic fits: name the closest, and withhold precision, casting and
+        ε (read as an addend of a root mean square, a reading no fitted statistic supports)."""
+        r = self.result
+        stat_tol = output_tolerance(self.out_dtype, self.dim)
+        r.statistic = (
+            f"none fits: closest {fit.closest.name} (error {figure(fit.error)} > tolerance "
+            f"{figure(stat_tol)})"
+        )
+        reason = "no candidate statistic fits"
+        self.withhold(reason, "precision (float16)", "precision (bfloat16)", "casting")
+        self.findings.remove(eps_res.finding)
+        self.findings.append(
+            withheld("ε", f"{reason} (ε's effect on x = s·v looked like {r.eps_placement})")
+        )
+        r.eps, r.eps_placement = None, f"withheld: {reason}"
+        r.stats_precision = {k: f"withheld: {reason}" for k in ("float16", "bfloat16")}
+
+    def _name_statistic(self, candidate: Candidate, gain: Finding, centred: bool) -> None:
+        """The fitted statistic's name, and a note where the centring probe disagrees."""
+        self.result.statistic = self._statistic_name(candidate.name, gain)
+        if candidate.centred != centred:
             self.notes.append(
                 f"the centring probe says {'centred' if centred else 'not centred'}, the fitted "
-                f"statistic ({fit.candidate.name}) the opposite"
+                f"statistic ({candidate.name}) the opposite"
             )
 
-        # 8. precision. A gain applied first is probed with w = 1 where the weight can be set:
-        # in 16 bits x ↦ f(x / w) rounds x / w and then w ⊙ (x / w), noise of the probe's own
-        # that would read as imprecise statistics; with w = 1 both orders compute the same.
-        inexact = not fit.fits_exactly
+    def _probe_precision(
+        self,
+        fn: NormFn,
+        gain: GainResult,
+        fit: StatisticFit,
+        live: torch.Tensor,
+        models: list[EpsModel],
+    ) -> None:
+        """Step 8: float16 and bfloat16 statistics (:mod:`.precision`).
+
+        A gain applied first is probed with w = 1 where the weight can be set: in 16 bits
+        x ↦ f(x / w) rounds x / w and then w ⊙ (x / w), noise of the probe's own that would
+        read as imprecise statistics; with w = 1 both orders compute the same."""
+        assert fit.candidate is not None
+        dim, inexact = self.dim, not fit.fits_exactly
         unit = gain.effective is not None and self.weight is not None
         with _unit_gain(self.weight if unit else None) as done:
-            probed = f if unit and done else fn
+            probed = self.f if unit and done else fn
             fp16_text, fp16 = fp16_check(probed, dim, fit.candidate, live, models)
             bf16_text, bf16 = bf16_check(probed, dim, fit.candidate, live, models, inexact)
         self.findings += [fp16, bf16]
-        r.stats_precision = {"float16": fp16_text, "bfloat16": bf16_text}
+        self.result.stats_precision = {"float16": fp16_text, "bfloat16": bf16_text}
 
-        # 9. casting
-        if fit.candidate.name != "mean square":
-            return None
+    def _probe_casting(self, fn: NormFn) -> None:
+        """Step 9 (mean square family): the 16-bit casting order, bit for bit, for the ε
+        placement found (:func:`~normlab.audit.precision.casting_check`)."""
+        r = self.result
         if self.weight is None:
             self.withhold("no weight exposed", "casting")
-        elif r.eps is None or not placement.startswith(("inside", "outside")):
+        elif r.eps is None or not r.eps_placement.startswith(("inside", "outside")):
             self.withhold("ε's placement was not determined", "casting")
         else:
-            eps_attr = _module_eps(f)
-            r.casting, finding = casting_check(fn, self.weight, dim, r.eps, eps_attr, placement)
+            eps_attr = _module_eps(self.f)
+            r.casting, finding = casting_check(
+                fn, self.weight, self.dim, r.eps, eps_attr, r.eps_placement
+            )
             self.findings.append(finding)
-        return None
 
     def _read_gain(self, scale: float, b: torch.Tensor, fallback: torch.Tensor) -> torch.Tensor:
         """g = (f(scale·v) − b) / v (float64); ``fallback`` where that output is not finite."""

@@ -541,6 +541,119 @@ def _verdict_label(ax: Axes, y: float, word: str) -> None:
     )
 
 
+def _paired_row(
+    axes: Sequence[Axes],
+    y: float,
+    analysis: Mapping[str, Any],
+    arm: str,
+    colors: Mapping[str, str],
+    testbed: TestbedFormat,
+) -> None:
+    """One arm's row on the three panels: its seeds' paired Δ of the quality metric and ratios
+    of throughput and peak memory, their mean and intervals, and each panel's verdict."""
+    q_ax, t_ax, m_ax = axes
+    comp, verdict, color = (
+        analysis["comparisons"][arm],
+        analysis["verdicts"][arm],
+        colors[arm],
+    )
+    q, t, m = comp[testbed.quality], comp["tokens_per_s"], comp["peak_memory_bytes"]
+    q_seeds = _paired_values(analysis, arm, testbed.quality, False)
+    _interval_row(
+        q_ax,
+        y,
+        color,
+        q_seeds,
+        q["mean_diff"],
+        (q["ci_low"], q["ci_high"]),
+        (q["tost_low"], q["tost_high"]),
+    )
+    t_seeds = _paired_values(analysis, arm, "tokens_per_s", True)
+    _interval_row(t_ax, y, color, t_seeds, t["ratio"], (t["ratio_ci_low"], t["ratio_ci_high"]))
+    m_seeds = _paired_values(analysis, arm, "peak_memory_bytes", True)
+    _interval_row(m_ax, y, color, m_seeds, m["ratio"], (m["ratio_ci_low"], m["ratio_ci_high"]))
+    _verdict_label(q_ax, y, verdict["quality"])
+    _verdict_label(t_ax, y, verdict["throughput"])
+    _verdict_label(m_ax, y, verdict["memory"])
+
+
+def _paired_frame(
+    fig: Figure,
+    axes: Sequence[Axes],
+    rows: Sequence[tuple[int, str]],
+    base: str,
+    testbed: TestbedFormat,
+) -> None:
+    """The arms' names on the quality panel's rows, the titles and the axis labels."""
+    q_ax, t_ax, m_ax = axes
+    q_ax.set_yticks([y for y, _ in rows], [arm for _, arm in rows])
+    for ax in (t_ax, m_ax):
+        ax.set_yticks([y for y, _ in rows], [])
+    for ax in (q_ax, t_ax, m_ax):
+        ax.set_ylim(-0.6, len(rows) - 0.4)
+        ax.grid(axis="y", visible=False)
+    _title(fig, f"Each arm against the baseline {base}, seed by seed")
+    q_ax.set_title(f"Δ {testbed.quality_label}", loc="left", fontsize=10)
+    t_ax.set_title("Throughput ratio", loc="left", fontsize=10)
+    m_ax.set_title("Peak memory ratio", loc="left", fontsize=10)
+    q_ax.set_xlabel(f"{testbed.unit} (lower is better)")
+    t_ax.set_xlabel("× baseline (higher is better)")
+    m_ax.set_xlabel("× baseline (lower is better)")
+
+
+def _paired_limits(axes: Sequence[Axes], margin: float) -> None:
+    """x limits symmetric about no change: 0 ± max(|x|, 1.3·margin) for Δ, 1 ± max(|x − 1|,
+    0.01) for the ratios."""
+    q_ax, t_ax, m_ax = axes
+    lo, hi = q_ax.get_xlim()
+    span = max(abs(lo), abs(hi), 1.3 * margin)
+    q_ax.set_xlim(-span, span)
+    for ax in (t_ax, m_ax):
+        lo, hi = ax.get_xlim()
+        span = max(abs(lo - 1.0), abs(hi - 1.0), 0.01)
+        ax.set_xlim(1.0 - span, 1.0 + span)
+
+
+def _paired_legend(margin: float, alpha: float, testbed: TestbedFormat) -> list[Patch | Line2D]:
+    """The legend's entries: the margin band, the 100·(1 − 2α) % and 100·(1 − α) % intervals,
+    the mean and one seed's pair."""
+    return [
+        Patch(
+            color="#2e7d32",
+            alpha=0.2,
+            label=f"equivalence margin ±{margin:g} {testbed.short_unit}",
+        ),
+        Line2D(
+            [],
+            [],
+            color="#555",
+            linewidth=6,
+            alpha=0.55,
+            label=f"{round(100 * (1 - 2 * alpha))}% CI (TOST)",
+        ),
+        Line2D([], [], color="#555", linewidth=1.6, label=f"{round(100 * (1 - alpha))}% CI"),
+        Line2D(
+            [],
+            [],
+            marker="D",
+            color="#555",
+            markeredgecolor="black",
+            linestyle="none",
+            label="mean of the pairs",
+        ),
+        Line2D(
+            [],
+            [],
+            marker="o",
+            color="#555",
+            alpha=0.6,
+            linestyle="none",
+            markersize=5,
+            label="one seed's pair",
+        ),
+    ]
+
+
 def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
     """Each arm against the baseline, seed by seed: Δ of the final quality metric (GPT: bpb; DiT:
     validation loss) with the ±margin band, and the throughput and peak-memory ratios, each with
@@ -552,95 +665,18 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
     arms = [a for a in analysis["arm_order"] if a != base]
     margin = float(analysis[testbed.margin_key])
     with plot_style():
-        fig, (q_ax, t_ax, m_ax) = _figure(10.0, 1.6 + 0.8 * max(1, len(arms)), 3, [1.5, 1, 1])
+        fig, axes = _figure(10.0, 1.6 + 0.8 * max(1, len(arms)), 3, [1.5, 1, 1])
+        q_ax, t_ax, m_ax = axes
         q_ax.axvspan(-margin, margin, color="#2e7d32", alpha=0.10, linewidth=0)
         q_ax.axvline(0.0, color="#444", linewidth=0.9)
         t_ax.axvline(1.0, color="#444", linewidth=0.9)
         m_ax.axvline(1.0, color="#444", linewidth=0.9)
         rows = list(enumerate(reversed(arms)))
         for y, arm in rows:
-            comp, verdict, color = (
-                analysis["comparisons"][arm],
-                analysis["verdicts"][arm],
-                colors[arm],
-            )
-            q, t, m = comp[testbed.quality], comp["tokens_per_s"], comp["peak_memory_bytes"]
-            q_seeds = _paired_values(analysis, arm, testbed.quality, False)
-            _interval_row(
-                q_ax,
-                y,
-                color,
-                q_seeds,
-                q["mean_diff"],
-                (q["ci_low"], q["ci_high"]),
-                (q["tost_low"], q["tost_high"]),
-            )
-            t_seeds = _paired_values(analysis, arm, "tokens_per_s", True)
-            _interval_row(
-                t_ax, y, color, t_seeds, t["ratio"], (t["ratio_ci_low"], t["ratio_ci_high"])
-            )
-            m_seeds = _paired_values(analysis, arm, "peak_memory_bytes", True)
-            _interval_row(
-                m_ax, y, color, m_seeds, m["ratio"], (m["ratio_ci_low"], m["ratio_ci_high"])
-            )
-            _verdict_label(q_ax, y, verdict["quality"])
-            _verdict_label(t_ax, y, verdict["throughput"])
-            _verdict_label(m_ax, y, verdict["memory"])
-        q_ax.set_yticks([y for y, _ in rows], [arm for _, arm in rows])
-        for ax in (t_ax, m_ax):
-            ax.set_yticks([y for y, _ in rows], [])
-        for ax in (q_ax, t_ax, m_ax):
-            ax.set_ylim(-0.6, len(rows) - 0.4)
-            ax.grid(axis="y", visible=False)
-        _title(fig, f"Each arm against the baseline {base}, seed by seed")
-        q_ax.set_title(f"Δ {testbed.quality_label}", loc="left", fontsize=10)
-        t_ax.set_title("Throughput ratio", loc="left", fontsize=10)
-        m_ax.set_title("Peak memory ratio", loc="left", fontsize=10)
-        q_ax.set_xlabel(f"{testbed.unit} (lower is better)")
-        t_ax.set_xlabel("× baseline (higher is better)")
-        m_ax.set_xlabel("× baseline (lower is better)")
-        lo, hi = q_ax.get_xlim()
-        span = max(abs(lo), abs(hi), 1.3 * margin)
-        q_ax.set_xlim(-span, span)
-        for ax in (t_ax, m_ax):
-            lo, hi = ax.get_xlim()
-            span = max(abs(lo - 1.0), abs(hi - 1.0), 0.01)
-            ax.set_xlim(1.0 - span, 1.0 + span)
-        handles = [
-            Patch(
-                color="#2e7d32",
-                alpha=0.2,
-                label=f"equivalence margin ±{margin:g} {testbed.short_unit}",
-            ),
-            Line2D(
-                [],
-                [],
-                color="#555",
-                linewidth=6,
-                alpha=0.55,
-                label=f"{round(100 * (1 - 2 * alpha))}% CI (TOST)",
-            ),
-            Line2D([], [], color="#555", linewidth=1.6, label=f"{round(100 * (1 - alpha))}% CI"),
-            Line2D(
-                [],
-                [],
-                marker="D",
-                color="#555",
-                markeredgecolor="black",
-                linestyle="none",
-                label="mean of the pairs",
-            ),
-            Line2D(
-                [],
-                [],
-                marker="o",
-                color="#555",
-                alpha=0.6,
-                linestyle="none",
-                markersize=5,
-                label="one seed's pair",
-            ),
-        ]
+            _paired_row(axes, y, analysis, arm, colors, testbed)
+        _paired_frame(fig, axes, rows, base, testbed)
+        _paired_limits(axes, margin)
+        handles = _paired_legend(margin, alpha, testbed)
         fig.legend(handles=handles, loc="outside lower center", ncols=5)
     return fig
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 import triton.language as tl
@@ -229,6 +230,178 @@ def grad_layout(
     return layout
 
 
+class _BackwardTensors(NamedTuple):
+    """The backward's tensor inputs (None: absent), as :func:`norm_backward` takes them."""
+
+    hn: torch.Tensor | None  # the tensor the norm normalised (the stored h, or x)
+    dy: torch.Tensor | None
+    dh: torch.Tensor | None
+    mean: torch.Tensor | None
+    rstd: torch.Tensor | None
+    weight: torch.Tensor | None
+    scale: torch.Tensor | None
+    addend: torch.Tensor | None
+    gate: torch.Tensor | None
+
+
+def _empty_grads(
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype] | None], device: torch.device
+) -> tuple[torch.Tensor, ...]:
+    """The gradients of zero rows: zeros of each produced gradient's shape, empty otherwise."""
+    return tuple(
+        torch.empty((0,), device=device, dtype=torch.float32)
+        if spec is None
+        else torch.zeros(spec[0], device=device, dtype=spec[1])
+        for spec in layout.values()
+    )
+
+
+def _reduce_groups(
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype] | None], n: int
+) -> dict[str, int]:
+    """Rows summed into one row of each reduced gradient: all n for d_weight and d_bias,
+    n / M for a modulation gradient (scale, shift, gate) of M < n rows. One group size for all,
+    else ``ValueError``."""
+    reduce_groups = {}
+    for name, spec in layout.items():
+        if name in ("weight", "bias") and spec is not None:
+            reduce_groups[name] = n
+        elif name in ("scale", "shift", "gate") and spec is not None and spec[0][0] < n:
+            reduce_groups[name] = n // spec[0][0]
+    if len(set(reduce_groups.values())) > 1:
+        raise ValueError(
+            f"gradient reduction: tensors reduce over different row groups {reduce_groups}; "
+            "expected one group size"
+        )
+    return reduce_groups
+
+
+def _grad_buffers(
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype] | None],
+    reduce_groups: dict[str, int],
+    chunked: bool,
+    programs: int,
+    n: int,
+    d: int,
+    device: torch.device,
+) -> dict[str, torch.Tensor]:
+    """What the kernels write, per gradient name: [n, D] in the gradient's dtype, or float32
+    partial rows [programs, D] for a reduced gradient (zeroed for the chunked kernel, which
+    accumulates into them), or an empty float32 stand-in where none is produced."""
+
+    def out_rows(name: str) -> torch.Tensor:
+        spec = layout[name]
+        if spec is None:  # float32 as in the fake implementation, whatever the default dtype
+            return torch.empty((0,), device=device, dtype=torch.float32)
+        if name in reduce_groups:
+            alloc = torch.zeros if chunked else torch.empty
+            return alloc((programs, d), device=device, dtype=torch.float32)
+        return torch.empty((n, d), device=device, dtype=spec[1])
+
+    return {name: out_rows(name) for name in GRAD_NAMES}
+
+
+def _backward_args(
+    t: _BackwardTensors,
+    grads: dict[str, torch.Tensor],
+    need: dict[str, bool],
+    kind: str,
+    stand_in: torch.Tensor,
+    n: int,
+    d: int,
+    group: int,
+    splits: int,
+    weight_offset: float,
+) -> tuple:
+    """The kernels' positional arguments: inputs, gradient outputs (``stand_in`` for the absent
+    ones, which the flags keep the kernel from touching), sizes, strides and row groups."""
+    norm = kind != "none"
+    has_dy = norm and t.dy is not None
+    has_dh = t.dh is not None
+    return (
+        t.hn if (t.hn is not None and norm) else stand_in,
+        t.dy if has_dy else stand_in,
+        t.dh if has_dh else stand_in,
+        t.mean if (kind == "layer" and t.mean is not None) else stand_in,
+        t.rstd if norm else stand_in,
+        stand_in if t.weight is None else t.weight,
+        stand_in if t.scale is None else t.scale,
+        stand_in if t.addend is None else t.addend,
+        stand_in if t.gate is None else t.gate,
+        *(
+            grads[name] if need[name] else stand_in
+            for name in ("x", "addend", "weight", "bias", "scale", "shift", "gate")
+        ),
+        d,
+        group,
+        splits,
+        _stride(t.hn) if norm else 0,
+        _stride(t.dy) if has_dy else 0,
+        _stride(t.dh) if has_dh else 0,
+        _stride(t.scale),
+        _stride(t.addend),
+        _stride(t.gate),
+        _group(n, t.scale),
+        _group(n, t.gate),
+        float(weight_offset),
+    )
+
+
+def _backward_flags(
+    t: _BackwardTensors,
+    need: dict[str, bool],
+    reduce_groups: dict[str, int],
+    kind: str,
+    has_addend: bool,
+    round_dtype: torch.dtype | None,
+    ref: torch.Tensor,
+    block_d: int,
+) -> dict[str, object]:
+    """The kernels' compile-time flags: which inputs are present, which gradients to produce
+    and which of them to reduce over row groups."""
+    norm = kind != "none"
+    return {
+        "NORM": norm,
+        "CENTER": kind == "layer",
+        "HAS_DY": norm and t.dy is not None,
+        "HAS_DH": t.dh is not None,
+        "HAS_WEIGHT": t.weight is not None,
+        "HAS_SCALE": t.scale is not None,
+        "HAS_ADDEND": has_addend,
+        "HAS_GATE": t.gate is not None,
+        "ROUND_DTYPE": _tl_dtype(round_dtype),
+        "NEED_DX": need["x"],
+        "NEED_DADDEND": need["addend"],
+        "NEED_DWEIGHT": need["weight"],
+        "NEED_DBIAS": need["bias"],
+        "NEED_DSCALE": need["scale"],
+        "NEED_DSHIFT": need["shift"],
+        "NEED_DGATE": need["gate"],
+        "REDUCE_SCALE": "scale" in reduce_groups,
+        "REDUCE_SHIFT": "shift" in reduce_groups,
+        "REDUCE_GATE": "gate" in reduce_groups,
+        "SOFT_BF16": _soft_bf16(ref),
+        "BLOCK_D": block_d,
+    }
+
+
+def _sum_reduced(
+    grads: dict[str, torch.Tensor],
+    layout: dict[str, tuple[tuple[int, ...], torch.dtype] | None],
+    reduce_groups: dict[str, int],
+    n: int,
+    splits: int,
+) -> tuple[torch.Tensor, ...]:
+    """The gradients named in ``GRAD_NAMES``, each reduced one's ``splits`` partial rows per
+    segment summed in order (:func:`sum_partials`) into its own shape and dtype."""
+    for name, rows_group in reduce_groups.items():
+        spec = layout[name]
+        assert spec is not None
+        summed = sum_partials(grads[name], n // rows_group, splits, spec[1])
+        grads[name] = summed.view(spec[0])
+    return tuple(grads[name] for name in GRAD_NAMES)
+
+
 def norm_backward(
     dy: torch.Tensor | None,
     dh: torch.Tensor | None,
@@ -257,19 +430,21 @@ def norm_backward(
     ``dy``/``dh``: gradients of y and of the returned h (None or empty: unused). ``hn``: the
     tensor the norm normalised (the stored h, or x). ``addend`` is needed only for d_gate.
     Gradients that :func:`grad_layout` does not produce come back as empty tensors.
+
+    The rows split into segments of ``group`` rows (those summed into one row of a reduced
+    gradient) and each segment over ``splits`` programs; each program writes one float32
+    partial row of every reduced gradient, and the partials are summed afterwards in order.
     """
     if kind not in KINDS:
         raise ValueError(f"kind: expected one of {KINDS}, got {kind!r}")
     _check_rows(n_rows)
     ref = next(t for t in (dy, dh, hn, rstd) if t is not None)
-    device, n, norm = ref.device, n_rows, kind != "none"
-    has_dy = norm and dy is not None
-    has_dh = dh is not None
+    device, n = ref.device, n_rows
     layout = grad_layout(
         kind=kind,
         n_rows=n,
         d=d,
-        has_dy=has_dy,
+        has_dy=kind != "none" and dy is not None,
         x_dtype=x_dtype,
         addend_dtype=addend_dtype,
         gate=gate,
@@ -283,91 +458,20 @@ def norm_backward(
     )
     need = {name: spec is not None for name, spec in layout.items()}
     if n == 0:
-        return tuple(
-            torch.empty((0,), device=device, dtype=torch.float32)
-            if spec is None
-            else torch.zeros(spec[0], device=device, dtype=spec[1])
-            for spec in layout.values()
-        )
+        return _empty_grads(layout, device)
 
-    reduce_groups = {}
-    for name, spec in layout.items():
-        if name in ("weight", "bias") and spec is not None:
-            reduce_groups[name] = n
-        elif name in ("scale", "shift", "gate") and spec is not None and spec[0][0] < n:
-            reduce_groups[name] = n // spec[0][0]
-    if len(set(reduce_groups.values())) > 1:
-        raise ValueError(
-            f"gradient reduction: tensors reduce over different row groups {reduce_groups}; "
-            "expected one group size"
-        )
+    reduce_groups = _reduce_groups(layout, n)
     group = next(iter(reduce_groups.values()), n)
     segments = n // group
     launch = config.backward_launch(n, d, group)
     splits = config.reduction_splits(segments, group, launch.rows)
     programs = segments * splits
-
-    def out_rows(name: str) -> torch.Tensor:
-        spec = layout[name]
-        if spec is None:  # float32 as in the fake implementation, whatever the default dtype
-            return torch.empty((0,), device=device, dtype=torch.float32)
-        if name in reduce_groups:
-            alloc = torch.zeros if launch.chunked else torch.empty
-            return alloc((programs, d), device=device, dtype=torch.float32)
-        return torch.empty((n, d), device=device, dtype=spec[1])
-
-    grads = {name: out_rows(name) for name in GRAD_NAMES}
-    stand_in = ref
-    args = (
-        hn if (hn is not None and norm) else stand_in,
-        dy if has_dy else stand_in,
-        dh if has_dh else stand_in,
-        mean if (kind == "layer" and mean is not None) else stand_in,
-        rstd if norm else stand_in,
-        stand_in if weight is None else weight,
-        stand_in if scale is None else scale,
-        stand_in if addend is None else addend,
-        stand_in if gate is None else gate,
-        *(
-            grads[name] if need[name] else stand_in
-            for name in ("x", "addend", "weight", "bias", "scale", "shift", "gate")
-        ),
-        d,
-        group,
-        splits,
-        _stride(hn) if norm else 0,
-        _stride(dy) if has_dy else 0,
-        _stride(dh) if has_dh else 0,
-        _stride(scale),
-        _stride(addend),
-        _stride(gate),
-        _group(n, scale),
-        _group(n, gate),
-        float(weight_offset),
+    grads = _grad_buffers(layout, reduce_groups, launch.chunked, programs, n, d, device)
+    t = _BackwardTensors(hn, dy, dh, mean, rstd, weight, scale, addend, gate)
+    args = _backward_args(t, grads, need, kind, ref, n, d, group, splits, weight_offset)
+    flags = _backward_flags(
+        t, need, reduce_groups, kind, addend_dtype is not None, round_dtype, ref, launch.block_d
     )
-    flags = {
-        "NORM": norm,
-        "CENTER": kind == "layer",
-        "HAS_DY": has_dy,
-        "HAS_DH": has_dh,
-        "HAS_WEIGHT": weight is not None,
-        "HAS_SCALE": scale is not None,
-        "HAS_ADDEND": addend_dtype is not None,
-        "HAS_GATE": gate is not None,
-        "ROUND_DTYPE": _tl_dtype(round_dtype),
-        "NEED_DX": need["x"],
-        "NEED_DADDEND": need["addend"],
-        "NEED_DWEIGHT": need["weight"],
-        "NEED_DBIAS": need["bias"],
-        "NEED_DSCALE": need["scale"],
-        "NEED_DSHIFT": need["shift"],
-        "NEED_DGATE": need["gate"],
-        "REDUCE_SCALE": "scale" in reduce_groups,
-        "REDUCE_SHIFT": "shift" in reduce_groups,
-        "REDUCE_GATE": "gate" in reduce_groups,
-        "SOFT_BF16": _soft_bf16(ref),
-        "BLOCK_D": launch.block_d,
-    }
     with _on_device(ref):
         if launch.chunked:
             norm_backward_chunked_kernel[(programs,)](*args, **flags, **_options(launch.num_warps))
@@ -375,12 +479,7 @@ def norm_backward(
             norm_backward_tile_kernel[(programs,)](
                 *args, **flags, ROWS=launch.rows, **_options(launch.num_warps)
             )
-    for name, rows_group in reduce_groups.items():
-        spec = layout[name]
-        assert spec is not None
-        summed = sum_partials(grads[name], n // rows_group, splits, spec[1])
-        grads[name] = summed.view(spec[0])
-    return tuple(grads[name] for name in GRAD_NAMES)
+    return _sum_reduced(grads, layout, reduce_groups, n, splits)
 
 
 def sum_partials(
