@@ -34,7 +34,6 @@ A run config without ``testbed`` is a GPT run (folders written before the DiT te
 
 from __future__ import annotations
 
-import io
 import time
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
@@ -44,7 +43,6 @@ import torch
 from rich.console import Console
 from torch import nn
 
-from normlab._io import write_bytes_atomic
 from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import check_source, load_tokens, prepare_tokens
 from normlab.data.shapes import balanced_selection, load_shapes, prepare_shapes, unpatchify
@@ -70,12 +68,11 @@ from normlab.models import (
 )
 from normlab.models.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.models.sample_metrics import sample_quality
-from normlab.run_format import REFERENCE_FILE, SAMPLES_FILE, testbed_format
+from normlab.run_format import testbed_format
+from normlab.run_format.folder import write_images
 
 __all__ = [
     "QUALITY_FIELDS",
-    "REFERENCE_FILE",
-    "SAMPLES_FILE",
     "SAMPLE_BATCH",
     "SAMPLE_GRID",
     "SAMPLE_STEPS",
@@ -575,8 +572,7 @@ class DiTTestbed:
         )
         grid = min(SAMPLE_GRID, images.shape[0])
         pick = balanced_selection(self.val_labels, grid, self.n_classes, wrap=True)
-        _save_npy(self.run_dir / SAMPLES_FILE, images[:grid])
-        _save_npy(self.run_dir / REFERENCE_FILE, self.val_images[pick])
+        write_images(self.run_dir, images[:grid], self.val_images[pick])
         quality = sample_quality(images, label, self.val_images)
         return {"final_sample_sw2": sw2, **quality, "sample_cfg_scale": scale}
 
@@ -610,13 +606,6 @@ class DiTTestbed:
             return model(x_t, t, label) if self.conditional else model(x_t, t)
 
         return posttrain_summary(self.model, final["val_loss"], metric, metric_bf16, run_batch)
-
-
-def _save_npy(path: Path, images: np.ndarray) -> None:
-    """``images`` as a float32 ``.npy`` file, written to a temporary name and renamed."""
-    buf = io.BytesIO()
-    np.save(buf, np.ascontiguousarray(images, dtype=np.float32))
-    write_bytes_atomic(path, buf.getvalue())
 
 
 def _registered() -> dict[str, type[Testbed]]:

@@ -28,7 +28,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab._io import append_jsonl
 from normlab.experiment import parallel as par_
 from normlab.experiment.activations import SavedActivationBytes
 from normlab.experiment.anomaly import SpikeDetector, SpikeRule
@@ -47,12 +46,12 @@ from normlab.run_format import (
     HEALTH_RECORD,
     LAYER_GRAD_RECORD,
     LOSS_SPIKE,
-    METRICS_FILE,
     NONFINITE_GRAD,
     NONFINITE_LOSS,
     POSTTRAIN_FIELDS,
     TRAIN_RECORD,
 )
+from normlab.run_format.folder import append_record
 
 
 class RunAborted(RuntimeError):
@@ -206,7 +205,6 @@ def train_run(
     a = spec["anomaly"]
     loss_spikes = SpikeDetector(SpikeRule(a["window"], a["warmup"], a["loss_z"], a["min_scale"]))
     grad_spikes = SpikeDetector(SpikeRule(a["window"], a["warmup"], a["grad_z"], a["min_scale"]))
-    metrics = run_dir / METRICS_FILE
     target = t["target_val_loss"]
 
     train_time = 0.0
@@ -218,7 +216,7 @@ def train_run(
 
     def log(record: dict[str, Any]) -> None:
         if main:  # rank 0 writes the run's files
-            append_jsonl(metrics, record)
+            append_record(run_dir, record)
 
     def evaluate(step: int) -> None:
         record = {

@@ -19,26 +19,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normlab._io import read_json_object, write_json_atomic
 from normlab.experiment.lock import is_locked
 from normlab.experiment.train import RunAborted, train_run
-from normlab.run_format import (
-    CRASHED,
-    DONE_STATUSES,
-    RUN_FILE,
-    SUMMARY_FILE,
-    testbed_format,
-)
+from normlab.run_format import CRASHED, testbed_format
+from normlab.run_format.folder import read_run_config, write_summary
 
 __all__ = [
-    "DONE_STATUSES",
-    "RUN_FILE",
     "SUMMARY_FIELDS",
-    "SUMMARY_FILE",
     "crashed_summary",
     "execute_run",
     "rank_main",
-    "read_spec",
     "serve_run",
     "summary_fields",
 ]
@@ -78,11 +68,6 @@ def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, A
     return summary
 
 
-def read_spec(run_dir: Path) -> dict[str, Any]:
-    """The run's ``run.json``; ``ValueError`` naming the file if it is not a JSON object."""
-    return read_json_object(Path(run_dir) / RUN_FILE)
-
-
 def execute_run(
     run_dir: Path,
     on_step: Callable[[int], None] | None = None,
@@ -97,7 +82,7 @@ def execute_run(
     and ``KeyboardInterrupt`` leave the run without a summary (unfinished, redone on a re-run).
     """
     run_dir = Path(run_dir)
-    spec = read_spec(run_dir)
+    spec = read_run_config(run_dir)
     try:
         for module in spec.get("imports", []):
             importlib.import_module(module)
@@ -106,7 +91,7 @@ def execute_run(
         raise
     except Exception as err:
         summary = crashed_summary(spec, f"{type(err).__name__}: {err}", traceback.format_exc())
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    write_summary(run_dir, summary)
     return summary
 
 
@@ -159,7 +144,7 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
     from normlab.experiment.launching import launch_run, world_size_of  # it imports this module
 
     try:
-        if world_size_of(read_spec(Path(run_dir))) > 1:  # one run on several processes
+        if world_size_of(read_run_config(run_dir)) > 1:  # one run on several processes
             wait_for_start()
             launch_run(Path(run_dir), on_step, orphaned)
         else:
@@ -227,13 +212,13 @@ def _rank_main(argv: list[str]) -> int:
         return 0
     from normlab.distributed import exit_rank, teardown
 
-    spec = read_spec(run_dir)
+    spec = read_run_config(run_dir)
     for module in spec.get("imports", []):
         importlib.import_module(module)
     try:
         summary = train_run(spec, run_dir, should_stop=gone)
         if summary:  # rank 0
-            write_json_atomic(run_dir / SUMMARY_FILE, summary)
+            write_summary(run_dir, summary)
     finally:
         teardown()
     exit_rank()  # done and on disk: skip the interpreter's shutdown (see exit_rank)
