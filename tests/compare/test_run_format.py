@@ -20,7 +20,9 @@ import normlab.report
 import normlab.run_format as RF
 from normlab.analysis import METRICS, PROFILES
 from normlab.data import cache, shapes
-from normlab.experiment import grid, testbeds, validate_config
+from normlab.experiment import testbeds
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution import grid
 from normlab.report.runs_csv import DIT_RUN_COLUMNS, RUN_COLUMNS
 
 PACKAGE = Path(normlab.__file__).resolve().parent

@@ -23,8 +23,8 @@ from faultlib import (
     write_config,
 )
 
-from normlab.experiment import bootstrap
-from normlab.experiment.lock import OutputLock, is_locked
+from normlab.experiment.execution import bootstrap
+from normlab.experiment.execution.lock import OutputLock, is_locked
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
 

@@ -28,7 +28,7 @@ from rich.markup import escape
 
 from normlab.analysis.answer import answer_lines
 from normlab.analysis.rounds import read_state
-from normlab.experiment.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S, round_seconds
+from normlab.experiment.execution.rounds import DEFAULT_MAX_SEEDS, DEFAULT_MAX_TIME_S, round_seconds
 from normlab.run_format import folder as run_folder
 
 __all__ = [
@@ -121,8 +121,8 @@ def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float 
     """(most seeds, seconds) for the sequential plan that would settle the open arms of the
     analysis ``a``: the largest seeds-needed estimate of an undecided arm (at least
     :data:`DEFAULT_MAX_SEEDS`), and the time its new runs would take
-    (:func:`normlab.experiment.rounds.round_seconds` from the folder's runs, rounded up to a
-    minute), or (None, None) without an estimate."""
+    (:func:`normlab.experiment.execution.rounds.round_seconds` from the folder's runs, rounded up
+    to a minute), or (None, None) without an estimate."""
     needs = [
         v.get("seeds_needed")
         for v in a.get("verdicts", {}).values()

@@ -53,8 +53,8 @@ from normlab.run_format.records import TRAIN_RECORD
 __all__ = [
     "MetricsTail",
     "append_record",
-    "create_run",
     "clear_run",
+    "create_run",
     "has_experiment",
     "has_run_config",
     "has_summary",
@@ -265,4 +265,3 @@ def read_analysis(out: Path | str) -> dict[str, Any]:
     """The report's analysis of every run, ``out/summary.json``; ``OSError`` or ``ValueError``
     when absent or damaged."""
     return read_json_object(Path(out) / ANALYSIS_FILE)
-

@@ -41,7 +41,7 @@ ANOMALY_RECORD = "anomaly"
 HEALTH_RECORD = "health"
 """Norm health: per norm layer, its input RMS, output RMS, statistics of x̂ recomputed from the
 input (null where the layer's formula is unknown) and of its gain, at every evaluation
-(:mod:`normlab.experiment.health`)."""
+(:mod:`normlab.experiment.measure.health`)."""
 HEALTH_STATS: tuple[str, ...] = (
     "in_rms",
     "out_rms",

@@ -3,8 +3,8 @@
 :func:`launch_run` is what every executor calls for a run it does not train in a ``spawn``
 worker of its own: the local executor for a run on several processes, a Ray task, and
 ``normlab compare --run``. The run's ``scale`` record (``run.json``) says how many processes;
-``python -m normlab.experiment.rank_entry RUN_DIR`` is started once (one process) or under torchrun
-(:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
+``python -m normlab.experiment.execution.rank_entry RUN_DIR`` is started once (one process) or
+under torchrun (:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
 ``metrics.jsonl`` as rank 0 writes it. A run whose command fails without a summary (a crashed
 rank, a killed process) gets a ``crashed`` summary naming the failed rank and its error.
 """
@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from normlab.distributed import LaunchResult, Layout, launch
-from normlab.experiment.train import RunAborted
-from normlab.experiment.worker import SUPERVISOR_ENV, crashed_summary
+from normlab.experiment.execution.summaries import crashed_summary
+from normlab.experiment.training.train import RunAborted
 from normlab.run_format.folder import MetricsTail, read_run_config, read_summary, write_summary
 
 __all__ = [
+    "SUPERVISOR_ENV",
     "WORKER_ENV",
     "WORKER_MODULE",
     "launch_run",
@@ -34,10 +35,14 @@ __all__ = [
     "world_size_of",
 ]
 
-WORKER_MODULE = "normlab.experiment.rank_entry"
+WORKER_MODULE = "normlab.experiment.execution.rank_entry"
 TORCHRUN_DIR = "torchrun"
 """torchrun's logs of a run on several processes, in its run folder."""
 POLL_S = 0.2
+
+SUPERVISOR_ENV = "NORMLAB_SUPERVISOR_PID"
+"""The process that waits for a run started as a command; the run stops (unfinished) when it is
+gone, as a worker whose grid process is gone does."""
 
 WORKER_ENV = {
     # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
@@ -83,7 +88,8 @@ def launch_run(
 
     ``on_step(step)`` gets rank 0's progress; ``should_stop()`` is polled and raises
     :class:`RunAborted` (the children stop by themselves once this process is gone, see
-    :data:`normlab.experiment.worker.SUPERVISOR_ENV`). ``timeout_s`` bounds a torchrun launch.
+    :data:`SUPERVISOR_ENV`). ``timeout_s`` bounds a torchrun
+    launch.
     """
     run_dir = Path(run_dir)
     spec = read_run_config(run_dir)

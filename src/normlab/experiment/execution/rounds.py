@@ -29,7 +29,7 @@ from rich.console import Console
 
 from normlab._io import write_json_atomic
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.runner import AfterTraining, run_experiment
+from normlab.experiment.execution.runner import AfterTraining, run_experiment
 from normlab.run_format import SEQUENTIAL_FILE
 
 __all__ = [

@@ -31,8 +31,8 @@ from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import check_source, load_tokens, prepare_tokens
 from normlab.data.pretokenized import is_pretokenized, open_token_source
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.posttrain import posttrain_summary
-from normlab.experiment.testbeds import _check_fingerprint, check_data_fits
+from normlab.experiment.measure.posttrain import posttrain_summary
+from normlab.experiment.testbeds.base import check_data_fits, check_fingerprint
 from normlab.models.external import ModelSource, SourceLM, load_model_source
 from normlab.run_format import testbed_format
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
@@ -153,10 +153,6 @@ class LMTestbed:
         return info
 
     @staticmethod
-    def tokens_per_sample(cfg: ExperimentConfig) -> int:
-        return cfg.lm.context
-
-    @staticmethod
     def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
         """``testbed``, ``lm`` (the config's section: source, parsed overrides, context,
         attention) and ``data``: the cache's fingerprint, source, format, tokenizer (path and
@@ -190,7 +186,7 @@ class LMTestbed:
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
         t = spec["train"]
         data = load_tokens(Path(run_dir).parent.parent / "data")
-        _check_fingerprint(data.info["fingerprint"], spec, "cache")
+        check_fingerprint(data.info["fingerprint"], spec, "cache")
         if data.vocab_size != spec["data"]["vocab_size"]:
             raise RuntimeError(
                 f"data: the cache's vocabulary is {data.vocab_size}, run.json expects "

@@ -10,7 +10,7 @@ the report do not depend on which one trained the grid.
   most ``parallel`` at a time, the next one set up in standby while the others train (its
   process start-up is hidden behind training, and no run's timing includes it). A run on
   several processes (``scale`` in its run.json) is started from that process with torchrun
-  (:func:`normlab.experiment.launching.launch_run`).
+  (:func:`normlab.experiment.execution.launching.launch_run`).
 - ``ray`` (:class:`RayExecutor`): each run a Ray task needing ``threads`` × N CPUs (and N GPUs
   on CUDA) for its N processes, on the cluster at ``--ray-address`` (default: a local Ray
   instance started with this machine's CPUs). Every task writes to the same ``--out``, which
@@ -41,16 +41,16 @@ from rich.progress import (
 )
 
 from normlab.experiment.config import EXECUTORS, ScaleSettings
-from normlab.experiment.environment import available_cpus
-from normlab.experiment.grid import first_difference, flatten
-from normlab.experiment.launching import (
+from normlab.experiment.execution.environment import available_cpus
+from normlab.experiment.execution.grid import first_difference, flatten
+from normlab.experiment.execution.launching import (
     WORKER_ENV,
     launch_run,
     worker_env,
     world_size_of,
 )
-from normlab.experiment.worker import crashed_summary
-from normlab.experiment.worker_process import WorkerProcess
+from normlab.experiment.execution.summaries import crashed_summary
+from normlab.experiment.execution.worker_process import WorkerProcess
 from normlab.run_format import DONE_STATUSES, FINISHED
 from normlab.run_format.folder import (
     MetricsTail,
@@ -168,8 +168,8 @@ def run_grid(
     show_progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Train every run of ``runs`` that is not done, each in its own worker process
-    (:class:`normlab.experiment.worker_process.WorkerProcess`, bound to this process's lifetime;
-    a run on several processes starts torchrun from there), at most ``parallel`` at a time
+    (:class:`normlab.experiment.execution.worker_process.WorkerProcess`, bound to this process's
+    lifetime; a run on several processes starts torchrun from there), at most ``parallel`` at a time
     (plus one in standby, see the module docstring). Returns {run_id: summary} for the whole
     grid. Any exit stops every worker first; a system error while training (``OSError``,
     ``MemoryError``) is raised as :class:`GridStopped`."""

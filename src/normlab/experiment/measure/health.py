@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from normlab.audit.model import is_norm_module
-from normlab.experiment.activations import run_hooked_pass
+from normlab.experiment.measure.activations import run_hooked_pass
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 from normlab.run_format import HEALTH_STATS
 

@@ -6,7 +6,7 @@ Re-running the same command with the same ``--out`` skips every run whose ``summ
 ``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
 at most the runs in progress.
 
-The runs are trained by an executor (:mod:`normlab.experiment.executors`: ``local`` worker
+The runs are trained by an executor (:mod:`normlab.experiment.execution.executors`: ``local`` worker
 processes, or Ray tasks). :func:`plan_experiment` stops before training instead: it prepares the
 folder (data, ``experiment.json``, each run's ``run.json``) so that :func:`run_planned` can
 train any one run by its id, from any process on any host that sees the folder.
@@ -25,28 +25,25 @@ from typing import Any
 from rich.console import Console
 
 from normlab.data.token_cache import is_cache_entry
+from normlab.distributed.wrap import DEFAULT_PRECISION
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.environment import default_threads, environment, resolve_device
-from normlab.experiment.executors import (  # noqa: F401  (the grid's names, as before)
-    WORKER_ENV,
+from normlab.experiment.execution.environment import default_threads, environment, resolve_device
+from normlab.experiment.execution.executors import (
     Executor,
-    GridStopped,
     LocalExecutor,
     _outcome,
     finished_runs,
     is_done,
-    run_grid,
-    stop_workers,
-    worker_environment,
 )
-from normlab.experiment.grid import FACTOR_NAMES, PRECISION_FACTOR, flatten, plan_runs
-from normlab.experiment.lock import OutputLock
-from normlab.experiment.sizes import check_experiment_sizes
+from normlab.experiment.execution.grid import flatten, plan_runs
+from normlab.experiment.execution.lock import OutputLock
+from normlab.experiment.execution.sizes import check_experiment_sizes
 from normlab.experiment.testbeds import TESTBEDS
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
     EXPERIMENT_FILE,
+    FACTORS,
     LOCK_FILE,
     TOKENS_FILE,
     testbed_format,
@@ -127,7 +124,7 @@ def experiment_record(
 def studied_factors(cfg: ExperimentConfig) -> list[str]:
     """The factors the arms may differ in: norm and placement, and precision when several are
     given."""
-    return [*FACTOR_NAMES, *([PRECISION_FACTOR] if len(cfg.precisions) > 1 else [])]
+    return [f for f in FACTORS if f != "precision" or len(cfg.precisions) > 1]
 
 
 def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -251,7 +248,7 @@ def run_experiment(
 
     Holds ``out/.lock`` throughout, ``after_training(out, summaries)`` included (the caller's
     next step on the folder, e.g. its report); raises
-    :class:`normlab.experiment.lock.FolderLockedError` if another command holds it, and
+    :class:`normlab.experiment.execution.lock.FolderLockedError` if another command holds it, and
     ``ValueError`` (naming the field or flag) for any failed check.
     """
     console = console or Console()
@@ -348,10 +345,10 @@ def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[
     Holds the run folder's own lock (``runs/RUN_ID/.lock``), so two commands never train the
     same run while other runs of the folder train at the same time; empties the folder but for
     its ``run.json`` (an unfinished run is redone from scratch), then trains as
-    :func:`normlab.experiment.launching.launch_run` (one process, or torchrun). Raises
+    :func:`normlab.experiment.execution.launching.launch_run` (one process, or torchrun). Raises
     ``ValueError`` naming ``--out`` or ``--run`` when the folder or the run is not there, and
-    :class:`normlab.experiment.lock.FolderLockedError` when another command trains it."""
-    from normlab.experiment.launching import launch_run
+    :class:`normlab.experiment.execution.lock.FolderLockedError` when another command trains it."""
+    from normlab.experiment.execution.launching import launch_run
 
     console = console or Console()
     out = Path(out)
@@ -392,14 +389,16 @@ def paired_description(
     values = {
         "norm": list(cfg.norms),
         "placement": list(cfg.placements),
-        PRECISION_FACTOR: list(cfg.precisions),
+        "precision": list(cfg.precisions),
     }
-    factors = [*FACTOR_NAMES, PRECISION_FACTOR]
+    factors = FACTORS
     varied = [f for f in factors if len(values.get(f, [])) > 1] or ["norm"]
     fixed = [
         f"{f} {values[f][0]}"
         for f in factors
-        if f not in varied and values.get(f) and (f, values[f]) != (PRECISION_FACTOR, ["fp32"])
+        if f not in varied
+        and values.get(f)
+        and (f, values[f]) != ("precision", [DEFAULT_PRECISION])
     ]  # float32, the default precision, goes without saying
     fixed_text = f" ({', '.join(fixed)} for all)" if fixed else ""
     steps = runs[0]["train"]["steps"]

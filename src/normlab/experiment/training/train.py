@@ -6,18 +6,17 @@ schedule, clipping, anomaly detection and timing are shared. It appends ``train`
 ``eval``, ``health``, ``layer_grad_norms`` and ``anomaly`` records to ``metrics.jsonl`` (see
 docs/run-format.md) and returns the run's summary. A non-finite loss or gradient stops the run
 with status ``"diverged"``: a result, not an error. The run's training precision
-(:mod:`normlab.experiment.precision`) wraps forward and loss in autocast; an fp16 step that the
+(:mod:`normlab.experiment.training.precision`) wraps forward and loss in autocast; an fp16 step
+that the
 gradient scaler skips (inf/NaN in the scaled gradients) is counted in ``n_skipped_steps`` and is
-neither a divergence nor a gradient anomaly. Norm health (:mod:`normlab.experiment.health`) is
-recorded after every evaluation on a fixed validation batch, in float32, without drawing random
+neither a divergence nor a gradient anomaly. Norm health (:mod:`normlab.experiment.measure.health`)
+is recorded after every evaluation on a fixed validation batch, in float32, without drawing random
 numbers, so it changes nothing of the training.
 """
 
 from __future__ import annotations
 
 import math
-import platform
-import resource
 import statistics
 import time
 from collections.abc import Callable
@@ -28,14 +27,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.experiment import parallel as par_
-from normlab.experiment.activations import SavedActivationBytes
-from normlab.experiment.anomaly import SpikeDetector, SpikeRule
-from normlab.experiment.health import norm_health
-from normlab.experiment.precision import DEFAULT_PRECISION, PrecisionStep, autocast_for
-from normlab.experiment.schedule import lr_at, make_optimizer
-from normlab.experiment.step_timer import StepTimer
+from normlab._resources import peak_memory
+from normlab.experiment.measure.activations import SavedActivationBytes
+from normlab.experiment.measure.anomaly import SpikeDetector, SpikeRule
+from normlab.experiment.measure.health import norm_health
 from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
+from normlab.experiment.training import parallel as par_
+from normlab.experiment.training.precision import DEFAULT_PRECISION, PrecisionStep, autocast_for
+from normlab.experiment.training.schedule import lr_at, make_optimizer
+from normlab.experiment.training.step_timer import StepTimer
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 from normlab.run_format import (
     ANOMALY_RECORD,
@@ -78,36 +78,10 @@ def _group_grad_norms(model: nn.Module, groups: dict[str, list[str]]) -> dict[st
 warm_up = warm_up_gpt  # the GPT's warm-up, under its earlier name
 
 
-def peak_rss_bytes() -> int:
-    """This process's own peak resident set size, in bytes.
-
-    Linux: ``VmHWM`` from ``/proc/self/status`` (kB × 1024), the high-water mark of this
-    process's own address space. ``getrusage``'s ``ru_maxrss`` is not used there: the kernel
-    carries it over fork and exec, so a worker spawned by a grid process that once held more
-    memory would report the parent's peak instead of its own. Elsewhere: ``ru_maxrss`` (bytes on
-    macOS, kB on the other systems).
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(rss if platform.system() == "Darwin" else rss * 1024)
-
-
-def _peak_memory(device: torch.device) -> tuple[int, str]:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
-    return peak_rss_bytes(), "max_rss"
-
-
 def _warm_up_counting_saved_bytes(task: Testbed, device: torch.device) -> int | None:
     """Run the task's warm-up (a forward and backward of the training shape) and return the
     bytes its forward saved for the backward, parameters left out (see
-    :mod:`normlab.experiment.activations`); None, after a plain warm-up, where autograd's
+    :mod:`normlab.experiment.measure.activations`); None, after a plain warm-up, where autograd's
     saved-tensor hooks are not supported."""
     try:
         with SavedActivationBytes(task.model.parameters()) as counter:
@@ -310,7 +284,7 @@ def train_run(
         if on_step is not None:
             on_step(step)
 
-    peak_bytes, peak_kind = _peak_memory(device)
+    peak_bytes, peak_kind = peak_memory(device)
     tokens_per_s = statistics.median(throughputs) if throughputs else None
     ranks = par_.rank_fields(par, peak_bytes, tokens_per_s)
     if not par_.main_rank_model(task, spec, trained, par):
