@@ -143,115 +143,136 @@ def train_run(
     from ``spec["data"]``. ``on_step(step)`` is called after every
     step (progress); ``should_stop()`` is polled every step and raises :class:`RunAborted`.
     ``wait_for_start()``, if given, is called once the run is set up (data mapped or made, model
-    built and checked, optimiser made) and must return when training may begin; ``wall_s`` and every
-    timing count from then on.
+    built and checked, optimiser made) and must return when training may begin; ``wall_s`` and
+    every timing count from then on.
     """
-    run_dir = Path(run_dir)
-    t = spec["train"]
-    seed = spec["seed"]
-    par = par_.run_parallel(spec)  # one process: rank 0 of 1, nothing changes
-    device = par.ctx.device
-    main = par.ctx.is_main
-    torch.set_num_threads(spec["threads"])
-    torch.manual_seed(seed)
+    run = RunLoop(spec, Path(run_dir))
+    if wait_for_start is not None:
+        wait_for_start()
+    run.begin()
+    for step in range(1, run.total_steps + 1):
+        if should_stop is not None and should_stop():
+            raise RunAborted(f"stopped at step {step}: the grid's process is gone")
+        if not run.train_step(step):
+            break  # diverged
+        if step % run.t["eval_interval"] == 0 or step == run.total_steps:
+            run.evaluate(step)
+        if on_step is not None:
+            on_step(step)
+    return run.summary()
 
-    task = make_testbed(spec, run_dir)
-    model = task.model
-    digest = combined_digest(shared_parameter_digests(model))
-    if digest != spec["init_digest"]:
-        raise RuntimeError(
-            f"paired init: this worker's shared parameters hash to {digest[:16]}, the grid "
-            f"checked {spec['init_digest'][:16]}"
+
+class RunLoop:
+    """One run's training, step by step: :meth:`__init__` sets it up (paired model checked,
+    warm-up, optimiser), :meth:`begin` starts the clocks and evaluates step 0,
+    :meth:`train_step` trains one step and logs it, :meth:`evaluate` validates, and
+    :meth:`summary` makes the run's summary. Rank 0 alone writes ``metrics.jsonl``."""
+
+    def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
+        self.spec, self.run_dir = spec, run_dir
+        self.t = t = spec["train"]
+        self.par = par = par_.run_parallel(spec)  # one process: rank 0 of 1, nothing changes
+        self.device = device = par.ctx.device
+        torch.set_num_threads(spec["threads"])
+        torch.manual_seed(spec["seed"])
+        self.task = task = make_testbed(spec, run_dir)
+        self.model = model = task.model
+        check_paired_start(model, spec)
+        model.to(device)
+        with autocast_for(run_precision(spec), device):  # the warm-up sees the training precision
+            self.saved_bytes = _warm_up_counting_saved_bytes(task, device)
+        self.groups = task.parameter_groups()
+        par_.shard_task(task, par)
+        self.trained = par_.wrap_for_training(task, par)  # `model` itself for one process
+        self.optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
+        self.precision = precision_step(spec, device, self.optimizer)
+        self.params = list(model.parameters())
+        self.tokens_per_step = task.tokens_per_step
+        self.rank_tokens_per_step = self.tokens_per_step * par.rows // par.global_rows
+        self.total_steps = t["steps"]
+        self.max_norm = t["grad_clip"] if t["grad_clip"] > 0 else math.inf
+        a = spec["anomaly"]
+        self.loss_spikes = SpikeDetector(
+            SpikeRule(a["window"], a["warmup"], a["loss_z"], a["min_scale"])
         )
-    model.to(device)
-    with autocast_for(run_precision(spec), device):  # the warm-up sees the training precision
-        saved_bytes = _warm_up_counting_saved_bytes(task, device)
-    groups = task.parameter_groups()
-    par_.shard_task(task, par)
-    trained = par_.wrap_for_training(task, par)  # `model` itself for one process
-    optimizer = make_optimizer(model, t["lr"], t["weight_decay"], (t["beta1"], t["beta2"]))
-    precision = precision_step(spec, device, optimizer)
-    params = list(model.parameters())
-    tokens_per_step = task.tokens_per_step
-    rank_tokens_per_step = tokens_per_step * par.rows // par.global_rows
-    total_steps = t["steps"]
-    max_norm = t["grad_clip"] if t["grad_clip"] > 0 else math.inf
-    a = spec["anomaly"]
-    loss_spikes = SpikeDetector(SpikeRule(a["window"], a["warmup"], a["loss_z"], a["min_scale"]))
-    grad_spikes = SpikeDetector(SpikeRule(a["window"], a["warmup"], a["grad_z"], a["min_scale"]))
-    target = t["target_val_loss"]
+        self.grad_spikes = SpikeDetector(
+            SpikeRule(a["window"], a["warmup"], a["grad_z"], a["min_scale"])
+        )
+        self.train_time = 0.0
+        self.losses: list[float] = []
+        self.throughputs: list[float] = []
+        self.evals: list[dict[str, Any]] = []
+        self.counts = {LOSS_SPIKE: 0, GRAD_SPIKE: 0, "clipped": 0}
+        self.status, self.diverged_at, self.steps_done = FINISHED, None, 0
 
-    train_time = 0.0
-    losses: list[float] = []
-    throughputs: list[float] = []
-    evals: list[dict[str, Any]] = []
-    counts = {LOSS_SPIKE: 0, GRAD_SPIKE: 0, "clipped": 0}
-    status, diverged_at, steps_done = FINISHED, None, 0
+    def log(self, record: dict[str, Any]) -> None:
+        """Append ``record`` to the run's ``metrics.jsonl`` (rank 0 writes the run's files)."""
+        if self.par.ctx.is_main:
+            append_record(self.run_dir, record)
 
-    def log(record: dict[str, Any]) -> None:
-        if main:  # rank 0 writes the run's files
-            append_record(run_dir, record)
+    def begin(self) -> None:
+        """Start the wall clock and the step timer, reset the device's peak memory, and
+        evaluate the initial model (step 0)."""
+        self.wall_start = time.perf_counter()
+        self.timer = StepTimer(self.device)
+        if self.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.model.train()
+        self.evaluate(0)
 
-    def evaluate(step: int) -> None:
+    def evaluate(self, step: int) -> None:
+        """Log the ``eval`` record at ``step`` and, where the testbed has a fixed batch for it,
+        the ``health`` record."""
         record = {
             "type": EVAL_RECORD,
             "step": step,
-            **task.evaluate(device),
-            "tokens_seen": step * tokens_per_step,
-            "elapsed_s": train_time,
+            **self.task.evaluate(self.device),
+            "tokens_seen": step * self.tokens_per_step,
+            "elapsed_s": self.train_time,
         }
-        log(record)
-        evals.append(record)
+        self.log(record)
+        self.evals.append(record)
         # every rank runs the fixed batch (a sharded model's forward needs every rank, as the
         # evaluation's); rank 0 logs what its hooks saw: in float32 the one-process numbers
         # (FSDP2 with a 16-bit policy runs this forward in 16 bits, one process in float32)
-        health = health_record(task, model, device, step)
+        health = health_record(self.task, self.model, self.device, step)
         if health is not None:
-            log(health)
+            self.log(health)
 
-    def anomaly(step: int, kind: str, value: float, z: float | None) -> None:
-        log({"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z})
-
-    if wait_for_start is not None:
-        wait_for_start()
-    wall_start = time.perf_counter()
-    timer = StepTimer(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    model.train()
-    evaluate(0)
-    for step in range(1, total_steps + 1):
-        if should_stop is not None and should_stop():
-            raise RunAborted(f"stopped at step {step}: the grid's process is gone")
-        lr = lr_at(step, t["lr"], total_steps, t["warmup"], t["min_lr_ratio"])
-        for group in optimizer.param_groups:
+    def train_step(self, step: int) -> bool:
+        """One optimiser step at the scheduled learning rate, timed and logged (``train``
+        record, and ``layer_grad_norms`` every ``layer_grad_interval`` steps), then the
+        divergence and spike checks. False when the loss or gradient was not finite (the run
+        diverged and stops)."""
+        t, par, device, precision = self.t, self.par, self.device, self.precision
+        lr = lr_at(step, t["lr"], self.total_steps, t["warmup"], t["min_lr_ratio"])
+        for group in self.optimizer.param_groups:
             group["lr"] = lr
-        timer.start()
+        self.timer.start()
         with precision.autocast():
-            loss = task.train_loss(device)
-        optimizer.zero_grad(set_to_none=True)
+            loss = self.task.train_loss(device)
+        self.optimizer.zero_grad(set_to_none=True)
         loss_value = par_.global_loss(loss.detach().item(), par)
         outcome = precision.run(
             par_.scaled_loss(loss, par),
             loss_value,
-            partial(par_.grad_norm, params, max_norm, par),
-            partial(par_.layer_grad_norms, trained, groups, par, _group_grad_norms)
+            partial(par_.grad_norm, self.params, self.max_norm, par),
+            partial(par_.layer_grad_norms, self.trained, self.groups, par, _group_grad_norms)
             if step % t["layer_grad_interval"] == 0
             else None,
         )
-        layer_norms = outcome.read
         grad_norm, skipped = outcome.grad_norm, outcome.skipped
         finite = math.isfinite(loss_value) and (math.isfinite(grad_norm) or skipped)
         _sync(device)
-        step_time = timer.stop()  # CUDA events on a GPU
-        train_time += step_time
-        steps_done = step
-        clipped = outcome.stepped and grad_norm > max_norm
-        counts["clipped"] += clipped
-        losses.append(loss_value)
+        step_time = self.timer.stop()  # CUDA events on a GPU
+        self.train_time += step_time
+        self.steps_done = step
+        clipped = outcome.stepped and grad_norm > self.max_norm
+        self.counts["clipped"] += clipped
+        self.losses.append(loss_value)
         if step > t["throughput_warmup"]:
-            throughputs.append(rank_tokens_per_step / step_time)
-        log(
+            self.throughputs.append(self.rank_tokens_per_step / step_time)
+        self.log(
             {
                 "type": TRAIN_RECORD,
                 "step": step,
@@ -260,79 +281,103 @@ def train_run(
                 "clipped": clipped,
                 "lr": lr,
                 "step_time_s": step_time,
-                "tokens_seen": step * tokens_per_step,
+                "tokens_seen": step * self.tokens_per_step,
                 **({"skipped": skipped} if precision.scaler is not None else {}),
             },
         )
-        if layer_norms is not None:
-            log({"type": LAYER_GRAD_RECORD, "step": step, "norms": layer_norms})
+        if outcome.read is not None:
+            self.log({"type": LAYER_GRAD_RECORD, "step": step, "norms": outcome.read})
         if not finite:
             kind = NONFINITE_LOSS if not math.isfinite(loss_value) else NONFINITE_GRAD
-            anomaly(step, kind, loss_value if kind == NONFINITE_LOSS else grad_norm, None)
-            status, diverged_at = DIVERGED, step
-            break
+            self.anomaly(step, kind, loss_value if kind == NONFINITE_LOSS else grad_norm, None)
+            self.status, self.diverged_at = DIVERGED, step
+            return False
+        self.check_spikes(step, loss_value, None if skipped else grad_norm)
+        return True
+
+    def check_spikes(self, step: int, loss: float, grad_norm: float | None) -> None:
+        """Feed the loss (and the gradient norm, unless the step was skipped) to the spike
+        detectors; count and log each spike."""
         for detector, value, kind in (
-            (loss_spikes, loss_value, LOSS_SPIKE),
-            *(() if skipped else ((grad_spikes, grad_norm, GRAD_SPIKE),)),
+            (self.loss_spikes, loss, LOSS_SPIKE),
+            *(() if grad_norm is None else ((self.grad_spikes, grad_norm, GRAD_SPIKE),)),
         ):
             z = detector.update(value)
             if detector.is_spike(z):
-                counts[kind] += 1
-                anomaly(step, kind, value, z)
-        if step % t["eval_interval"] == 0 or step == total_steps:
-            evaluate(step)
-        if on_step is not None:
-            on_step(step)
+                self.counts[kind] += 1
+                self.anomaly(step, kind, value, z)
 
-    peak_bytes, peak_kind = peak_memory(device)
-    tokens_per_s = statistics.median(throughputs) if throughputs else None
-    ranks = par_.rank_fields(par, peak_bytes, tokens_per_s)
-    if not par_.main_rank_model(task, spec, trained, par):
-        return {}  # ranks other than 0 write nothing
-    model = task.model
-    n_params, n_norm_params = model.count_parameters()
-    finite_evals = [e for e in evals if e["val_loss"] is not None and math.isfinite(e["val_loss"])]
-    reached = next(
-        (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
-    )
-    tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
-    final = evals[-1] if status == FINISHED else None
-    quality = task.quality_summary(final, finite_evals)
-    posttrain: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
-    if final is not None:
-        quality.update(task.finish(device))
-        posttrain.update(task.posttrain(device, final))
-    return {
-        "run_id": spec["run_id"],
-        "arm": spec["arm"],
-        "seed": seed,
-        "norm": spec["norm"],
-        "placement": spec["placement"],
-        "precision": run_precision(spec),
-        "status": status,
-        "diverged_at": diverged_at,
-        "steps": steps_done,
-        "tokens": steps_done * tokens_per_step,
-        "n_params": n_params,
-        "n_norm_params": n_norm_params,
-        **quality,
-        "final_train_loss": statistics.fmean(tail) if tail else None,
-        "tokens_per_s": ranks["total_tokens_per_s"] if par.ctx.distributed else tokens_per_s,
-        "peak_memory_bytes": max(ranks["rank_peak_memory_bytes"]),
-        "peak_memory_kind": peak_kind,
-        "saved_activation_bytes": saved_bytes,
-        **posttrain,
-        "target_val_loss": target,
-        "time_to_target_s": reached["elapsed_s"] if reached else None,
-        "tokens_to_target": reached["tokens_seen"] if reached else None,
-        "n_loss_spikes": counts[LOSS_SPIKE],
-        "n_grad_spikes": counts[GRAD_SPIKE],
-        "n_skipped_steps": precision.n_skipped,
-        "n_clipped": counts["clipped"],
-        "wall_s": time.perf_counter() - wall_start,
-        "device": str(device),
-        "torch_version": torch.__version__,
-        "threads": torch.get_num_threads(),
-        "data_fingerprint": task.data_fingerprint,
-        **ranks,
-    }
+    def anomaly(self, step: int, kind: str, value: float, z: float | None) -> None:
+        """Log an ``anomaly`` record."""
+        self.log({"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z})
+
+    def summary(self) -> dict[str, Any]:
+        """The run's summary (summary.json's fields, in order); {} on ranks other than 0.
+        A finished run first gets its testbed's end-of-run fields and post-training numbers."""
+        spec, task, device, par = self.spec, self.task, self.device, self.par
+        peak_bytes, peak_kind = peak_memory(device)
+        tokens_per_s = statistics.median(self.throughputs) if self.throughputs else None
+        ranks = par_.rank_fields(par, peak_bytes, tokens_per_s)
+        if not par_.main_rank_model(task, spec, self.trained, par):
+            return {}  # ranks other than 0 write nothing
+        n_params, n_norm_params = task.model.count_parameters()
+        evals, target = self.evals, self.t["target_val_loss"]
+        finite_evals = [
+            e for e in evals if e["val_loss"] is not None and math.isfinite(e["val_loss"])
+        ]
+        reached = next(
+            (e for e in finite_evals if target is not None and e["val_loss"] <= target), None
+        )
+        losses = self.losses
+        tail = [v for v in losses[-max(1, len(losses) // 10) :] if math.isfinite(v)]
+        final = evals[-1] if self.status == FINISHED else None
+        quality = task.quality_summary(final, finite_evals)
+        posttrain: dict[str, Any] = dict.fromkeys(POSTTRAIN_FIELDS)
+        if final is not None:
+            quality.update(task.finish(device))
+            posttrain.update(task.posttrain(device, final))
+        return {
+            "run_id": spec["run_id"],
+            "arm": spec["arm"],
+            "seed": spec["seed"],
+            "norm": spec["norm"],
+            "placement": spec["placement"],
+            "precision": run_precision(spec),
+            "status": self.status,
+            "diverged_at": self.diverged_at,
+            "steps": self.steps_done,
+            "tokens": self.steps_done * self.tokens_per_step,
+            "n_params": n_params,
+            "n_norm_params": n_norm_params,
+            **quality,
+            "final_train_loss": statistics.fmean(tail) if tail else None,
+            "tokens_per_s": ranks["total_tokens_per_s"] if par.ctx.distributed else tokens_per_s,
+            "peak_memory_bytes": max(ranks["rank_peak_memory_bytes"]),
+            "peak_memory_kind": peak_kind,
+            "saved_activation_bytes": self.saved_bytes,
+            **posttrain,
+            "target_val_loss": target,
+            "time_to_target_s": reached["elapsed_s"] if reached else None,
+            "tokens_to_target": reached["tokens_seen"] if reached else None,
+            "n_loss_spikes": self.counts[LOSS_SPIKE],
+            "n_grad_spikes": self.counts[GRAD_SPIKE],
+            "n_skipped_steps": self.precision.n_skipped,
+            "n_clipped": self.counts["clipped"],
+            "wall_s": time.perf_counter() - self.wall_start,
+            "device": str(device),
+            "torch_version": torch.__version__,
+            "threads": torch.get_num_threads(),
+            "data_fingerprint": task.data_fingerprint,
+            **ranks,
+        }
+
+
+def check_paired_start(model: nn.Module, spec: dict[str, Any]) -> None:
+    """Raise ``RuntimeError`` unless ``model``'s shared parameters hash to the digest the grid
+    checked (``spec["init_digest"]``): every arm of a seed starts from the same values."""
+    digest = combined_digest(shared_parameter_digests(model))
+    if digest != spec["init_digest"]:
+        raise RuntimeError(
+            f"paired init: this worker's shared parameters hash to {digest[:16]}, the grid "
+            f"checked {spec['init_digest'][:16]}"
+        )
