@@ -27,6 +27,7 @@ from normlab.experiment.execution.worker import execute_run
 from normlab.experiment.measure.activations import SavedActivationBytes
 from normlab.experiment.measure.posttrain import POSTTRAIN_FIELDS
 from normlab.experiment.testbeds import gpt as gpt_testbed
+from normlab.experiment.testbeds.gpt import warm_up_gpt
 from normlab.experiment.training import train as train_module
 from normlab.models import GPTConfig, build_gpt
 
@@ -378,7 +379,7 @@ def test_warm_up_runs_the_training_shape_and_leaves_no_gradient() -> None:
         lambda _m, args: shapes.append(tuple(args[0].shape))
     )
     model.train()
-    train_module.warm_up(model, torch.device("cpu"), batch_size=3)
+    warm_up_gpt(model, torch.device("cpu"), batch_size=3)
     assert shapes == [(3, 8, 16)]
     assert all(p.grad is None for p in model.parameters())
     assert model.training

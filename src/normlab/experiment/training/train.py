@@ -31,7 +31,7 @@ from normlab._resources import peak_memory
 from normlab.experiment.measure.activations import SavedActivationBytes
 from normlab.experiment.measure.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.measure.health import norm_health
-from normlab.experiment.testbeds import Testbed, make_testbed, warm_up_gpt
+from normlab.experiment.testbeds import Testbed, make_testbed
 from normlab.experiment.training import parallel as par_
 from normlab.experiment.training.precision import DEFAULT_PRECISION, PrecisionStep, autocast_for
 from normlab.experiment.training.schedule import lr_at, make_optimizer
@@ -73,9 +73,6 @@ def _group_grad_norms(model: nn.Module, groups: dict[str, list[str]]) -> dict[st
                 torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])
             ).item()
     return norms
-
-
-warm_up = warm_up_gpt  # the GPT's warm-up, under its earlier name
 
 
 def _warm_up_counting_saved_bytes(task: Testbed, device: torch.device) -> int | None:
