@@ -51,7 +51,7 @@ from normlab._io import write_text_atomic
 from normlab.analysis import analyze, load_compare_folder, seeds_needed
 from normlab.analysis.comparison import compare_paired
 from normlab.analysis.wording import Smallest, judge
-from normlab.experiment.rounds import DEFAULT_MAX_SEEDS
+from normlab.experiment.execution.rounds import DEFAULT_MAX_SEEDS
 from normlab.run_format import EXPERIMENT_FILE, RUNS_DIR, SUMMARY_FILE
 
 ROOT = Path(__file__).resolve().parent.parent
