@@ -39,7 +39,7 @@ def test_a_worker_whose_parent_is_already_gone_exits_before_importing_anything(
     tmp_path: Path,
 ) -> None:
     # the pid passed is not the parent's: as if the parent died before the worker's first line
-    script = SRC / "normlab" / "experiment" / "bootstrap.py"
+    script = SRC / "normlab" / "experiment" / "execution" / "bootstrap.py"
     result = subprocess.run(
         [sys.executable, str(script), str(os.getpid() + 1_000_000), str(tmp_path), "1"],
         capture_output=True,
