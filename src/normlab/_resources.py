@@ -9,8 +9,14 @@ disk) minutes later.
 from __future__ import annotations
 
 import os
+import platform
+import resource
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def available_memory() -> int:
@@ -67,3 +73,34 @@ def check_fits(needed: float, available: int, what: str, where: str, hint: str) 
 def check_fits_memory(needed: float, what: str, hint: str) -> None:
     """:func:`check_fits` against :func:`available_memory`."""
     check_fits(needed, available_memory(), what, "in memory", hint)
+
+
+def peak_rss_bytes() -> int:
+    """This process's own peak resident set size, in bytes.
+
+    Linux: ``VmHWM`` from ``/proc/self/status`` (kB × 1024), the high-water mark of this
+    process's own address space. ``getrusage``'s ``ru_maxrss`` is not used there: the kernel
+    carries it over fork and exec, so a worker spawned by a grid process that once held more
+    memory would report the parent's peak instead of its own. Elsewhere: ``ru_maxrss`` (bytes on
+    macOS, kB on the other systems).
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if platform.system() == "Darwin" else rss * 1024)
+
+
+def peak_memory(device: torch.device) -> tuple[int, str]:
+    """This process's peak memory on ``device`` and what was measured: CUDA's max allocated
+    bytes (``"cuda_max_allocated"``) on a GPU, else the peak resident set
+    (:func:`peak_rss_bytes`, ``"max_rss"``)."""
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.max_memory_allocated(device)), "cuda_max_allocated"
+    return peak_rss_bytes(), "max_rss"

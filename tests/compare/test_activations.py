@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import normlab.functional as NF
-from normlab.experiment.activations import SavedActivationBytes
+from normlab.experiment.measure.activations import SavedActivationBytes
 from normlab.kernels import backends_for
 
 CPU_BACKENDS = backends_for("cpu")

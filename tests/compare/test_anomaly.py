@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from normlab.experiment.anomaly import (
+from normlab.experiment.measure.anomaly import (
     SpikeDetector,
     SpikeRule,
     find_spikes,

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 from normlab.cli import app
 from normlab.data import load_tokens, window_bytes
 from normlab.data.batches import validation_windows
-from normlab.experiment import ConfigError, validate_config
-from normlab.experiment.testbeds_lm import LMTestbed, lm_source
+from normlab.experiment.config import ConfigError, validate_config
+from normlab.experiment.testbeds.lm import LMTestbed, lm_source
 from normlab.run_format import testbed_format as format_of
 
 pytest.importorskip("transformers")
@@ -231,8 +231,8 @@ def test_a_tokenizer_file_is_recorded_and_guarded(tmp_path: Path, corpus: Path) 
     from rich.console import Console
 
     from normlab.data import corpus_bpe, load_tokenizer
-    from normlab.experiment.grid import plan_runs
-    from normlab.experiment.runner import finished_runs
+    from normlab.experiment.execution.executors import finished_runs
+    from normlab.experiment.execution.grid import plan_runs
 
     def planned(tokenizer: Path, data: str = "data") -> list[dict[str, Any]]:
         cfg = validate_config(
@@ -408,7 +408,7 @@ def test_audit_model_of_an_hf_source() -> None:
 
 
 def test_hf_llama_example_is_valid() -> None:
-    from normlab.experiment import load_config_file
+    from normlab.experiment.config import load_config_file
 
     path = Path(__file__).resolve().parents[2] / "examples" / "hf_llama.yaml"
     cfg = validate_config(load_config_file(path))

@@ -20,9 +20,11 @@ from normlab.analysis import load_compare_folder
 from normlab.cli import app
 from normlab.cli.compare_cmd import build_config_dict
 from normlab.data import prepare_tokens
-from normlab.experiment import check_only_factors_differ, plan_runs, validate_config
-from normlab.experiment.environment import environment
-from normlab.experiment.runner import EXPERIMENT_FILE, experiment_record
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.environment import environment
+from normlab.experiment.execution.grid import check_only_factors_differ, plan_runs
+from normlab.experiment.execution.runner import experiment_record
+from normlab.run_format import EXPERIMENT_FILE
 
 TINY = {
     "device": "cpu",

@@ -10,7 +10,8 @@ import torch
 
 from normlab.audit import audit_model
 from normlab.data import prepare_shapes
-from normlab.experiment import plan_runs, validate_config
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.grid import plan_runs
 from normlab.models import DiTConfig, build_dit, check_paired, dit_norm_kinds
 from normlab.models.dit import COND_PREFIX
 from normlab.models.norms import (

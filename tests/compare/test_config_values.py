@@ -10,8 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.experiment import ConfigError, load_config_file, validate_config
-from normlab.experiment.config import load_yaml
+from normlab.experiment.config import ConfigError, load_config_file, load_yaml, validate_config
 
 
 @pytest.mark.parametrize(
@@ -152,7 +151,7 @@ def test_run_json_names_settings_as_the_yaml_config(testbed: str) -> None:
     under the same section; only the run's identity, its counts and the data's record
     (source, fingerprint, …) are not settings."""
     from normlab.cli.compare_cmd import config_field
-    from normlab.experiment.grid import flatten, shared_settings
+    from normlab.experiment.execution.grid import flatten, shared_settings
 
     cfg = validate_config({"testbed": testbed})
     data_info = {

@@ -285,7 +285,7 @@ def test_bits_per_byte_equals_a_direct_computation(
     assert tally.bpb == pytest.approx(nats.sum().item() / n_bytes / math.log(2), rel=1e-6)
     assert tally.loss == pytest.approx(nats.mean().item(), rel=1e-6)
     if tok is None:  # bytes: exactly today's (mean nats) / ln 2
-        from normlab.experiment.evaluate import bits_per_byte as old_bpb
+        from normlab.experiment.measure.evaluate import bits_per_byte as old_bpb
 
         assert tally.bpb == old_bpb(tally.total_nats / tally.n_tokens)
     offsets = validation_offsets(data.val.shape[0], context, n_windows)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import normlab
 from normlab.audit import audit_model
 from normlab.cli import app
-from normlab.experiment import ConfigError, validate_config
+from normlab.experiment.config import ConfigError, validate_config
 from normlab.models import (
     DiT,
     DiTConfig,

@@ -17,9 +17,9 @@ import normlab
 from normlab._io import read_jsonl, write_json_atomic
 from normlab.analysis.health import health_flags, health_matrix, health_value
 from normlab.data import prepare_tokens
-from normlab.experiment import plan_runs, validate_config
-from normlab.experiment import train as train_module
-from normlab.experiment.health import (
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.grid import plan_runs
+from normlab.experiment.measure.health import (
     NormFormula,
     formula_of,
     layer_health,
@@ -27,6 +27,7 @@ from normlab.experiment.health import (
     norm_layers,
     normalized,
 )
+from normlab.experiment.training import train as train_module
 from normlab.run_format import HEALTH_RECORD, HEALTH_STATS
 
 

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from normlab.data import TrainBatches
-from normlab.experiment import check_only_factors_differ, plan_runs, validate_config
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.grid import check_only_factors_differ, plan_runs
 from normlab.models import (
     GPT,
     GPTConfig,

@@ -16,8 +16,8 @@ import torch
 from scipy import stats
 from torch import nn
 
-from normlab.experiment import posttrain as PT
-from normlab.experiment.evaluate import bits_per_byte, validation_loss
+from normlab.experiment.measure import posttrain as PT
+from normlab.experiment.measure.evaluate import bits_per_byte, validation_loss
 from normlab.models import GPTConfig, build_gpt
 from normlab.report import build_report
 

@@ -16,11 +16,11 @@ from normlab._io import read_jsonl, write_json_atomic
 from normlab.cli import app
 from normlab.cli.compare_cmd import EXIT_BAD_CONFIG
 from normlab.data import prepare_tokens
-from normlab.experiment import grid as grid_module
-from normlab.experiment import plan_runs, validate_config
-from normlab.experiment import train as train_module
-from normlab.experiment.config import ConfigError
-from normlab.experiment.precision import PrecisionStep, autocast_for, check_precision
+from normlab.experiment.config import ConfigError, validate_config
+from normlab.experiment.execution import grid as grid_module
+from normlab.experiment.execution.grid import plan_runs
+from normlab.experiment.training import train as train_module
+from normlab.experiment.training.precision import PrecisionStep, autocast_for, check_precision
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +210,7 @@ def test_fp16_with_the_default_scale_skips_nothing_on_a_small_model() -> None:
 
 
 def test_fp8_rounding_keeps_three_mantissa_bits_per_row_scale() -> None:
-    from normlab.experiment.posttrain import FP8_MAX, fp8_quantize
+    from normlab.experiment.measure.posttrain import FP8_MAX, fp8_quantize
 
     torch.manual_seed(0)
     v = torch.randn(3, 64)
@@ -229,7 +229,7 @@ def test_fp8_rounding_keeps_three_mantissa_bits_per_row_scale() -> None:
 
 
 def test_simulated_fp8_linear_is_close_to_float32_but_not_equal() -> None:
-    from normlab.experiment.posttrain import SimulatedFp8Linear, fp8_copy
+    from normlab.experiment.measure.posttrain import SimulatedFp8Linear, fp8_copy
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
@@ -244,7 +244,7 @@ def test_simulated_fp8_linear_is_close_to_float32_but_not_equal() -> None:
 
 
 def test_the_posttrain_summary_has_an_fp8_delta(corpus: Path, tmp_path: Path) -> None:
-    from normlab.experiment import posttrain as PT
+    from normlab.experiment.measure import posttrain as PT
 
     _, summary, _ = _train(corpus, tmp_path, "rmsnorm-pre")
     assert summary["ptq_fp8_method"] == "simulated"
@@ -261,10 +261,10 @@ def test_the_posttrain_summary_has_an_fp8_delta(corpus: Path, tmp_path: Path) ->
 def _compare_in_process(cfg: Any, out: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     """What ``run_experiment`` writes, with every run trained in this process and the
     post-training step left out (the grid's worker processes cost seconds each)."""
-    from normlab.experiment.environment import environment
-    from normlab.experiment.posttrain import POSTTRAIN_FIELDS
-    from normlab.experiment.runner import experiment_record
-    from normlab.experiment.testbeds import GPTTestbed
+    from normlab.experiment.execution.environment import environment
+    from normlab.experiment.execution.runner import experiment_record
+    from normlab.experiment.measure.posttrain import POSTTRAIN_FIELDS
+    from normlab.experiment.testbeds.gpt import GPTTestbed
 
     monkeypatch.setattr(GPTTestbed, "posttrain", lambda *a: dict.fromkeys(POSTTRAIN_FIELDS))
     info = prepare_tokens(out / "data", cfg.data.path)
@@ -351,7 +351,7 @@ def test_fp8_falls_back_to_the_simulation_where_torchao_fp8_cannot_run(
 ) -> None:
     """Told the device has FP8 matmuls, the CPU still cannot run torchao's FP8 (it refuses below
     compute capability 8.9): the delta comes from the simulation, labelled so."""
-    from normlab.experiment import posttrain as PT
+    from normlab.experiment.measure import posttrain as PT
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))

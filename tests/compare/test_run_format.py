@@ -19,7 +19,9 @@ import normlab.analysis
 import normlab.report
 import normlab.run_format as RF
 from normlab.data import cache, shapes
-from normlab.experiment import grid, testbeds, validate_config
+from normlab.experiment import testbeds
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution import grid
 from normlab.report.runs_csv import DIT_RUN_COLUMNS, RUN_COLUMNS
 
 PACKAGE = Path(normlab.__file__).resolve().parent
@@ -113,11 +115,13 @@ def test_the_experiment_does_not_import_analysis_or_report() -> None:
 
 
 def test_the_run_format_imports_nothing_else_of_normlab() -> None:
+    """Only the folder's reader and writer uses something else: the atomic writes."""
     modules = _modules("normlab.run_format")
     assert set(modules) >= {
         "normlab.run_format",
         "normlab.run_format.files",
         "normlab.run_format.fields",
+        "normlab.run_format.folder",
         "normlab.run_format.testbeds",
     }
     outside = sorted(
@@ -126,7 +130,31 @@ def test_the_run_format_imports_nothing_else_of_normlab() -> None:
         for name in names
         if _inside(name, "normlab") and not _inside(name, "normlab.run_format")
     )
-    assert outside == []
+    allowed = ("normlab.run_format.folder imports normlab._io",)
+    assert [line for line in outside if not line.startswith(allowed)] == []
+
+
+def test_one_module_names_the_files_of_a_run_folder() -> None:
+    """Outside the run format, no module spells a run folder's file names: every one reads and
+    writes them through :mod:`normlab.run_format.folder`."""
+    names = (
+        "RUN_FILE",
+        "SUMMARY_FILE",
+        "METRICS_FILE",
+        "SAMPLES_FILE",
+        "REFERENCE_FILE",
+        "SEQUENTIAL_FILE",
+        "COMMAND_FILE",
+    )
+    src = Path(__file__).resolve().parents[2] / "src" / "normlab"
+    found = sorted(
+        f"{path.relative_to(src)} uses {name}"
+        for path in src.rglob("*.py")
+        if "run_format" not in path.relative_to(src).parts
+        for name in names
+        if re.search(rf"\b{name}\b", path.read_text(encoding="utf-8"))
+    )
+    assert found == []
 
 
 # ---- one definition ----------------------------------------------------------------------------
@@ -183,7 +211,6 @@ def test_copies_elsewhere_agree_with_the_run_format() -> None:
     agree with it."""
     for name, testbed in RF.TESTBED_FORMATS.items():
         assert testbeds.QUALITY_FIELDS[name] == testbed.validation_fields
-    assert (testbeds.SAMPLES_FILE, testbeds.REFERENCE_FILE) == (RF.SAMPLES_FILE, RF.REFERENCE_FILE)
     assert (cache.INFO_FILE, cache.TOKENS_FILE) == (RF.DATA_INFO_FILE, RF.TOKENS_FILE)
     assert shapes._INFO_FILE == RF.DATA_INFO_FILE
     assert grid.run_id("rmsnorm-pre", 3) == RF.run_id("rmsnorm-pre", 3) == "rmsnorm-pre__s3"

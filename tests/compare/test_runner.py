@@ -16,20 +16,19 @@ import torch
 
 import normlab.functional as NF
 from normlab._io import read_jsonl, write_json_atomic
+from normlab._resources import peak_rss_bytes
 from normlab.data import prepare_tokens
-from normlab.experiment import (
-    FolderLockedError,
-    OutputLock,
-    execute_run,
-    plan_runs,
-    run_experiment,
-    validate_config,
-)
-from normlab.experiment import testbeds as testbeds_module
-from normlab.experiment import train as train_module
-from normlab.experiment.activations import SavedActivationBytes
-from normlab.experiment.posttrain import POSTTRAIN_FIELDS
-from normlab.experiment.runner import WORKER_ENV, is_done, worker_environment
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.executors import WORKER_ENV, is_done, worker_environment
+from normlab.experiment.execution.grid import plan_runs
+from normlab.experiment.execution.lock import FolderLockedError, OutputLock
+from normlab.experiment.execution.runner import run_experiment
+from normlab.experiment.execution.worker import execute_run
+from normlab.experiment.measure.activations import SavedActivationBytes
+from normlab.experiment.measure.posttrain import POSTTRAIN_FIELDS
+from normlab.experiment.testbeds import gpt as gpt_testbed
+from normlab.experiment.testbeds.gpt import warm_up_gpt
+from normlab.experiment.training import train as train_module
 from normlab.models import GPTConfig, build_gpt
 
 FAULTY_NORMS = '''
@@ -261,7 +260,7 @@ def test_the_lock_is_held_across_processes_and_dies_with_its_holder(tmp_path: Pa
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from normlab.experiment.lock import OutputLock\n"
+            "from normlab.experiment.execution.lock import OutputLock\n"
             "lock = OutputLock(sys.argv[1]).acquire()\n"
             "print('held', flush=True)\n"
             "time.sleep(120)\n",
@@ -380,7 +379,7 @@ def test_warm_up_runs_the_training_shape_and_leaves_no_gradient() -> None:
         lambda _m, args: shapes.append(tuple(args[0].shape))
     )
     model.train()
-    train_module.warm_up(model, torch.device("cpu"), batch_size=3)
+    warm_up_gpt(model, torch.device("cpu"), batch_size=3)
     assert shapes == [(3, 8, 16)]
     assert all(p.grad is None for p in model.parameters())
     assert model.training
@@ -396,13 +395,13 @@ def test_evaluation_runs_on_the_run_device_with_its_index(
     run_dir = tmp_path / "runs" / spec["run_id"]
     write_json_atomic(run_dir / "run.json", spec)
     seen: list[object] = []
-    real = testbeds_module.validation_loss
+    real = gpt_testbed.validation_loss
 
     def recording(model: Any, windows: torch.Tensor, batch_size: int, device: str) -> float:
         seen.append(device)
         return real(model, windows, batch_size, device)
 
-    monkeypatch.setattr(testbeds_module, "validation_loss", recording)
+    monkeypatch.setattr(gpt_testbed, "validation_loss", recording)
     summary = train_module.train_run(spec, run_dir)
     assert summary["status"] == "finished"
     assert seen and set(seen) == {"cpu:0"}
@@ -431,7 +430,7 @@ def test_cpu_peak_memory_is_the_workers_own_not_the_grid_processs(
 def test_peak_rss_bytes_is_at_least_the_current_rss() -> None:
     with open("/proc/self/statm") as f:
         rss = int(f.read().split()[1]) * resource.getpagesize()
-    assert train_module.peak_rss_bytes() >= rss * 0.9
+    assert peak_rss_bytes() >= rss * 0.9
 
 
 @pytest.mark.parametrize("kind", ["cuda", "mps", "xpu"])

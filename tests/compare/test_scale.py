@@ -185,7 +185,7 @@ def _ray_task_of(out: Path) -> int | None:
             stat = (proc / "stat").read_text()
         except OSError:
             continue
-        if b"normlab.experiment.rank_entry" not in argv:
+        if b"normlab.experiment.execution.rank_entry" not in argv:
             continue
         run_dir = Path(argv[-2].decode() if argv[-1] == b"" else argv[-1].decode())
         if run_dir.parent.parent != out or not (run_dir / "metrics.jsonl").exists():
@@ -316,7 +316,7 @@ def test_dit_uneven_shards_reproduce_one_process(tmp_path: Path) -> None:
 def test_step_timer_on_the_cpu_is_the_host_clock() -> None:
     import torch
 
-    from normlab.experiment.step_timer import StepTimer
+    from normlab.experiment.training.step_timer import StepTimer
 
     timer = StepTimer(torch.device("cpu"))
     timer.start()

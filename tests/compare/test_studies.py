@@ -11,8 +11,7 @@ from types import ModuleType
 import pytest
 import torch
 
-from normlab.experiment import validate_config
-from normlab.experiment.config import load_config_file
+from normlab.experiment.config import load_config_file, validate_config
 from normlab.layers import RMSNorm
 from normlab.models import GPT, GPTConfig
 from normlab.registry import make_norm

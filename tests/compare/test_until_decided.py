@@ -23,9 +23,9 @@ from normlab.analysis.rounds import SequentialTracker, paired_differences, read_
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_schedule
 from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
-from normlab.experiment import validate_config
-from normlab.experiment.rounds import round_seconds, run_until_decided
-from normlab.experiment.runner import paired_description
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.rounds import round_seconds, run_until_decided
+from normlab.experiment.execution.runner import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
@@ -262,7 +262,7 @@ def test_the_report_follows_the_sequential_decision(tmp_path: Path) -> None:
 
 
 def test_compare_ends_with_the_answer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import normlab.experiment.runner as runner
+    import normlab.experiment.execution.runner as runner
 
     def fake(cfg: Any, out: Path, console: Any = None, show_progress: bool = True,
              after_training: Any = None,
@@ -323,7 +323,7 @@ def test_until_decided_trains_every_round_with_the_chosen_executor(
 ) -> None:
     """``--executor ray --until-decided``: each round goes to the grid executor the command
     made (here a recording stand-in for Ray that trains locally), not to a local one."""
-    import normlab.experiment.executors as executors
+    import normlab.experiment.execution.executors as executors
 
     rounds: list[list[str]] = []
 

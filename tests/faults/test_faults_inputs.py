@@ -267,7 +267,7 @@ def test_report_md_escapes_text_from_the_runs(finished: Path, tmp_path: Path) ->
 
 
 def test_the_report_takes_the_lock(finished: Path, tmp_path: Path) -> None:
-    from normlab.experiment.lock import OutputLock
+    from normlab.experiment.execution.lock import OutputLock
 
     out, _ = _copy(finished, tmp_path)
     with OutputLock(out):

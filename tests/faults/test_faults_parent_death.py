@@ -23,8 +23,8 @@ from faultlib import (
     write_config,
 )
 
-from normlab.experiment import bootstrap
-from normlab.experiment.lock import OutputLock, is_locked
+from normlab.experiment.execution import bootstrap
+from normlab.experiment.execution.lock import OutputLock, is_locked
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux /proc")
 
@@ -39,7 +39,7 @@ def test_a_worker_whose_parent_is_already_gone_exits_before_importing_anything(
     tmp_path: Path,
 ) -> None:
     # the pid passed is not the parent's: as if the parent died before the worker's first line
-    script = SRC / "normlab" / "experiment" / "bootstrap.py"
+    script = SRC / "normlab" / "experiment" / "execution" / "bootstrap.py"
     result = subprocess.run(
         [sys.executable, str(script), str(os.getpid() + 1_000_000), str(tmp_path), "1"],
         capture_output=True,

@@ -18,11 +18,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from normlab.analysis.runs import CompareFolder
-from normlab.run_format import MetricSpec
+from normlab.run_format import FACTORS, MetricSpec
 
 __all__ = ["FACTORS", "PREFERRED_BASELINE", "arm_levels", "comparison_families", "varied_factors"]
 
-FACTORS: tuple[str, ...] = ("norm", "placement", "precision")
 """The factors of an arm, in the order arm names give them."""
 FACTOR_DEFAULTS: dict[str, str] = {"precision": "fp32"}
 """The level of a factor a run records nothing for (runs from before that factor existed)."""

@@ -11,12 +11,11 @@ open arms close ``inconclusive``), or when the time budget would be exceeded by 
 round (the open arms stay ``open``; running the same command again continues).
 
 :class:`SequentialTracker` records every look (seeds, boundaries, decision per arm) as the
-JSON of :data:`normlab.run_format.SEQUENTIAL_FILE`; :func:`read_state` reads it back.
+JSON of ``sequential.json`` (:mod:`normlab.run_format.folder`); :func:`read_state` reads it back.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import replace
@@ -26,7 +25,8 @@ from typing import Any
 from normlab.analysis.comparison import PairedComparison
 from normlab.analysis.sequential import Decision, SequentialPlan, decide
 from normlab.analysis.wording import BETTER_WORSE, DECIDED
-from normlab.run_format import FINISHED, SEQUENTIAL_FILE
+from normlab.run_format import FINISHED
+from normlab.run_format import folder as run_folder
 
 __all__ = [
     "CITATION",
@@ -166,7 +166,7 @@ class SequentialTracker:
         return {arm: self.final[arm].verdict if arm in self.final else "open" for arm in self.arms}
 
     def to_dict(self) -> dict[str, Any]:
-        """The JSON of :data:`SEQUENTIAL_FILE`."""
+        """The JSON of ``sequential.json``."""
         return {
             "procedure": PROCEDURE,
             "citation": CITATION,
@@ -192,13 +192,9 @@ class SequentialTracker:
 
 
 def read_state(out: Path | str) -> dict[str, Any] | None:
-    """The sequential state of the compare folder ``out`` (:data:`SEQUENTIAL_FILE`), or None
+    """The sequential state of the compare folder ``out`` (``sequential.json``), or None
     when it has none (a compare without ``--until-decided``) or an unreadable one."""
-    try:
-        state = json.loads((Path(out) / SEQUENTIAL_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return state if isinstance(state, dict) else None
+    return run_folder.read_sequential(out)
 
 
 def sequential_comparison(c: PairedComparison, decision: Mapping[str, Any]) -> PairedComparison:

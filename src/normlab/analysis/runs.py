@@ -24,17 +24,12 @@ from normlab.run_format import (
     DEFAULT_TESTBED,
     DONE_STATUSES,
     EXPERIMENT_FILE,
-    METRICS_FILE,
-    REFERENCE_FILE,
-    RUN_FILE,
     RUN_STATUSES,
-    RUNS_DIR,
-    SAMPLES_FILE,
-    SUMMARY_FILE,
     TESTBED_FORMATS,
     UNFINISHED,
     parse_run_id,
 )
+from normlab.run_format import folder as run_folder
 
 __all__ = [
     "DONE_STATUSES",
@@ -76,19 +71,19 @@ class RunResult:
     @property
     def metrics_path(self) -> Path:
         """The run's ``metrics.jsonl`` (it may not exist)."""
-        return self.path / METRICS_FILE
+        return run_folder.metrics_path(self.path)
 
     @property
     def samples_path(self) -> Path:
         """The run's ``samples.npy``: the first generated images of a finished DiT run (it may
         not exist)."""
-        return self.path / SAMPLES_FILE
+        return run_folder.samples_path(self.path)
 
     @property
     def reference_path(self) -> Path:
         """The run's ``reference.npy``: validation images with the labels of its samples (it
         may not exist)."""
-        return self.path / REFERENCE_FILE
+        return run_folder.reference_path(self.path)
 
     def value(self, metric: str) -> float | None:
         """``summary[metric]`` as a finite float, or None when absent, null or non-numeric."""
@@ -181,15 +176,17 @@ def _listed_runs(experiment: dict[str, Any], where: Path) -> set[str] | None:
 
 def _looks_like_run(run_dir: Path) -> bool:
     """A run folder has a run.json or summary.json, or at least a '<arm>__s<seed>' name."""
-    has_file = (run_dir / RUN_FILE).is_file() or (run_dir / SUMMARY_FILE).is_file()
+    has_file = run_folder.has_run_config(run_dir) or run_folder.has_summary(run_dir)
     return has_file or parse_run_id(run_dir.name) is not None
 
 
 def _load_run(run_dir: Path) -> RunResult:
-    config_path = run_dir / RUN_FILE
-    config = _read_json_object(config_path) if config_path.is_file() else {}
-    summary_path = run_dir / SUMMARY_FILE
-    summary = _read_json_object(summary_path) if summary_path.is_file() else {}
+    try:
+        config = run_folder.read_run_config(run_dir) if run_folder.has_run_config(run_dir) else {}
+        summary = run_folder.load_summary(run_dir) or {}
+    except ValueError as err:
+        raise CompareFolderError(str(err)) from err
+    summary_path = run_folder.summary_path(run_dir)
     named = parse_run_id(run_dir.name)
     arm = summary.get("arm", config.get("arm", named[0] if named else None))
     seed = summary.get("seed", config.get("seed", named[1] if named else None))
@@ -247,8 +244,7 @@ def load_compare_folder(out_dir: Path | str) -> CompareFolder:
         data = _read_json_object(data_path)
     else:
         data = dict(experiment.get("data") or {})
-    runs_dir = path / RUNS_DIR
-    run_dirs = sorted(p for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() else []
+    run_dirs = run_folder.run_folders(path)
     listed = _listed_runs(experiment, exp_path)
     ignored = tuple(d.name for d in run_dirs if listed is not None and d.name not in listed)
     runs = [_load_run(d) for d in run_dirs if d.name not in ignored and _looks_like_run(d)]

@@ -103,11 +103,6 @@ def rounding(dtype: torch.dtype) -> float:
     return float(torch.finfo(dtype).eps)
 
 
-def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The precision statistics are kept in for input of ``dtype``: float64 or float32."""
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def accumulation_error(dtype: torch.dtype, d: int) -> float:
     """Relative error allowed for a statistic of D values: 4·eps32·sqrt(D), whatever the dtype
     (the contract asks for float32 statistics at least; Hugging Face's T5LayerNorm keeps them in

@@ -1,6 +1,6 @@
 """The exact command that would settle an open comparison, and the closing terminal lines.
 
-``normlab compare`` records the flags it was given in ``OUT/``:data:`COMMAND_FILE`; the settling
+``normlab compare`` records the flags it was given in ``OUT/command.json``; the settling
 command is that same command with the same ``--out`` (so every finished run is reused):
 
 - after a fixed number of seeds: ``--seeds`` removed and ``--until-decided`` added (its look
@@ -19,7 +19,6 @@ command is that same command with the same ``--out`` (so every finished run is r
 
 from __future__ import annotations
 
-import json
 import math
 import shlex
 from collections.abc import Mapping, Sequence
@@ -29,12 +28,11 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
-from normlab._io import write_json_atomic
 from normlab.analysis.answer import answer_lines
 from normlab.analysis.rounds import read_state
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
-from normlab.experiment.rounds import DEFAULT_MAX_TIME_S, round_seconds
-from normlab.run_format import ANALYSIS_FILE, COMMAND_FILE, RUNS_DIR, SUMMARY_FILE
+from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S, round_seconds
+from normlab.run_format import folder as run_folder
 
 __all__ = [
     "compare_args",
@@ -128,8 +126,8 @@ def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float 
     analysis ``a``: the largest upper end of an undecided arm's seeds-needed forecast
     (``seeds_needed_high``; its plug-in ``seeds_needed`` where the upper end lies beyond what a
     forecast looks at, or in an analysis written without it), and the time its new runs would
-    take (:func:`normlab.experiment.rounds.round_seconds` from the folder's runs, rounded up to
-    a minute), or (None, None) without an estimate."""
+    take (:func:`normlab.experiment.execution.rounds.round_seconds` from the folder's runs,
+    rounded up to a minute), or (None, None) without an estimate."""
     needs = [
         v.get("seeds_needed_high") or v["seeds_needed"]
         for v in a.get("verdicts", {}).values()
@@ -165,26 +163,25 @@ def _minutes(seconds: float) -> float | None:
 
 def _summaries(out: Path | str) -> dict[str, dict[str, Any]]:
     summaries = {}
-    for path in (Path(out) / RUNS_DIR).glob(f"*/{SUMMARY_FILE}"):
-        try:
-            summaries[path.parent.name] = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
+    for run in run_folder.run_folders(out):
+        summary = run_folder.read_summary(run)
+        if summary is not None:
+            summaries[run.name] = summary
     return summaries
 
 
 def write_command(out: Path, args: Sequence[str]) -> None:
-    """Record the flags of this compare in ``out/``:data:`COMMAND_FILE`."""
-    write_json_atomic(Path(out) / COMMAND_FILE, {"args": list(args)})
+    """Record the flags of this compare in ``out/command.json``."""
+    run_folder.write_command(out, args)
 
 
 def read_command(out: Path) -> list[str] | None:
     """The flags recorded by :func:`write_command`, or None."""
     try:
-        data = json.loads((Path(out) / COMMAND_FILE).read_text(encoding="utf-8"))
+        data = run_folder.read_command(out)
     except (OSError, ValueError):
         return None
-    args = data.get("args") if isinstance(data, dict) else None
+    args = data.get("args")
     return [str(a) for a in args] if isinstance(args, list) else None
 
 
@@ -193,7 +190,7 @@ def print_answer(console: Console, out: Path, args: Sequence[str] | None = None)
     sequential state; ``args`` are the compare's flags (default: those recorded in the folder).
     Returns False, printing nothing, when the folder has no analysis."""
     try:
-        a = json.loads((Path(out) / ANALYSIS_FILE).read_text(encoding="utf-8"))
+        a = run_folder.read_analysis(out)
     except (OSError, ValueError):
         return False
     state = read_state(out)

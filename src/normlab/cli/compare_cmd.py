@@ -25,15 +25,13 @@ from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.cli.errors import fail
 from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
-from normlab.experiment.rounds import DEFAULT_MAX_TIME_S
+from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
-    RUNS_DIR,
-    SEQUENTIAL_FILE,
-    SUMMARY_FILE,
 )
+from normlab.run_format import folder as run_folder
 
 DEFAULT_OUT = Path("normlab-out/compare")
 EXIT_REFUSED = 1
@@ -323,9 +321,9 @@ def _train(
         print_error,
         signals_as_interrupt,
     )
-    from normlab.experiment.executors import make_executor
-    from normlab.experiment.lock import FolderLockedError
-    from normlab.experiment.runner import GridStopped, run_experiment
+    from normlab.experiment.execution.executors import GridStopped, make_executor
+    from normlab.experiment.execution.lock import FolderLockedError
+    from normlab.experiment.execution.runner import run_experiment
 
     try:
         grid_executor = make_executor(cfg.scale)
@@ -365,7 +363,7 @@ def _check_results(
         raise fail(
             "compare",
             f"no run finished or diverged; each run's error is in "
-            f"{out / RUNS_DIR}/<run>/{SUMMARY_FILE}",
+            f"{run_folder.summary_path(run_folder.runs_path(out) / '<run>')}",
             EXIT_NO_RESULT,
         )
 
@@ -380,8 +378,8 @@ def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def _build_report_step(console: Console) -> Callable[[Path, dict[str, dict[str, Any]]], None]:
-    """The step :func:`normlab.experiment.runner.run_experiment` runs on the trained folder,
-    still locked: build the report (:func:`build_report_if_available`) when at least one run
+    """The step :func:`normlab.experiment.execution.runner.run_experiment` runs on the trained
+    folder, still locked: build the report (:func:`build_report_if_available`) when at least one run
     finished or diverged, else say why there is none."""
 
     def build(out: Path, summaries: dict[str, dict[str, Any]]) -> None:
@@ -433,7 +431,7 @@ def _record_command_step(
     def step(out: Path, summaries: dict[str, dict[str, Any]]) -> None:
         write_command(out, args)
         if not sequential:
-            (Path(out) / SEQUENTIAL_FILE).unlink(missing_ok=True)
+            run_folder.clear_sequential(out)
         if after is not None:
             after(out, summaries)
 
@@ -449,15 +447,16 @@ def _run_rounds(
     max_time: float,
     executor: Any = None,
 ) -> dict[str, dict[str, Any]]:
-    """``--until-decided``: the rounds of :func:`normlab.experiment.rounds.run_until_decided`,
+    """``--until-decided``: the rounds of
+    :func:`normlab.experiment.execution.rounds.run_until_decided`,
     looked at by :class:`normlab.analysis.rounds.SequentialTracker` on the quality metric, each
     round trained by ``executor`` (the local one by default, or ``--executor ray``)."""
     from functools import partial
 
     from normlab.analysis.rounds import SequentialTracker
     from normlab.analysis.sequential import look_schedule, plan_for
-    from normlab.experiment import runner
-    from normlab.experiment.rounds import run_until_decided
+    from normlab.experiment.execution import runner
+    from normlab.experiment.execution.rounds import run_until_decided
     from normlab.run_format import testbed_format
 
     if not max_time > 0:
@@ -520,8 +519,8 @@ def plan_commands(out: Path, run_ids: list[str]) -> list[str]:
 def _plan(cfg: Any, out: Path) -> None:
     """``--plan``: prepare ``out`` and print the runs' commands, one a line, on stdout (all
     else goes to stderr, so the output can be piped to a scheduler)."""
-    from normlab.experiment.lock import FolderLockedError
-    from normlab.experiment.runner import plan_experiment
+    from normlab.experiment.execution.lock import FolderLockedError
+    from normlab.experiment.execution.runner import plan_experiment
 
     console = Console(stderr=True)
     try:
@@ -540,8 +539,8 @@ def _run_one(
     run_id: str, out: Path, config: Path | None, given: dict[str, Any], plan: bool
 ) -> None:
     """``--run RUN_ID``: train that planned run of ``out`` (its run.json says how)."""
-    from normlab.experiment.lock import FolderLockedError
-    from normlab.experiment.runner import run_planned
+    from normlab.experiment.execution.lock import FolderLockedError
+    from normlab.experiment.execution.runner import run_planned
 
     console = Console()
     others = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]

@@ -41,7 +41,7 @@ def report(
 ) -> None:
     """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
     from normlab.cli.errors import check_utf8_path, describe_error, print_error
-    from normlab.experiment.lock import FolderLockedError, OutputLock
+    from normlab.experiment.execution.lock import FolderLockedError, OutputLock
     from normlab.report import build_report  # matplotlib is imported only when needed
 
     def fail(message: str, code: int) -> typer.Exit:

@@ -30,6 +30,7 @@ import torch
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab._resources import peak_memory
 from normlab.data.batches import TrainBatches
 from normlab.distributed.batch import loss_weight, shard_bounds
 from normlab.distributed.launcher import parallel_mode
@@ -53,20 +54,9 @@ class InjectedFailure(RuntimeError):
 
 
 def peak_memory_bytes(device: torch.device) -> int:
-    """Peak memory of this rank: CUDA's max allocated bytes on a GPU, else the process's peak
-    resident set (``VmHWM``, kB × 1024; ``ru_maxrss`` where /proc is missing)."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    try:
-        with open("/proc/self/status", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    import resource
-
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+    """Peak memory of this rank (:func:`normlab._resources.peak_memory`): CUDA's max allocated
+    bytes on a GPU, else the process's peak resident set."""
+    return peak_memory(device)[0]
 
 
 def train(

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch import nn
 
 __all__ = [
+    "DEFAULT_PRECISION",
     "MODES",
     "PRECISIONS",
     "clip_grad_norm",
@@ -27,6 +28,10 @@ __all__ = [
 
 MODES = ("ddp", "fsdp")
 PRECISIONS = ("fp32", "bf16", "fp16")
+"""The training precisions: float32, or autocast to bfloat16 or float16 around forward and loss
+(the mixed-precision policies of :func:`mixed_precision_policy`)."""
+DEFAULT_PRECISION = "fp32"
+"""The precision of an experiment that asks for none, and of a run config that names none."""
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 

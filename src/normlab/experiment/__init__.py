@@ -1,51 +1,15 @@
 """The controlled comparison: config → grid of paired runs → a worker per run → metrics on disk.
 
+One sub-package per job, top to bottom (each imports only those below it; docs/DESIGN.md §2):
+
+- :mod:`~normlab.experiment.execution`: the grid of runs: plan it, lock and check the output
+  folder, train every run in its own process (an executor), add seeds until decided;
+- :mod:`~normlab.experiment.training`: one run's training loop, its precision, its processes,
+  its learning-rate schedule and step timing;
+- :mod:`~normlab.experiment.testbeds`: what differs between a GPT, a DiT and a user's model;
+- :mod:`~normlab.experiment.config`: the validated configuration;
+- :mod:`~normlab.experiment.measure`: what a run measures besides its loss: anomalies, norm
+  health, saved activations, validation, post-training effects.
+
 See docs/DESIGN.md §3 and docs/run-format.md for the data flow and the output folder.
 """
-
-from normlab.experiment.anomaly import (
-    SpikeDetector,
-    SpikeRule,
-    find_spikes,
-    first_nonfinite,
-    robust_z,
-    spike_scores,
-)
-from normlab.experiment.config import (
-    ConfigError,
-    ExperimentConfig,
-    arm_name,
-    load_config_file,
-    merge_overrides,
-    validate_config,
-)
-from normlab.experiment.grid import check_only_factors_differ, plan_runs
-from normlab.experiment.lock import FolderLockedError, OutputLock
-from normlab.experiment.runner import run_experiment, run_grid
-from normlab.experiment.train import train_run
-from normlab.experiment.worker import execute_run
-from normlab.run_format import run_id
-
-__all__ = [
-    "ConfigError",
-    "ExperimentConfig",
-    "FolderLockedError",
-    "OutputLock",
-    "SpikeDetector",
-    "SpikeRule",
-    "arm_name",
-    "check_only_factors_differ",
-    "execute_run",
-    "find_spikes",
-    "first_nonfinite",
-    "load_config_file",
-    "merge_overrides",
-    "plan_runs",
-    "robust_z",
-    "run_experiment",
-    "run_grid",
-    "run_id",
-    "spike_scores",
-    "train_run",
-    "validate_config",
-]

@@ -32,17 +32,13 @@ from pydantic import (
 )
 
 from normlab.data.cache import DEFAULT_MAX_BYTES, DEFAULT_VAL_FRACTION
-from normlab.experiment.anomaly import (
+from normlab.distributed.wrap import DEFAULT_PRECISION, PRECISIONS
+from normlab.experiment.measure.anomaly import (
     DEFAULT_MIN_SCALE,
     DEFAULT_THRESHOLD,
     DEFAULT_WARMUP,
     DEFAULT_WINDOW,
     SpikeRule,
-)
-from normlab.experiment.precision import (
-    DEFAULT_PRECISION,
-    TRAINING_PRECISIONS,
-    check_precision,
 )
 from normlab.models.config import (
     DEFAULT_CFG_SCALE,
@@ -53,6 +49,7 @@ from normlab.models.config import (
     GPTSettings,
 )
 from normlab.models.norms import check_dit_norm, check_model_norm
+from normlab.run_format import TESTBED_FORMATS, testbed_format
 
 __all__ = [
     "DEFAULT_CFG_SCALE",
@@ -117,6 +114,13 @@ OPTION_TESTBEDS: dict[str, tuple[str, ...]] = {
 """The options that belong to some testbeds only (a section, or ``section.key``), with the
 testbeds that use them: giving one to another testbed is an error, and :meth:`ExperimentConfig.dump`
 leaves them out for the others."""
+SAMPLE_LENGTH: dict[str, tuple[str, str]] = {
+    "gpt": ("model", "context"),
+    "dit": ("shapes", "seq_len"),
+    "lm": ("lm", "context"),
+}
+"""Per testbed, the (section, key) that holds the tokens of one training sample: a context
+window, or an image's patches; ``train.tokens`` is converted into steps with it."""
 
 
 class Section(ConfigModel):
@@ -126,8 +130,8 @@ class Section(ConfigModel):
 
 EXECUTORS = ("local", "ray")
 """The executors that train a grid (``--executor``): ``local`` (worker processes on this
-machine) and ``ray`` (one Ray task per run); :mod:`normlab.experiment.executors` implements
-them."""
+machine) and ``ray`` (one Ray task per run); :mod:`normlab.experiment.execution.executors`
+implements them."""
 
 
 def check_scale(
@@ -279,8 +283,8 @@ class TrainSettings(Section):
 
 
 class AnomalySettings(Section):
-    """Spike detection (see :mod:`normlab.experiment.anomaly`): robust z of the log value against
-    the trailing ``window`` steps, judged after ``warmup`` steps."""
+    """Spike detection (see :mod:`normlab.experiment.measure.anomaly`): robust z of the log value
+    against the trailing ``window`` steps, judged after ``warmup`` steps."""
 
     window: int = Field(DEFAULT_WINDOW, ge=3)
     warmup: int = Field(DEFAULT_WARMUP, ge=0)
@@ -371,7 +375,8 @@ class ExperimentConfig(Section):
     Arms are every ``norm × placement × precision`` (named ``<norm>-<placement>``, and
     ``<norm>-<placement>-<precision>`` when several ``precisions`` are given), at least two of
     them; each arm runs once per seed. ``precisions``: the training precisions (``fp32``,
-    ``bf16``, ``fp16``; see :mod:`normlab.experiment.precision`), ``fp16_init_scale`` the fp16
+    ``bf16``, ``fp16``; see :mod:`normlab.experiment.training.precision`), ``fp16_init_scale`` the
+    fp16
     gradient scaler's initial scale. ``seeds`` is a count (0 … n−1) or a list. ``baseline`` names
     the arm the others are compared with (default: the first). ``margin_bpb`` (GPT) is the
     equivalence margin in bits per byte; ``margin_val_loss`` (DiT) the equivalence margin of the
@@ -448,10 +453,8 @@ class ExperimentConfig(Section):
     @field_validator("testbed")
     @classmethod
     def _known_testbed(cls, v: str) -> str:
-        from normlab.experiment.testbeds import TESTBEDS
-
-        if v not in TESTBEDS:
-            raise ValueError(f"expected one of {', '.join(TESTBEDS)}")
+        if v not in TESTBED_FORMATS:
+            raise ValueError(f"expected one of {', '.join(TESTBED_FORMATS)}")
         return v
 
     @model_validator(mode="before")
@@ -518,13 +521,11 @@ class ExperimentConfig(Section):
         if len(set(v)) != len(v):
             raise ValueError("a precision is listed twice")
         for precision in v:
-            try:
-                check_precision(precision)
-            except ValueError:
+            if precision not in PRECISIONS:
                 raise ValueError(
                     f"{precision!r} is not a training precision (--precision); expected one of "
-                    f"{', '.join(TRAINING_PRECISIONS)}"
-                ) from None
+                    f"{', '.join(PRECISIONS)}"
+                )
         return v
 
     @field_validator("placements")
@@ -612,8 +613,8 @@ class ExperimentConfig(Section):
 
     @model_validator(mode="after")
     def _check_warmup(self) -> ExperimentConfig:
-        """The schedule (:func:`normlab.experiment.schedule.lr_at`) reaches its peak at step
-        ``warmup`` and decays until the last step, so a warm-up needs steps after it."""
+        """The schedule (:func:`normlab.experiment.training.schedule.lr_at`) reaches its peak at
+        step ``warmup`` and decays until the last step, so a warm-up needs steps after it."""
         warmup, steps = self.train.warmup, self.resolved_steps()
         if warmup > 0 and warmup >= steps:
             given = (
@@ -664,11 +665,10 @@ class ExperimentConfig(Section):
         return self.baseline or self.arm_names()[0]
 
     def tokens_per_sample(self) -> int:
-        """Tokens in one training sample (the testbed's ``tokens_per_sample``: the GPT's
-        context, the DiT's patches per image, the lm's ``lm.context``)."""
-        from normlab.experiment.testbeds import TESTBEDS
-
-        return TESTBEDS[self.testbed].tokens_per_sample(self)
+        """Tokens in one training sample (:data:`SAMPLE_LENGTH`: the GPT's ``model.context``,
+        the DiT's patches per image, the lm's ``lm.context``)."""
+        section, key = SAMPLE_LENGTH[self.testbed]
+        return int(getattr(getattr(self, section), key))
 
     def resolved_steps(self) -> int:
         """Training steps: ``train.steps``, or ⌈``train.tokens`` / tokens per step⌉."""
@@ -680,8 +680,6 @@ class ExperimentConfig(Section):
 
     def margin(self) -> float:
         """The equivalence margin of the testbed's quality metric (in that metric's unit)."""
-        from normlab.run_format import testbed_format
-
         return float(getattr(self, testbed_format(self.testbed).margin_key))
 
     def dump(self) -> dict[str, Any]:

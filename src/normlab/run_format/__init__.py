@@ -5,8 +5,10 @@ The training side (:mod:`normlab.experiment`) writes these files and the reading
 the files (:mod:`~normlab.run_format.files`), the records of ``metrics.jsonl``
 (:mod:`~normlab.run_format.records`), the run statuses and the summary fields with their
 labels, units, display formats and comparison properties (:mod:`~normlab.run_format.fields`),
-and what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`). This package imports
-nothing else of normlab, so every layer may import it.
+and what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`).
+:mod:`~normlab.run_format.folder` is the one reader and writer of those files: every module that
+touches a run's folder calls it. This package imports nothing of normlab but :mod:`normlab._io`,
+so every layer above may import it.
 """
 
 from normlab.run_format.fields import (
@@ -14,6 +16,7 @@ from normlab.run_format.fields import (
     CRASHED,
     DIVERGED,
     DONE_STATUSES,
+    FACTORS,
     FINISHED,
     GROUPS,
     HEAD_FIELDS,
@@ -100,6 +103,7 @@ __all__ = [
     "DONE_STATUSES",
     "EVAL_RECORD",
     "EXPERIMENT_FILE",
+    "FACTORS",
     "FINISHED",
     "FLOW_UNIT",
     "GPT",

@@ -21,6 +21,7 @@ __all__ = [
     "CRASH_FIELDS",
     "DIVERGED",
     "DONE_STATUSES",
+    "FACTORS",
     "FINISHED",
     "GROUPS",
     "HEAD_FIELDS",
@@ -206,10 +207,14 @@ def compared_field(name: str, display: Display | None, **compare: object) -> Sum
     return SummaryField(name, display, Comparison(**compare))  # type: ignore[arg-type]
 
 
+FACTORS: tuple[str, ...] = ("norm", "placement", "precision")
+"""The factors an arm is made of, in the order its name gives them
+(``<norm>-<placement>[-<precision>]``); every run.json and summary records each."""
+
 HEAD_FIELDS: tuple[SummaryField, ...] = tuple(
     SummaryField(name)
     for name in (
-        "run_id", "arm", "seed", "norm", "placement", "precision", "status", "diverged_at",
+        "run_id", "arm", "seed", *FACTORS, "status", "diverged_at",
         "steps", "tokens", "n_params", "n_norm_params",
     )
 )  # fmt: skip
@@ -293,8 +298,8 @@ POSTTRAIN: tuple[SummaryField, ...] = (
     SummaryField("posttrain_errors"),
     SummaryField("posttrain_s"),
 )
-"""The post-training fields (:mod:`normlab.experiment.posttrain` fills them; all null for a run
-that did not finish): quality deltas in the testbed's quality unit and activation outliers,
+"""The post-training fields (:mod:`normlab.experiment.measure.posttrain` fills them; all null for a
+run that did not finish): quality deltas in the testbed's quality unit and activation outliers,
 compared paired like the other metrics but never part of the verdict."""
 
 POSTTRAIN_FIELDS: tuple[str, ...] = tuple(f.name for f in POSTTRAIN)

@@ -42,7 +42,7 @@ HEALTH_RECORD = "health"
 """Norm health: per norm layer, its input RMS, output RMS, statistics of x̂ recomputed from the
 input (null where the layer's formula is unknown), of its gain and of the x̂ it returned, at
 every evaluation
-(:mod:`normlab.experiment.health`)."""
+(:mod:`normlab.experiment.measure.health`)."""
 HEALTH_STATS: tuple[str, ...] = (
     "in_rms",
     "out_rms",
@@ -60,7 +60,7 @@ its output, mean(x̂²), mean(x̂), the per-token variance of x̂ averaged over 
 tokens of each token's mean of x̂ (how far the inputs are from zero-mean, for RMSNorm), mean(g)
 and max |g| of the gain, the relative RMS distance of its output from g ⊙ x̂ (+ β) computed with
 its own formula, and mean(x̂²) of the x̂ the layer returned, read through its gain
-(:mod:`normlab.experiment.health` gives the formulas). ``xhat_mean_rms`` and ``out_xhat_ms``
+(:mod:`normlab.experiment.measure.health` gives the formulas). ``xhat_mean_rms`` and ``out_xhat_ms``
 are absent from records written before they were added: readers fall back as
 :func:`normlab.analysis.health.health_value` says."""
 

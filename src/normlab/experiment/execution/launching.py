@@ -3,15 +3,14 @@
 :func:`launch_run` is what every executor calls for a run it does not train in a ``spawn``
 worker of its own: the local executor for a run on several processes, a Ray task, and
 ``normlab compare --run``. The run's ``scale`` record (``run.json``) says how many processes;
-``python -m normlab.experiment.rank_entry RUN_DIR`` is started once (one process) or under torchrun
-(:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
+``python -m normlab.experiment.execution.rank_entry RUN_DIR`` is started once (one process) or
+under torchrun (:func:`normlab.distributed.launch`; DDP, or FSDP2). Progress is read from the run's
 ``metrics.jsonl`` as rank 0 writes it. A run whose command fails without a summary (a crashed
 rank, a killed process) gets a ``crashed`` summary naming the failed rank and its error.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -20,16 +19,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normlab._io import write_json_atomic
 from normlab.distributed import LaunchResult, Layout, launch
-from normlab.experiment.train import RunAborted
-from normlab.experiment.worker import SUPERVISOR_ENV, crashed_summary, read_spec
-from normlab.run_format import METRICS_FILE, SUMMARY_FILE, TRAIN_RECORD
+from normlab.experiment.execution.summaries import crashed_summary
+from normlab.experiment.training.train import RunAborted
+from normlab.run_format.folder import MetricsTail, read_run_config, read_summary, write_summary
 
 __all__ = [
+    "SUPERVISOR_ENV",
     "WORKER_ENV",
     "WORKER_MODULE",
-    "MetricsTail",
     "launch_run",
     "launched_worker_main",
     "layout_of",
@@ -37,10 +35,14 @@ __all__ = [
     "world_size_of",
 ]
 
-WORKER_MODULE = "normlab.experiment.rank_entry"
+WORKER_MODULE = "normlab.experiment.execution.rank_entry"
 TORCHRUN_DIR = "torchrun"
 """torchrun's logs of a run on several processes, in its run folder."""
 POLL_S = 0.2
+
+SUPERVISOR_ENV = "NORMLAB_SUPERVISOR_PID"
+"""The process that waits for a run started as a command; the run stops (unfinished) when it is
+gone, as a worker whose grid process is gone does."""
 
 WORKER_ENV = {
     # glibc: never return large blocks to the OS with mmap/munmap or trimming, so big tensors
@@ -75,45 +77,6 @@ def world_size_of(spec: dict[str, Any]) -> int:
     return int(launch_rec.get("nproc_per_node", 1)) * int(launch_rec.get("nnodes", 1))
 
 
-class MetricsTail:
-    """The last training step rank 0 logged, read from the run's ``metrics.jsonl`` as it grows."""
-
-    def __init__(self, run_dir: Path) -> None:
-        self.path = Path(run_dir) / METRICS_FILE
-        self.offset = 0
-        self.step = 0
-
-    def poll(self) -> int:
-        """Read what was appended since the last call; return the last ``train`` step."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return self.step
-        end = data.rfind(b"\n") + 1  # a line still being written is read next time
-        self.offset += end
-        for line in data[:end].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if record.get("type") == TRAIN_RECORD:
-                self.step = max(self.step, int(record["step"]))
-        return self.step
-
-
-def _crashed(spec: dict[str, Any], error: str, trace: str) -> dict[str, Any]:
-    return crashed_summary(spec, error, trace)
-
-
-def _read_summary(run_dir: Path) -> dict[str, Any] | None:
-    try:
-        return json.loads((run_dir / SUMMARY_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
 def launch_run(
     run_dir: Path,
     on_step: Callable[[int], None] | None = None,
@@ -125,10 +88,11 @@ def launch_run(
 
     ``on_step(step)`` gets rank 0's progress; ``should_stop()`` is polled and raises
     :class:`RunAborted` (the children stop by themselves once this process is gone, see
-    :data:`normlab.experiment.worker.SUPERVISOR_ENV`). ``timeout_s`` bounds a torchrun launch.
+    :data:`SUPERVISOR_ENV`). ``timeout_s`` bounds a torchrun
+    launch.
     """
     run_dir = Path(run_dir)
-    spec = read_spec(run_dir)
+    spec = read_run_config(run_dir)
     layout = layout_of(spec)
     env = {**worker_env(int(spec["threads"])), SUPERVISOR_ENV: str(os.getpid())}
     outcome: dict[str, Any] = {}
@@ -162,11 +126,11 @@ def launch_run(
             raise RunAborted("the grid's process is gone")
     if on_step is not None:
         on_step(tail.poll())
-    summary = _read_summary(run_dir)
+    summary = read_summary(run_dir)
     if summary is not None:
         return summary
-    summary = _crashed(spec, *_failure(outcome, layout))
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    summary = crashed_summary(spec, *_failure(outcome, layout))
+    write_summary(run_dir, summary)
     return summary
 
 

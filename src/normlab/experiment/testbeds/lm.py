@@ -31,8 +31,8 @@ from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import check_source, load_tokens, prepare_tokens
 from normlab.data.pretokenized import is_pretokenized, open_token_source
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.posttrain import posttrain_summary
-from normlab.experiment.testbeds import _check_fingerprint, check_data_fits
+from normlab.experiment.measure.posttrain import posttrain_summary
+from normlab.experiment.testbeds.base import check_data_fits, check_fingerprint
 from normlab.models.external import ModelSource, SourceLM, load_model_source
 from normlab.run_format import testbed_format
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
@@ -80,7 +80,7 @@ def resolve_tokenizer(cfg: ExperimentConfig, data_dir: Path) -> str | None:
     return str(path)
 
 
-def _vocab_hint(cfg: ExperimentConfig) -> int:
+def vocab_hint(cfg: ExperimentConfig) -> int:
     """The vocabulary size known before the data is prepared: the tokenizer's, 256 + the BPE's
     merges (an upper bound), or 256 for bytes."""
     if cfg.data.tokenizer is not None:
@@ -109,7 +109,7 @@ class LMTestbed:
                 open_token_source(path)
             except FileNotFoundError as err:
                 raise ValueError(str(err)) from None
-        vocab_size = _vocab_hint(cfg)
+        vocab_size = vocab_hint(cfg)
         lm = cfg.lm.model_dump(mode="json")
         source = lm_source(lm, vocab_size)
         if source.max_length is not None and cfg.lm.context > source.max_length:
@@ -153,10 +153,6 @@ class LMTestbed:
         return info
 
     @staticmethod
-    def tokens_per_sample(cfg: ExperimentConfig) -> int:
-        return cfg.lm.context
-
-    @staticmethod
     def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
         """``testbed``, ``lm`` (the config's section: source, parsed overrides, context,
         attention) and ``data``: the cache's fingerprint, source, format, tokenizer (path and
@@ -190,7 +186,7 @@ class LMTestbed:
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
         t = spec["train"]
         data = load_tokens(Path(run_dir).parent.parent / "data")
-        _check_fingerprint(data.info["fingerprint"], spec, "cache")
+        check_fingerprint(data.info["fingerprint"], spec, "cache")
         if data.vocab_size != spec["data"]["vocab_size"]:
             raise RuntimeError(
                 f"data: the cache's vocabulary is {data.vocab_size}, run.json expects "

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from normlab.distributed.wrap import PRECISIONS
+from normlab.distributed.wrap import DEFAULT_PRECISION, PRECISIONS
 
 __all__ = [
     "AUTOCAST_DTYPES",
@@ -38,7 +38,6 @@ __all__ = [
 TRAINING_PRECISIONS: tuple[str, ...] = PRECISIONS
 """The precisions a run may train in (``fp32``, ``bf16``, ``fp16``): the same names as the
 distributed wrapping's mixed-precision policies."""
-DEFAULT_PRECISION = "fp32"
 AUTOCAST_DTYPES: dict[str, torch.dtype] = {"bf16": torch.bfloat16, "fp16": torch.float16}
 """The autocast dtype of each 16-bit training precision."""
 

@@ -1,6 +1,7 @@
 """The first code a run's worker process executes: bind it to its parent, then import the rest.
 
-The runner starts a worker as ``python .../normlab/experiment/bootstrap.py PARENT_PID RUN_DIR
+The runner starts a worker as ``python .../normlab/experiment/execution/bootstrap.py PARENT_PID
+RUN_DIR
 PROGRESS_FD`` (by file path, so that neither ``normlab/__init__`` nor torch is imported first).
 Before any import beyond the standard library, :func:`bind_to_parent` asks the kernel to kill
 this process when its parent dies (``prctl(PR_SET_PDEATHSIG, SIGKILL)`` on Linux) and then checks
@@ -11,7 +12,7 @@ its training, whatever signal ended the parent (``kill -9`` included).
 
 Then it restores the parent's ``sys.path`` (from :data:`SYS_PATH_ENV`), so it imports the same
 normlab and the same user modules as the parent did, and hands over to
-:func:`normlab.experiment.worker.serve_run`.
+:func:`normlab.experiment.execution.worker.serve_run`.
 
 This module imports only the standard library at its top; keep it that way.
 """
@@ -33,7 +34,8 @@ def bind_to_parent(parent: int) -> None:
     """Die with ``parent``: set the parent-death signal to ``SIGKILL`` (Linux), then exit with
     :data:`EXIT_ORPHANED` unless ``os.getppid() == parent`` (the parent died before the signal
     was set). Elsewhere (no ``prctl``) only the check is made; the worker then notices a dead
-    parent through its closed standard input (see :func:`normlab.experiment.worker.serve_run`)."""
+    parent through its closed standard input (see
+    :func:`normlab.experiment.execution.worker.serve_run`)."""
     if sys.platform.startswith("linux"):
         import ctypes
         import signal
@@ -56,8 +58,9 @@ def main(argv: list[str]) -> int:
     if saved_path:
         sys.path[:] = json.loads(saved_path)
     else:  # run by hand: import the normlab this file belongs to
-        sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from normlab.experiment.worker import serve_run
+        here = os.path.abspath(__file__)  # <src>/normlab/experiment/execution/bootstrap.py
+        sys.path[0] = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(here))))
+    from normlab.experiment.execution.worker import serve_run
 
     return serve_run(run_dir, parent, progress_fd)
 

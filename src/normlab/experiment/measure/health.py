@@ -44,8 +44,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._checks import stats_dtype
 from normlab.audit.model import is_norm_module
-from normlab.experiment.activations import run_hooked_pass
+from normlab.experiment.measure.activations import run_hooked_pass
 from normlab.layers import AdaLayerNormZero, AdaRMSNorm, LayerNorm, RMSNorm
 from normlab.run_format import HEALTH_STATS
 
@@ -105,15 +106,11 @@ def formula_of(module: nn.Module) -> NormFormula | None:
     return None
 
 
-def _stats_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def normalized(x: torch.Tensor, formula: NormFormula) -> torch.Tensor:
     """x̂ of ``x`` [..., D] (the last ``formula.dims`` dimensions flattened to D) in float32
     (float64 for float64 ``x``): LayerNorm (x − μ)·rsqrt(σ² + ε), σ² biased; RMSNorm
     x·rsqrt(mean(x²) + ε). ε = None is the machine epsilon of the statistics dtype."""
-    sd = _stats_dtype(x.dtype)
+    sd = stats_dtype(x.dtype)
     v = x.detach().to(sd).flatten(-formula.dims) if formula.dims > 1 else x.detach().to(sd)
     eps = torch.finfo(sd).eps if formula.eps is None else formula.eps
     if formula.kind == LAYERNORM:
@@ -136,7 +133,7 @@ def effective_gain(module: nn.Module) -> torch.Tensor | None:
 
 
 def _rms(t: torch.Tensor) -> float:
-    return math.sqrt(t.detach().to(_stats_dtype(t.dtype)).square().mean().item())
+    return math.sqrt(t.detach().to(stats_dtype(t.dtype)).square().mean().item())
 
 
 def _first_tensor(out: Any) -> torch.Tensor | None:

@@ -1,8 +1,8 @@
 """The runner's handle on one run's worker process: start it, release it, read its progress,
 stop it.
 
-The worker is a fresh Python started on :mod:`normlab.experiment.bootstrap` by file path, so
-that its first instructions bind it to this process (parent-death signal, parent pid check)
+The worker is a fresh Python started on :mod:`normlab.experiment.execution.bootstrap` by file path,
+so that its first instructions bind it to this process (parent-death signal, parent pid check)
 before it imports normlab or torch. Two pipes connect them:
 
 * its standard input: the runner writes ``go`` to let a standby worker train; closing it (or
@@ -20,17 +20,17 @@ import subprocess
 import sys
 from pathlib import Path
 
-from normlab.experiment import bootstrap
+from normlab.experiment.execution import bootstrap
 
 BOOTSTRAP_PATH = Path(bootstrap.__file__).resolve()
-"""The file a worker process runs (see :mod:`normlab.experiment.bootstrap`)."""
+"""The file a worker process runs (see :mod:`normlab.experiment.execution.bootstrap`)."""
 
 
 class WorkerProcess:
     """One run's worker process (started at construction; see the module docstring).
 
     The environment of the calling process at construction (e.g. inside
-    :func:`normlab.experiment.runner.worker_environment`) is the worker's.
+    :func:`normlab.experiment.execution.executors.worker_environment`) is the worker's.
     """
 
     def __init__(self, run_dir: Path, name: str) -> None:

@@ -16,11 +16,9 @@ from typing import Any
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.testbeds import TESTBEDS, build_model
 from normlab.models import check_paired
-from normlab.run_format import run_id
+from normlab.run_format import FACTORS, run_id
 
-FACTOR_NAMES = ("norm", "placement")
-PRECISION_FACTOR = "precision"
-IDENTITY_FIELDS = ("run_id", "arm", *FACTOR_NAMES, PRECISION_FACTOR)
+IDENTITY_FIELDS = ("run_id", "arm", *FACTORS)
 PER_ARM_FIELDS = ("n_params", "n_norm_params")
 PER_SEED_FIELDS = ("seed", "init_digest")
 _MISSING = object()
@@ -125,7 +123,7 @@ def plan_runs(
         models = {}
         seed_runs = []
         for arm, norm, placement, precision in cfg.arm_factors():
-            factors = {"norm": norm, "placement": placement, PRECISION_FACTOR: precision}
+            factors = dict(zip(FACTORS, (norm, placement, precision), strict=True))
             model = build_model({**settings, **factors}, seed)
             models[arm] = model
             n_params, n_norm_params = model.count_parameters()
@@ -136,9 +134,7 @@ def plan_runs(
                     "run_id": run_id(arm, seed),
                     "arm": arm,
                     "seed": seed,
-                    "norm": norm,
-                    "placement": placement,
-                    PRECISION_FACTOR: precision,
+                    **factors,
                     **copy.deepcopy(settings),
                     "n_params": n_params,
                     "n_norm_params": n_norm_params,

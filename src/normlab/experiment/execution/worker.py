@@ -1,9 +1,10 @@
 """One run in its own process: train, write ``summary.json``, record a crash as a result.
 
 :func:`serve_run` is the body of a worker process started by the runner through
-:mod:`normlab.experiment.bootstrap`.
+:mod:`normlab.experiment.execution.bootstrap`.
 :func:`execute_run` is the same work in the calling process (used by tests and debugging).
-:func:`rank_main` (``python -m normlab.experiment.rank_entry RUN_DIR``) is the entry point of a
+:func:`rank_main` (``python -m normlab.experiment.execution.rank_entry RUN_DIR``) is the entry
+point of a
 run started as a command: one plain process (a Ray task's child), or each rank under torchrun.
 """
 
@@ -19,68 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normlab._io import read_json_object, write_json_atomic
-from normlab.experiment.lock import is_locked
-from normlab.experiment.train import RunAborted, train_run
-from normlab.run_format import (
-    CRASHED,
-    DONE_STATUSES,
-    RUN_FILE,
-    SUMMARY_FILE,
-    testbed_format,
-)
+from normlab.experiment.execution.launching import SUPERVISOR_ENV, launch_run, world_size_of
+from normlab.experiment.execution.lock import is_locked
+from normlab.experiment.execution.summaries import crashed_summary
+from normlab.experiment.training.train import RunAborted, train_run
+from normlab.run_format.folder import read_run_config, write_summary
 
-__all__ = [
-    "DONE_STATUSES",
-    "RUN_FILE",
-    "SUMMARY_FIELDS",
-    "SUMMARY_FILE",
-    "crashed_summary",
-    "execute_run",
-    "rank_main",
-    "read_spec",
-    "serve_run",
-    "summary_fields",
-]
-
-SUMMARY_FIELDS: tuple[str, ...] = testbed_format("gpt").summary_fields
-"""The fields of a GPT run's summary; a DiT run's has its own validation fields instead of
-``final_val_loss``, ``final_val_bpb``, ``best_val_bpb`` (see :func:`summary_fields`)."""
-
-
-def summary_fields(spec: dict[str, Any]) -> tuple[str, ...]:
-    """The fields of the summary of the run ``spec``, in order (its testbed's
-    :attr:`normlab.run_format.TestbedFormat.summary_fields`). Raises ``ValueError`` when
-    ``spec`` names an unknown testbed."""
-    return testbed_format(spec.get("testbed")).summary_fields
-
-
-def crashed_summary(spec: dict[str, Any], error: str, trace: str) -> dict[str, Any]:
-    """The summary of a run that raised: identity from ``spec``, metrics null, the error kept."""
-    try:
-        fields = summary_fields(spec)
-    except ValueError:  # a run.json naming an unknown testbed still gets a crashed summary
-        fields = SUMMARY_FIELDS
-    summary: dict[str, Any] = dict.fromkeys(fields)
-    for key in (
-        "run_id", "arm", "seed", "norm", "placement", "precision", "n_params", "n_norm_params",
-    ):  # fmt: skip
-        summary[key] = spec.get(key)
-    summary.update(
-        status=CRASHED,
-        device=spec.get("device"),
-        threads=spec.get("threads"),
-        data_fingerprint=spec.get("data", {}).get("fingerprint"),
-        target_val_loss=spec.get("train", {}).get("target_val_loss"),
-        error=error,
-        traceback=trace,
-    )
-    return summary
-
-
-def read_spec(run_dir: Path) -> dict[str, Any]:
-    """The run's ``run.json``; ``ValueError`` naming the file if it is not a JSON object."""
-    return read_json_object(Path(run_dir) / RUN_FILE)
+__all__ = ["execute_run", "rank_main", "serve_run"]
 
 
 def execute_run(
@@ -91,13 +37,13 @@ def execute_run(
 ) -> dict[str, Any]:
     """Train the run in ``run_dir`` (from its ``run.json``) and write its ``summary.json``.
 
-    The callbacks go to :func:`normlab.experiment.train.train_run`.
+    The callbacks go to :func:`normlab.experiment.training.train.train_run`.
 
     Any exception becomes a ``"crashed"`` summary with the traceback; only :class:`RunAborted`
     and ``KeyboardInterrupt`` leave the run without a summary (unfinished, redone on a re-run).
     """
     run_dir = Path(run_dir)
-    spec = read_spec(run_dir)
+    spec = read_run_config(run_dir)
     try:
         for module in spec.get("imports", []):
             importlib.import_module(module)
@@ -106,12 +52,13 @@ def execute_run(
         raise
     except Exception as err:
         summary = crashed_summary(spec, f"{type(err).__name__}: {err}", traceback.format_exc())
-    write_json_atomic(run_dir / SUMMARY_FILE, summary)
+    write_summary(run_dir, summary)
     return summary
 
 
 def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
-    """Worker process body (after :mod:`normlab.experiment.bootstrap` bound it to ``parent``):
+    """Worker process body (after :mod:`normlab.experiment.execution.bootstrap` bound it to
+    ``parent``):
     set the run up, wait for the runner's ``go`` line on standard input, train, writing each
     finished step as ``"N\\n"`` to the file descriptor ``progress_fd``. Returns the exit status.
 
@@ -156,10 +103,8 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
         if not is_locked(out):
             raise RunAborted(f"no command holds the lock of {str(out)!r}; not training")
 
-    from normlab.experiment.launching import launch_run, world_size_of  # it imports this module
-
     try:
-        if world_size_of(read_spec(Path(run_dir))) > 1:  # one run on several processes
+        if world_size_of(read_run_config(run_dir)) > 1:  # one run on several processes
             wait_for_start()
             launch_run(Path(run_dir), on_step, orphaned)
         else:
@@ -172,11 +117,6 @@ def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
         sys.stderr.write(f"normlab: run {Path(run_dir).name}: {reason}{where}\n")
         return 1
     return 0
-
-
-SUPERVISOR_ENV = "NORMLAB_SUPERVISOR_PID"
-"""The process that waits for a run started as a command; the run stops (unfinished) when it is
-gone, as a worker whose grid process is gone does."""
 
 
 def _supervisor_gone() -> Callable[[], bool]:
@@ -215,7 +155,7 @@ def _rank_main(argv: list[str]) -> int:
     torchrun records the rank's error and stops the others (the launcher writes the crashed
     summary)."""
     if len(argv) != 1:
-        print("usage: python -m normlab.experiment.rank_entry RUN_DIR", file=sys.stderr)
+        print("usage: python -m normlab.experiment.execution.rank_entry RUN_DIR", file=sys.stderr)
         return 2
     run_dir = Path(argv[0])
     gone = _supervisor_gone()
@@ -227,20 +167,20 @@ def _rank_main(argv: list[str]) -> int:
         return 0
     from normlab.distributed import exit_rank, teardown
 
-    spec = read_spec(run_dir)
+    spec = read_run_config(run_dir)
     for module in spec.get("imports", []):
         importlib.import_module(module)
     try:
         summary = train_run(spec, run_dir, should_stop=gone)
         if summary:  # rank 0
-            write_json_atomic(run_dir / SUMMARY_FILE, summary)
+            write_summary(run_dir, summary)
     finally:
         teardown()
     exit_rank()  # done and on disk: skip the interpreter's shutdown (see exit_rank)
 
 
 def rank_main(argv: list[str] | None = None) -> int:
-    """``python -m normlab.experiment.rank_entry RUN_DIR``; under torchrun wrapped in
+    """``python -m normlab.experiment.execution.rank_entry RUN_DIR``; under torchrun wrapped in
     :func:`torch.distributed.elastic.multiprocessing.errors.record`, so a failing rank's
     traceback reaches the launcher."""
     from torch.distributed.elastic.multiprocessing.errors import record

@@ -10,7 +10,7 @@ the report do not depend on which one trained the grid.
   most ``parallel`` at a time, the next one set up in standby while the others train (its
   process start-up is hidden behind training, and no run's timing includes it). A run on
   several processes (``scale`` in its run.json) is started from that process with torchrun
-  (:func:`normlab.experiment.launching.launch_run`).
+  (:func:`normlab.experiment.execution.launching.launch_run`).
 - ``ray`` (:class:`RayExecutor`): each run a Ray task needing ``threads`` × N CPUs (and N GPUs
   on CUDA) for its N processes, on the cluster at ``--ray-address`` (default: a local Ray
   instance started with this machine's CPUs). Every task writes to the same ``--out``, which
@@ -19,9 +19,7 @@ the report do not depend on which one trained the grid.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import socket
 import time
 from collections import deque
@@ -42,20 +40,27 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
-from normlab._io import write_json_atomic
 from normlab.experiment.config import EXECUTORS, ScaleSettings
-from normlab.experiment.environment import available_cpus
-from normlab.experiment.grid import first_difference, flatten
-from normlab.experiment.launching import (
+from normlab.experiment.execution.environment import available_cpus
+from normlab.experiment.execution.grid import first_difference, flatten
+from normlab.experiment.execution.launching import (
     WORKER_ENV,
-    MetricsTail,
     launch_run,
     worker_env,
     world_size_of,
 )
-from normlab.experiment.worker import crashed_summary, read_spec
-from normlab.experiment.worker_process import WorkerProcess
-from normlab.run_format import DONE_STATUSES, FINISHED, RUN_FILE, RUNS_DIR, SUMMARY_FILE
+from normlab.experiment.execution.summaries import crashed_summary
+from normlab.experiment.execution.worker_process import WorkerProcess
+from normlab.run_format import DONE_STATUSES, FINISHED
+from normlab.run_format.folder import (
+    MetricsTail,
+    create_run,
+    has_run_config,
+    read_run_config,
+    read_summary,
+    run_dir,
+    write_summary,
+)
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
 __all__ = [
@@ -68,22 +73,9 @@ __all__ = [
     "finished_runs",
     "is_done",
     "make_executor",
-    "prepare_run_dir",
-    "read_summary",
     "run_grid",
     "worker_environment",
 ]
-
-
-def read_summary(run_dir: Path) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or ``None`` if it has none (or an unreadable one, or one
-    that is not a JSON object)."""
-    path = Path(run_dir) / SUMMARY_FILE
-    try:
-        summary = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
 
 
 def is_done(summary: dict[str, Any] | None) -> bool:
@@ -146,10 +138,10 @@ def finished_runs(runs: list[dict[str, Any]], out: Path) -> dict[str, dict[str, 
     planned; writes nothing."""
     done: dict[str, dict[str, Any]] = {}
     for spec in runs:
-        run_dir = Path(out) / RUNS_DIR / spec["run_id"]
-        summary = read_summary(run_dir)
-        if is_done(summary) and (run_dir / RUN_FILE).exists():
-            _check_same_run(read_spec(run_dir), spec, Path(out))
+        folder = run_dir(out, spec["run_id"])
+        summary = read_summary(folder)
+        if is_done(summary) and has_run_config(folder):
+            _check_same_run(read_run_config(folder), spec, Path(out))
             assert summary is not None  # is_done guarantees it
             done[spec["run_id"]] = summary
     return done
@@ -176,8 +168,8 @@ def run_grid(
     show_progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
     """Train every run of ``runs`` that is not done, each in its own worker process
-    (:class:`normlab.experiment.worker_process.WorkerProcess`, bound to this process's lifetime;
-    a run on several processes starts torchrun from there), at most ``parallel`` at a time
+    (:class:`normlab.experiment.execution.worker_process.WorkerProcess`, bound to this process's
+    lifetime; a run on several processes starts torchrun from there), at most ``parallel`` at a time
     (plus one in standby, see the module docstring). Returns {run_id: summary} for the whole
     grid. Any exit stops every worker first; a system error while training (``OSError``,
     ``MemoryError``) is raised as :class:`GridStopped`."""
@@ -197,10 +189,10 @@ def run_grid(
         task = progress.add_task(f"{n_todo} runs", total=total_steps)
 
         def start(spec: dict[str, Any]) -> None:
-            run_dir = prepare_run_dir(out, spec)
+            folder = create_run(out, spec)
             with worker_environment(spec["threads"]):
-                process = WorkerProcess(run_dir, name=f"normlab-{spec['run_id']}")
-            active.append(_Active(spec, run_dir, process))
+                process = WorkerProcess(folder, name=f"normlab-{spec['run_id']}")
+            active.append(_Active(spec, folder, process))
 
         def release_waiting() -> None:
             running = sum(a.released for a in active)
@@ -231,7 +223,7 @@ def run_grid(
                     f"the worker process exited with code {code} without a summary",
                     f"exit code {code} (a negative code is the signal that ended it)",
                 )
-                write_json_atomic(a.run_dir / SUMMARY_FILE, summary)
+                write_summary(a.run_dir, summary)
             summaries[a.spec["run_id"]] = summary
             finished_here = len(summaries) - (len(runs) - n_todo)
             progress.update(task, description=f"{finished_here}/{n_todo} runs")
@@ -283,15 +275,6 @@ def stop_workers(processes: list[WorkerProcess], timeout: float = 10.0) -> None:
         p.terminate()
     for p in processes:
         p.stop(timeout)
-
-
-def prepare_run_dir(out: Path, spec: dict[str, Any]) -> Path:
-    """Empty the run's folder (an unfinished run is redone from scratch) and write its
-    ``run.json``; returns the folder."""
-    run_dir = Path(out) / RUNS_DIR / spec["run_id"]
-    shutil.rmtree(run_dir, ignore_errors=True)
-    write_json_atomic(run_dir / RUN_FILE, spec)
-    return run_dir
 
 
 def _progress(console: Console, show_progress: bool) -> Progress:
@@ -437,14 +420,14 @@ class RayExecutor:
                 )
                 steps: dict[str, int] = {}
                 for spec in todo:
-                    run_dir = prepare_run_dir(out, spec)
+                    folder = create_run(out, spec)
                     n = world_size_of(spec)
                     gpus = n if str(spec["device"]).startswith("cuda") else 0
                     task = ray.remote(num_cpus=spec["threads"] * n, num_gpus=gpus, max_retries=0)(
                         normlab_run
                     )
-                    ref = task.remote(str(run_dir.absolute()))
-                    pending[ref] = (spec, run_dir, MetricsTail(run_dir), time.perf_counter())
+                    ref = task.remote(str(folder.absolute()))
+                    pending[ref] = (spec, folder, MetricsTail(folder), time.perf_counter())
                     steps[spec["run_id"]] = 0
                 while pending:
                     done, _ = ray.wait(list(pending), num_returns=1, timeout=0.2)
@@ -453,8 +436,8 @@ class RayExecutor:
                         progress.advance(bar, step - steps[spec["run_id"]])
                         steps[spec["run_id"]] = step
                     for ref in done:
-                        spec, run_dir, tail, begun = pending.pop(ref)
-                        summary = self._result(ref, spec, run_dir)
+                        spec, folder, tail, begun = pending.pop(ref)
+                        summary = self._result(ref, spec, folder)
                         progress.advance(bar, spec["train"]["steps"] - steps[spec["run_id"]])
                         summaries[spec["run_id"]] = summary
                         finished_here = len(todo) - len(pending)
@@ -473,21 +456,21 @@ class RayExecutor:
         return {s["run_id"]: summaries[s["run_id"]] for s in runs}
 
     @staticmethod
-    def _result(ref: Any, spec: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    def _result(ref: Any, spec: dict[str, Any], folder: Path) -> dict[str, Any]:
         """The run's summary: the task's, else what it left on disk, else a crashed one."""
         import ray
 
         try:
             return ray.get(ref)
         except ray.exceptions.RayError as err:
-            summary = read_summary(run_dir)
+            summary = read_summary(folder)
             if summary is not None:
                 return summary
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             summary = crashed_summary(
                 spec, f"the Ray task failed ({type(err).__name__}): {first}", str(err)
             )
-            write_json_atomic(run_dir / SUMMARY_FILE, summary)
+            write_summary(folder, summary)
             return summary
 
 

@@ -81,10 +81,10 @@ def check_experiment_sizes(cfg: ExperimentConfig, out: Path) -> None:
             "use a smaller model, batch or parallel",
         )
     elif cfg.testbed == "lm":  # the user's model: estimated from its config, see footprint
-        from normlab.experiment.testbeds_lm import _vocab_hint, lm_source
+        from normlab.experiment.testbeds.lm import lm_source, vocab_hint
         from normlab.models.external.footprint import check_source_fits
 
-        source = lm_source(cfg.lm.model_dump(mode="json"), _vocab_hint(cfg))
+        source = lm_source(cfg.lm.model_dump(mode="json"), vocab_hint(cfg))
         b, t, norm = cfg.train.batch_size, cfg.lm.context, cfg.norms[0]
         check_source_fits(
             source, batch_size=b, context=t, norm=norm, available=memory, copies=cfg.parallel + 1

@@ -39,6 +39,7 @@ from normlab.distributed import (
     shard_bounds,
     wrap,
 )
+from normlab.distributed.wrap import DEFAULT_PRECISION
 
 __all__ = [
     "RunParallel",
@@ -54,7 +55,6 @@ __all__ = [
     "wrap_for_training",
 ]
 
-DEFAULT_PRECISION = "fp32"
 COLLECTIVE_TIMEOUT_S = 600.0
 
 

@@ -6,7 +6,7 @@ Re-running the same command with the same ``--out`` skips every run whose ``summ
 ``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
 at most the runs in progress.
 
-The runs are trained by an executor (:mod:`normlab.experiment.executors`: ``local`` worker
+The runs are trained by an executor (:mod:`normlab.experiment.execution.executors`: ``local`` worker
 processes, or Ray tasks). :func:`plan_experiment` stops before training instead: it prepares the
 folder (data, ``experiment.json``, each run's ``run.json``) so that :func:`run_planned` can
 train any one run by its id, from any process on any host that sees the folder.
@@ -14,7 +14,6 @@ train any one run by its id, from any process on any host that sees the folder.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
 import time
@@ -25,37 +24,41 @@ from typing import Any
 
 from rich.console import Console
 
-from normlab._io import write_json_atomic
 from normlab.data.token_cache import is_cache_entry
+from normlab.distributed.wrap import DEFAULT_PRECISION
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.environment import default_threads, environment, resolve_device
-from normlab.experiment.executors import (  # noqa: F401  (the grid's names, as before)
-    WORKER_ENV,
+from normlab.experiment.execution.environment import default_threads, environment, resolve_device
+from normlab.experiment.execution.executors import (
     Executor,
-    GridStopped,
     LocalExecutor,
     _outcome,
     finished_runs,
     is_done,
-    prepare_run_dir,
-    read_summary,
-    run_grid,
-    stop_workers,
-    worker_environment,
 )
-from normlab.experiment.grid import FACTOR_NAMES, PRECISION_FACTOR, flatten, plan_runs
-from normlab.experiment.lock import OutputLock
-from normlab.experiment.sizes import check_experiment_sizes
+from normlab.experiment.execution.grid import flatten, plan_runs
+from normlab.experiment.execution.lock import OutputLock
+from normlab.experiment.execution.sizes import check_experiment_sizes
 from normlab.experiment.testbeds import TESTBEDS
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
     EXPERIMENT_FILE,
+    FACTORS,
     LOCK_FILE,
-    RUN_FILE,
-    RUNS_DIR,
     TOKENS_FILE,
     testbed_format,
+)
+from normlab.run_format.folder import (
+    clear_run,
+    create_run,
+    has_experiment,
+    has_run_config,
+    read_experiment,
+    read_summary,
+    run_dir,
+    run_folders,
+    runs_path,
+    write_experiment,
 )
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
@@ -121,7 +124,7 @@ def experiment_record(
 def studied_factors(cfg: ExperimentConfig) -> list[str]:
     """The factors the arms may differ in: norm and placement, and precision when several are
     given."""
-    return [*FACTOR_NAMES, *([PRECISION_FACTOR] if len(cfg.precisions) > 1 else [])]
+    return [f for f in FACTORS if f != "precision" or len(cfg.precisions) > 1]
 
 
 def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -135,11 +138,8 @@ def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
 def runs_not_planned(runs: list[dict[str, Any]], out: Path) -> list[str]:
     """Names of the folders under ``out/runs`` that are not runs of ``runs`` (e.g. the seeds an
     earlier command ran beyond this command's ``--seeds``), sorted."""
-    runs_dir = Path(out) / RUNS_DIR
-    if not runs_dir.is_dir():
-        return []
     planned = {r["run_id"] for r in runs}
-    return sorted(p.name for p in runs_dir.iterdir() if p.is_dir() and p.name not in planned)
+    return [p.name for p in run_folders(out) if p.name not in planned]
 
 
 def check_out_path(out: Path) -> Path | None:
@@ -175,7 +175,7 @@ def foreign_entries(out: Path) -> list[str]:
     compare folder (it holds ``experiment.json``) or holds at most what a compare writes before
     ``experiment.json``: the lock file and the data cache (see :data:`_CACHE_ENTRY`)."""
     out = Path(out)
-    if (out / EXPERIMENT_FILE).is_file():
+    if has_experiment(out):
         return []
     foreign = []
     for entry in sorted(out.iterdir(), key=lambda p: p.name):
@@ -218,7 +218,7 @@ def check_out_contents(out: Path) -> None:
 
 def _is_unused(out: Path) -> bool:
     """True while nothing but the lock and the data cache was written to ``out``."""
-    return not (out / EXPERIMENT_FILE).exists() and not (out / RUNS_DIR).exists()
+    return not (out / EXPERIMENT_FILE).exists() and not runs_path(out).exists()
 
 
 AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
@@ -248,7 +248,7 @@ def run_experiment(
 
     Holds ``out/.lock`` throughout, ``after_training(out, summaries)`` included (the caller's
     next step on the folder, e.g. its report); raises
-    :class:`normlab.experiment.lock.FolderLockedError` if another command holds it, and
+    :class:`normlab.experiment.execution.lock.FolderLockedError` if another command holds it, and
     ``ValueError`` (naming the field or flag) for any failed check.
     """
     console = console or Console()
@@ -312,13 +312,10 @@ def _prepare_locked(
     others = runs_not_planned(runs, out)
     if others:
         console.print(
-            f"note: {out / RUNS_DIR} also holds {len(others)} runs that this command does not "
+            f"note: {runs_path(out)} also holds {len(others)} runs that this command does not "
             f"plan ({', '.join(others)}); they are kept, but left out of the analysis and report"
         )
-    write_json_atomic(
-        out / EXPERIMENT_FILE,
-        experiment_record(cfg, runs, data_info, environment(device, threads)),
-    )
+    write_experiment(out, experiment_record(cfg, runs, data_info, environment(device, threads)))
     return runs
 
 
@@ -337,7 +334,7 @@ def plan_experiment(cfg: ExperimentConfig, out: Path, console: Console | None = 
         done = finished_runs(runs, out)
         todo = [r for r in runs if r["run_id"] not in done]
         for spec in todo:
-            prepare_run_dir(out, spec)
+            create_run(out, spec)
     return [r["run_id"] for r in todo]
 
 
@@ -348,40 +345,34 @@ def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[
     Holds the run folder's own lock (``runs/RUN_ID/.lock``), so two commands never train the
     same run while other runs of the folder train at the same time; empties the folder but for
     its ``run.json`` (an unfinished run is redone from scratch), then trains as
-    :func:`normlab.experiment.launching.launch_run` (one process, or torchrun). Raises
+    :func:`normlab.experiment.execution.launching.launch_run` (one process, or torchrun). Raises
     ``ValueError`` naming ``--out`` or ``--run`` when the folder or the run is not there, and
-    :class:`normlab.experiment.lock.FolderLockedError` when another command trains it."""
-    from normlab.experiment.launching import launch_run
+    :class:`normlab.experiment.execution.lock.FolderLockedError` when another command trains it."""
+    from normlab.experiment.execution.launching import launch_run
 
     console = console or Console()
     out = Path(out)
-    if not (out / EXPERIMENT_FILE).is_file():
+    if not has_experiment(out):
         raise ValueError(
             f"out: {str(out)!r} has no {EXPERIMENT_FILE}; expected the folder of "
             "`normlab compare --plan --out OUT`"
         )
-    run_dir = out / RUNS_DIR / run_id
-    if not (run_dir / RUN_FILE).is_file():
-        known = json.loads((out / EXPERIMENT_FILE).read_text(encoding="utf-8")).get("runs", [])
+    folder = run_dir(out, run_id)
+    if not has_run_config(folder):
+        known = read_experiment(out).get("runs", [])
         raise ValueError(
             f"run: {run_id!r} is not a planned run of {str(out)!r}; expected one of "
             f"{', '.join(known)}"
         )
-    with OutputLock(run_dir):
-        summary = read_summary(run_dir)
+    with OutputLock(folder):
+        summary = read_summary(folder)
         if is_done(summary):
             assert summary is not None
             console.print(f"{run_id}: already done ({summary['status']}); skipping it")
             return summary
-        for entry in run_dir.iterdir():
-            if entry.name in (RUN_FILE, LOCK_FILE):
-                continue
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        clear_run(folder)
         started = time.perf_counter()
-        summary = launch_run(run_dir)
+        summary = launch_run(folder)
     console.print(f"{run_id}: {_outcome(summary)} ({time.perf_counter() - started:.1f} s)")
     return summary
 
@@ -398,14 +389,16 @@ def paired_description(
     values = {
         "norm": list(cfg.norms),
         "placement": list(cfg.placements),
-        PRECISION_FACTOR: list(cfg.precisions),
+        "precision": list(cfg.precisions),
     }
-    factors = [*FACTOR_NAMES, PRECISION_FACTOR]
+    factors = FACTORS
     varied = [f for f in factors if len(values.get(f, [])) > 1] or ["norm"]
     fixed = [
         f"{f} {values[f][0]}"
         for f in factors
-        if f not in varied and values.get(f) and (f, values[f]) != (PRECISION_FACTOR, ["fp32"])
+        if f not in varied
+        and values.get(f)
+        and (f, values[f]) != ("precision", [DEFAULT_PRECISION])
     ]  # float32, the default precision, goes without saying
     fixed_text = f" ({', '.join(fixed)} for all)" if fixed else ""
     steps = runs[0]["train"]["steps"]

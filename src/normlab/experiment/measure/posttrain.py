@@ -49,7 +49,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from normlab.experiment.activations import run_hooked_pass
+from normlab.experiment.measure.activations import run_hooked_pass
 from normlab.run_format import POSTTRAIN_FIELDS
 
 __all__ = [

@@ -7,7 +7,7 @@ seeds by :func:`run_experiment` into the same ``out``, so every run already fini
 an earlier round, or an earlier command) is reused; after it trains, while the folder is still
 locked, the ``looker`` looks at the runs (the decision rule lives on the analysis side; the CLI
 passes it in, since this package does not import the analysis) and its state is written to
-:data:`SEQUENTIAL_FILE`.
+``sequential.json``.
 
 The rounds stop when the looker says every arm is decided, after the last planned look, or
 when the next round would overrun ``max_time_s`` (counted from the call): its duration is
@@ -27,10 +27,9 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
-from normlab._io import write_json_atomic
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.runner import AfterTraining, run_experiment
-from normlab.run_format import SEQUENTIAL_FILE
+from normlab.experiment.execution.runner import AfterTraining, run_experiment
+from normlab.run_format import folder as run_folder
 
 __all__ = [
     "DEFAULT_MAX_TIME_S",
@@ -96,7 +95,7 @@ def run_until_decided(
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Train in rounds at the seed counts ``looks`` until ``looker`` decides (module
     docstring). Returns the last round's {run_id: summary} and the looker's final state (also
-    written to ``out/``:data:`SEQUENTIAL_FILE`). ``train`` is :func:`run_experiment` (or a
+    written to ``out/````sequential.json``). ``train`` is :func:`run_experiment` (or a
     stand-in with its signature, for tests)."""
     console = console or Console()
     out = Path(out)
@@ -122,7 +121,7 @@ def run_until_decided(
             if reason is not None:
                 looker.stop(reason, n)
                 stop["reason"] = reason
-            write_json_atomic(folder / SEQUENTIAL_FILE, looker.to_dict())
+            run_folder.write_sequential(folder, looker.to_dict())
             verdicts = looker.to_dict().get("verdicts", {})
             shown = ", ".join(f"{arm} {v}" for arm, v in verdicts.items())
             console.print(

@@ -1,0 +1,156 @@
+"""The ``gpt`` testbed: the byte-level GPT on the token cache; cross-entropy; validation in nats
+and bits per byte on fixed windows; summary ``final_val_loss``, ``final_val_bpb``,
+``best_val_bpb``. A run config without ``testbed`` is a GPT run (folders written before the DiT
+testbed existed)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from rich.console import Console
+from torch import nn
+
+from normlab.data.batches import TrainBatches, validation_windows
+from normlab.data.cache import check_source, load_tokens, prepare_tokens
+from normlab.experiment.config import ExperimentConfig
+from normlab.experiment.measure.evaluate import bits_per_byte, validation_loss
+from normlab.experiment.measure.posttrain import posttrain_summary
+from normlab.experiment.testbeds.base import check_data_fits, check_fingerprint
+from normlab.models import GPT, GPTConfig, build_gpt
+from normlab.run_format import testbed_format
+
+__all__ = ["GPTTestbed", "gpt_config", "warm_up_gpt"]
+
+
+def gpt_config(spec: dict[str, Any]) -> GPTConfig:
+    """The GPT of a resolved GPT run config: its ``model`` section, ``norm`` and ``placement``."""
+    return GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
+
+
+def warm_up_gpt(model: GPT, device: torch.device, batch_size: int) -> None:
+    """One forward and backward on a batch of the training shape [``batch_size``, context], in
+    eval mode, before anything is timed, so that what the norms and torch set up on first use
+    (kernels compiled and cached on disk, lazily initialised libraries) is not charged to the run.
+
+    The shape matters: kernels specialise on it (the Triton norms pick their rows per program
+    from the number of rows, N = batch_size · context), so a smaller warm-up batch would leave the
+    training shape's compilation to step 1. Gradients are cleared afterwards."""
+    was_training = model.training
+    model.eval()
+    idx = torch.zeros(batch_size, model.config.context, dtype=torch.long, device=device)
+    _, loss = model(idx, idx)
+    if loss is not None:
+        loss.backward()
+    model.zero_grad(set_to_none=True)
+    model.train(was_training)
+
+
+class GPTTestbed:
+    """The GPT testbed: byte windows of the token cache in ``run_dir/../../data``."""
+
+    name: ClassVar[str] = "gpt"
+    quality_fields: ClassVar[tuple[str, ...]] = testbed_format("gpt").validation_fields
+
+    @staticmethod
+    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+        """``model`` (the config's section) and ``data``: the cache's fingerprint, the Python
+        version whose standard library it read (when that is the source) and its source. No
+        ``testbed`` key: a run config without one is a GPT run."""
+        return {
+            "model": cfg.model.model_dump(),
+            "data": {
+                "fingerprint": data_info["fingerprint"],
+                "python_version": data_info["python_version"],
+                "source": data_info["source"],
+            },
+        }
+
+    @staticmethod
+    def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
+        return build_gpt(gpt_config(spec), seed)
+
+    @staticmethod
+    def check_inputs(cfg: ExperimentConfig) -> None:
+        check_source(cfg.data.path)
+
+    @staticmethod
+    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+        """The byte token cache (:func:`normlab.data.cache.prepare_tokens`), checked to hold one
+        context window per side (:func:`check_data_fits`)."""
+        started = time.perf_counter()
+        d = cfg.data
+        info = prepare_tokens(data_dir, d.path, d.max_bytes, d.val_fraction)
+        console.print(
+            f"data: {info['source']} ({info['fingerprint']}), "
+            f"{info['n_train_tokens']:,} train / {info['n_val_tokens']:,} val bytes "
+            f"from {info['n_train_files']} / {info['n_val_files']} files "
+            f"({time.perf_counter() - started:.1f} s)"
+        )
+        check_data_fits(info, cfg.model.context, d.val_fraction, "model.context")
+        return info
+
+    @staticmethod
+    def arm_fields(model: nn.Module) -> dict[str, Any]:
+        return {}
+
+    def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
+        t = spec["train"]
+        data = load_tokens(Path(run_dir).parent.parent / "data")
+        check_fingerprint(data.info["fingerprint"], spec, "cache")
+        cfg = gpt_config(spec)
+        self.model = build_gpt(cfg, spec["seed"])
+        self.batch_size = t["batch_size"]
+        self.batches = TrainBatches(data.train, t["batch_size"], cfg.context, spec["seed"])
+        self.windows = validation_windows(data.val, cfg.context, t["eval_windows"])
+        self.tokens_per_step = t["batch_size"] * cfg.context
+        self.data_fingerprint = data.info["fingerprint"]
+
+    def warm_up(self, device: torch.device) -> None:
+        warm_up_gpt(self.model, device, self.batch_size)
+
+    def train_loss(self, device: torch.device) -> torch.Tensor:
+        x, y = self.batches.next()
+        _, loss = self.model(x.to(device), y.to(device))
+        return loss
+
+    def evaluate(self, device: torch.device) -> dict[str, float]:
+        val_loss = validation_loss(self.model, self.windows, self.batch_size, str(device))
+        return {"val_loss": val_loss, "val_bpb": bits_per_byte(val_loss)}
+
+    def parameter_groups(self) -> dict[str, list[str]]:
+        return self.model.parameter_groups()
+
+    def quality_summary(
+        self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
+    ) -> dict[str, Any]:
+        return {
+            "final_val_loss": final["val_loss"] if final else None,
+            "final_val_bpb": final["val_bpb"] if final else None,
+            "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+        }
+
+    def finish(self, device: torch.device) -> dict[str, Any]:
+        return {}
+
+    def _val_bpb(self, model: nn.Module, device: torch.device) -> float:
+        loss = validation_loss(model, self.windows, self.batch_size, str(device))
+        return bits_per_byte(loss)
+
+    def health_batch(self, model: nn.Module, device: torch.device) -> object:
+        """``model`` on the first ``batch_size`` validation windows (norm health's batch)."""
+        return model(self.windows[: self.batch_size, :-1].to(device))
+
+    def posttrain(self, device: torch.device, final: dict[str, Any]) -> dict[str, Any]:
+        """Deltas in validation bpb (the bf16 copy's logits go to the cross-entropy in
+        float32); activations on the first ``batch_size`` validation windows."""
+
+        def metric(model: nn.Module) -> float:
+            return self._val_bpb(model, device)
+
+        def run_batch(model: nn.Module) -> object:
+            return model(self.windows[: self.batch_size, :-1].to(device))
+
+        return posttrain_summary(self.model, final["val_bpb"], metric, metric, run_batch)

@@ -1,0 +1,282 @@
+"""The one reader and writer of the files of ``normlab compare``'s output folder.
+
+Every module that reads or writes a run's folder (``runs/<run_id>/``) or the folder-level
+records calls these functions, by the names that :mod:`normlab.run_format.files` declares:
+
+- a run folder: :func:`create_run` (empty it, write ``run.json``), :func:`read_run_config`,
+  :func:`write_summary` / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
+  and :func:`read_records` (``metrics.jsonl``), :class:`MetricsTail` (the last step logged, read
+  as the file grows), :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths
+  of those files for readers that open them themselves;
+- the output folder: :func:`write_experiment` / :func:`read_experiment`,
+  :func:`write_sequential`, :func:`write_command` / :func:`read_command`,
+  :func:`read_analysis`, :func:`run_folders`.
+
+Every file is written to a temporary name and renamed into place (:mod:`normlab._io`), except
+``metrics.jsonl``, which is appended one whole line at a time.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from normlab._io import (
+    append_jsonl,
+    read_json_object,
+    read_jsonl,
+    write_bytes_atomic,
+    write_json_atomic,
+)
+from normlab.run_format.files import (
+    ANALYSIS_FILE,
+    COMMAND_FILE,
+    EXPERIMENT_FILE,
+    LOCK_FILE,
+    METRICS_FILE,
+    REFERENCE_FILE,
+    RUN_FILE,
+    RUNS_DIR,
+    SAMPLES_FILE,
+    SEQUENTIAL_FILE,
+    SUMMARY_FILE,
+    run_dir,
+)
+from normlab.run_format.records import TRAIN_RECORD
+
+__all__ = [
+    "MetricsTail",
+    "append_record",
+    "clear_run",
+    "create_run",
+    "has_experiment",
+    "has_run_config",
+    "has_summary",
+    "load_summary",
+    "metrics_path",
+    "read_analysis",
+    "read_command",
+    "read_experiment",
+    "read_records",
+    "read_run_config",
+    "read_summary",
+    "reference_path",
+    "run_dir",
+    "run_folders",
+    "runs_path",
+    "samples_path",
+    "summary_path",
+    "write_command",
+    "write_experiment",
+    "write_images",
+    "write_sequential",
+    "write_summary",
+]
+
+
+# -- paths -------------------------------------------------------------------------------------
+
+
+def runs_path(out: Path | str) -> Path:
+    """The folder of every run: ``out/runs``."""
+    return Path(out) / RUNS_DIR
+
+
+def run_folders(out: Path | str) -> list[Path]:
+    """The folders under ``out/runs``, sorted by name ([] when there is none)."""
+    runs = runs_path(out)
+    return sorted(p for p in runs.iterdir() if p.is_dir()) if runs.is_dir() else []
+
+
+def summary_path(run: Path | str) -> Path:
+    """The run folder's ``summary.json`` (it may not exist)."""
+    return Path(run) / SUMMARY_FILE
+
+
+def metrics_path(run: Path | str) -> Path:
+    """The run folder's ``metrics.jsonl`` (it may not exist)."""
+    return Path(run) / METRICS_FILE
+
+
+def samples_path(run: Path | str) -> Path:
+    """The run folder's ``samples.npy``: the first images a finished DiT run generated."""
+    return Path(run) / SAMPLES_FILE
+
+
+def reference_path(run: Path | str) -> Path:
+    """The run folder's ``reference.npy``: validation images with the samples' labels."""
+    return Path(run) / REFERENCE_FILE
+
+
+# -- a run's folder ----------------------------------------------------------------------------
+
+
+def create_run(out: Path | str, spec: dict[str, Any]) -> Path:
+    """Empty the folder of the run ``spec["run_id"]`` (an unfinished run is redone from scratch)
+    and write its ``run.json``; returns the folder."""
+    folder = run_dir(out, spec["run_id"])
+    shutil.rmtree(folder, ignore_errors=True)
+    write_json_atomic(folder / RUN_FILE, spec)
+    return folder
+
+
+def clear_run(run: Path | str) -> None:
+    """Remove everything in the run folder but its ``run.json`` and its lock: the run is then
+    trained afresh from its config."""
+    for entry in Path(run).iterdir():
+        if entry.name in (RUN_FILE, LOCK_FILE):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def has_run_config(run: Path | str) -> bool:
+    """True when the run folder holds a ``run.json``."""
+    return (Path(run) / RUN_FILE).is_file()
+
+
+def read_run_config(run: Path | str) -> dict[str, Any]:
+    """The run's ``run.json``; ``ValueError`` naming the file if it is not a JSON object,
+    ``OSError`` if it cannot be read."""
+    return read_json_object(Path(run) / RUN_FILE)
+
+
+def has_summary(run: Path | str) -> bool:
+    """True when the run folder holds a ``summary.json``."""
+    return summary_path(run).is_file()
+
+
+def write_summary(run: Path | str, summary: dict[str, Any]) -> Path:
+    """Write the run's ``summary.json`` atomically (non-finite numbers as null)."""
+    return write_json_atomic(summary_path(run), summary)
+
+
+def read_summary(run: Path | str) -> dict[str, Any] | None:
+    """The run's ``summary.json``, or None when it has none, or one that cannot be read or is
+    not a JSON object: what the training side treats as a run to (re)do."""
+    try:
+        summary = json.loads(summary_path(run).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return summary if isinstance(summary, dict) else None
+
+
+def load_summary(run: Path | str) -> dict[str, Any] | None:
+    """The run's ``summary.json``, or None when it has none; ``ValueError`` naming the file
+    when it is damaged (not JSON, or not an object): what the reading side refuses."""
+    path = summary_path(run)
+    return read_json_object(path) if path.is_file() else None
+
+
+def append_record(run: Path | str, record: dict[str, Any]) -> None:
+    """Append one record to the run's ``metrics.jsonl`` as one whole line."""
+    append_jsonl(metrics_path(run), record)
+
+
+def read_records(run: Path | str, kind: str | None = None) -> list[dict[str, Any]]:
+    """The records of the run's ``metrics.jsonl`` (of type ``kind`` only, when given), in file
+    order; an unterminated last line is skipped (:func:`normlab._io.read_jsonl`)."""
+    records = read_jsonl(metrics_path(run))
+    return records if kind is None else [r for r in records if r.get("type") == kind]
+
+
+class MetricsTail:
+    """The last training step logged in a run's ``metrics.jsonl``, read as the file grows."""
+
+    def __init__(self, run: Path | str) -> None:
+        self.path = metrics_path(run)
+        self.offset = 0
+        self.step = 0
+
+    def poll(self) -> int:
+        """Read what was appended since the last call; return the last ``train`` step."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return self.step
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time
+        self.offset += end
+        for line in data[:end].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if record.get("type") == TRAIN_RECORD:
+                self.step = max(self.step, int(record["step"]))
+        return self.step
+
+
+def write_images(run: Path | str, samples: np.ndarray, reference: np.ndarray) -> None:
+    """Write a DiT run's ``samples.npy`` and ``reference.npy``, each as float32, atomically."""
+    _write_npy(samples_path(run), samples)
+    _write_npy(reference_path(run), reference)
+
+
+def _write_npy(path: Path, images: np.ndarray) -> None:
+    buf = io.BytesIO()
+    np.save(buf, np.ascontiguousarray(images, dtype=np.float32))
+    write_bytes_atomic(path, buf.getvalue())
+
+
+# -- the output folder -------------------------------------------------------------------------
+
+
+def has_experiment(out: Path | str) -> bool:
+    """True when ``out`` holds an ``experiment.json`` (it is a compare folder)."""
+    return (Path(out) / EXPERIMENT_FILE).is_file()
+
+
+def write_experiment(out: Path | str, record: dict[str, Any]) -> Path:
+    """Write ``out/experiment.json`` atomically."""
+    return write_json_atomic(Path(out) / EXPERIMENT_FILE, record)
+
+
+def read_experiment(out: Path | str) -> dict[str, Any]:
+    """``out/experiment.json``; ``ValueError`` naming the file if it is not a JSON object."""
+    return read_json_object(Path(out) / EXPERIMENT_FILE)
+
+
+def write_sequential(out: Path | str, state: dict[str, Any]) -> Path:
+    """Write the sequential procedure's state to ``out/sequential.json`` atomically."""
+    return write_json_atomic(Path(out) / SEQUENTIAL_FILE, state)
+
+
+def read_sequential(out: Path | str) -> dict[str, Any] | None:
+    """``out/sequential.json``, or None when there is none (a compare without
+    ``--until-decided``) or it is unreadable or not a JSON object."""
+    try:
+        state = json.loads((Path(out) / SEQUENTIAL_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return state if isinstance(state, dict) else None
+
+
+def clear_sequential(out: Path | str) -> None:
+    """Remove ``out/sequential.json`` if present (a fixed-seed compare no longer follows it)."""
+    (Path(out) / SEQUENTIAL_FILE).unlink(missing_ok=True)
+
+
+def write_command(out: Path | str, args: Iterable[str]) -> Path:
+    """Record the flags of the compare that wrote ``out`` in ``out/command.json``."""
+    return write_json_atomic(Path(out) / COMMAND_FILE, {"args": list(args)})
+
+
+def read_command(out: Path | str) -> dict[str, Any]:
+    """``out/command.json``; ``OSError`` or ``ValueError`` when absent or damaged."""
+    return read_json_object(Path(out) / COMMAND_FILE)
+
+
+def read_analysis(out: Path | str) -> dict[str, Any]:
+    """The report's analysis of every run, ``out/summary.json``; ``OSError`` or ``ValueError``
+    when absent or damaged."""
+    return read_json_object(Path(out) / ANALYSIS_FILE)
