@@ -141,5 +141,6 @@ def test_bad_options_are_refused_before_anything_is_written(
     result = runner.invoke(app, ["coord-check", "--ladder", ladder, *extra, "--out", str(out)])
     assert result.exit_code == 2
     lines = [line for line in result.output.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+    start = "normlab coord-check: error: "
+    assert len(lines) == 1 and lines[0].startswith(start) and message in lines[0], lines
     assert not out.exists()

@@ -43,6 +43,16 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
             "normlab audit model: error: Invalid value for --model-set: hidden_size='abc': "
             "expected an integer",
         ),
+        (
+            ["audit", "model", "nope"],
+            2,
+            "normlab audit model: error: Invalid value for TARGET: 'nope' is neither a testbed",
+        ),
+        (
+            ["coord-check", "--ladder", "d_model=32", "--out", str(tmp / "o3")],
+            2,
+            "normlab coord-check: error: ",
+        ),
         (["explain", "1", "2", "--eps", "-1"], 2, "normlab explain: error: Invalid value: eps:"),
         (["--no-such-option"], 2, "normlab: error: No such option: --no-such-option"),
     ]

@@ -30,13 +30,12 @@ from normlab.models.norms import NO_NORM  # importing it registers "dyt", as com
 from normlab.registry import available_norms, is_conditional, make_norm
 
 
-def _import(target: str) -> Any:
+def _import(target: str, expected: str) -> Any:
+    """The object that ``package.module:Name`` names; ``expected`` lists what a target may be,
+    for the error when ``target`` is not of that form."""
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
-        raise ValueError(
-            f"target: {target!r} is neither a registered norm ({', '.join(available_norms())}) "
-            "nor of the form 'package.module:Name'"
-        )
+        raise ValueError(f"target: {target!r} is neither {expected}")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as err:
@@ -62,7 +61,10 @@ def load_norm(
     if target in available_norms():
         kw = {"cond_dim": dim} if is_conditional(target) else {}
         return _as_callable(make_norm(target, dim, **kw), dim)
-    obj = _import(target)
+    obj = _import(
+        target,
+        f"a registered norm ({', '.join(available_norms())}) nor of the form 'package.module:Name'",
+    )
     if isinstance(obj, type) and issubclass(obj, nn.Module):
         try:
             module = obj(dim)
@@ -243,7 +245,11 @@ def load_model(
         return testbed_model(target, norm, placement)
     if is_source_target(target):
         return source_model(target, settings)
-    factory = _import(target)
+    factory = _import(
+        target,
+        f"a testbed ({', '.join(TESTBEDS)}), '{HF_PREFIX}<folder or model_type>' nor of the form "
+        "'package.module:factory'",
+    )
     result = factory()
     if not (isinstance(result, tuple) and len(result) == 2 and isinstance(result[0], nn.Module)):
         raise ValueError(

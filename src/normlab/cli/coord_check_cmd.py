@@ -13,12 +13,12 @@ from rich.table import Table
 
 from normlab._io import write_bytes_atomic, write_json_atomic
 from normlab.cli.app import app
-from normlab.cli.errors import check_utf8_path
+from normlab.cli.errors import EXIT_USAGE, check_utf8_path, fail
 from normlab.models.config import GPTConfig
 from normlab.models.coord_check import FLAT_SLOPE, CoordCheck, coord_check
 
 EXIT_NOT_FLAT = 1
-EXIT_BAD_OPTION = 2
+EXIT_BAD_OPTION = EXIT_USAGE
 LADDER_KEY = "d_model"
 JSON_FILE = "coord_check.json"
 PNG_FILE = "coord_check.png"
@@ -177,8 +177,7 @@ def coord_check_command(
         if out.exists() and not out.is_dir():
             raise OptionError(f"--out: {str(out)!r} exists and is not a folder")
     except ValueError as err:
-        typer.echo(f"error: {' '.join(str(err).split())}", err=True)
-        raise typer.Exit(EXIT_BAD_OPTION) from None
+        raise fail("coord-check", err, EXIT_BAD_OPTION) from None
     result = coord_check(
         settings, widths, steps=steps, lr=lr, batch_size=batch_size, seeds=range(seeds)
     )

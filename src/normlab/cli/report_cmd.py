@@ -13,11 +13,11 @@ from normlab.cli.answer import print_answer
 from normlab.cli.app import app
 from normlab.run_format import (
     ANALYSIS_FILE,
-    EXPERIMENT_FILE,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
     RUNS_CSV_FILE,
 )
+from normlab.run_format.folder import has_experiment
 
 REPORT_HELP = (
     "Rebuild the verdict and report of a compare folder from its files, without training."
@@ -50,7 +50,7 @@ def report(
 
     try:
         check_utf8_path(out, "OUT")
-        if (out / EXPERIMENT_FILE).is_file():
+        if has_experiment(out):
             with OutputLock(out):
                 written = build_report(out)
         else:  # not a compare folder: build_report says so, and no lock file is created

@@ -49,14 +49,12 @@ At d = d₀ every factor is exactly 1 and the attention scale is left to PyTorch
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
+from torch import nn
 
 from normlab.models.config import GPTConfig, GPTSettings
-
-if TYPE_CHECKING:
-    from normlab.models.gpt import GPT
 
 HIDDEN_PREFIX = "blocks."
 """Hidden matrices are the 2-D weights inside the blocks (attention and MLP); norms excluded."""
@@ -87,7 +85,7 @@ def attention_scale(cfg: GPTSettings) -> float | None:
     return math.sqrt(base_head) / head
 
 
-def hidden_names(model: GPT) -> list[str]:
+def hidden_names(model: nn.Module) -> list[str]:
     """Names of the hidden (matrix-like) parameters: 2-D weights in the blocks, outside norms."""
     norms = set(model.norm_parameter_names())
     return [
@@ -97,7 +95,7 @@ def hidden_names(model: GPT) -> list[str]:
     ]
 
 
-def fan_in_ratios(model: GPT) -> dict[str, float]:
+def fan_in_ratios(model: nn.Module) -> dict[str, float]:
     """{name: r = fan_in₀ / fan_in} of every hidden matrix; r = 1 for all under ``sp``.
 
     A hidden matrix reads either the residual stream (fan-in d, base d₀) or the MLP's hidden
@@ -122,20 +120,20 @@ def fan_in_ratios(model: GPT) -> dict[str, float]:
     return ratios
 
 
-def init_std_multipliers(model: GPT) -> dict[str, float]:
+def init_std_multipliers(model: nn.Module) -> dict[str, float]:
     """{name: √r} of every hidden matrix: its sp deviation is multiplied by this (1 under sp
     and at the base width)."""
     return {n: math.sqrt(r) for n, r in fan_in_ratios(model).items()}
 
 
-def lr_multipliers(model: GPT) -> dict[str, float]:
+def lr_multipliers(model: nn.Module) -> dict[str, float]:
     """{name: multiplier of the Adam learning rate} of every parameter: r for hidden matrices,
     1 for the rest (embeddings, head, biases, norms, scalars)."""
     ratios = fan_in_ratios(model)
     return {name: ratios.get(name, 1.0) for name, _ in model.named_parameters()}
 
 
-def param_groups(model: GPT, lr: float, weight_decay: float = 0.0) -> list[dict[str, Any]]:
+def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict[str, Any]]:
     """AdamW parameter groups for ``model`` at peak rate ``lr``, one per (rate multiplier,
     decayed or not).
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab._io import write_bytes_atomic, write_text_atomic
 from normlab.analysis.runs import CompareFolder, RunResult, load_compare_folder
 from normlab.analysis.summary import analyze
 from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
@@ -40,6 +40,7 @@ from normlab.run_format import (
     plot_path,
     testbed_format,
 )
+from normlab.run_format import folder as run_folder
 
 __all__ = ["build_report"]
 
@@ -291,7 +292,7 @@ def build_report(out_dir: Path) -> dict[str, Path]:
     for name in _PLOT_NAMES:  # a plot left out this time must not linger from an older build
         if plot_path(name) not in written:
             (out / plot_path(name)).unlink(missing_ok=True)
-    written[ANALYSIS_FILE] = write_json_atomic(out / ANALYSIS_FILE, analysis)
+    written[ANALYSIS_FILE] = run_folder.write_analysis(out, analysis)
     csv_text = runs_csv_text(folder.runs, folder.testbed)
     written[RUNS_CSV_FILE] = write_text_atomic(out / RUNS_CSV_FILE, csv_text)
     written[REPORT_MD_FILE] = write_text_atomic(out / REPORT_MD_FILE, render_markdown(content))

@@ -276,6 +276,11 @@ def read_command(out: Path | str) -> dict[str, Any]:
     return read_json_object(Path(out) / COMMAND_FILE)
 
 
+def write_analysis(out: Path | str, analysis: dict[str, Any]) -> Path:
+    """Write the report's analysis of every run to ``out/summary.json`` atomically."""
+    return write_json_atomic(Path(out) / ANALYSIS_FILE, analysis)
+
+
 def read_analysis(out: Path | str) -> dict[str, Any]:
     """The report's analysis of every run, ``out/summary.json``; ``OSError`` or ``ValueError``
     when absent or damaged."""

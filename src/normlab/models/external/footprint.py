@@ -32,15 +32,28 @@ needs).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
 from normlab._resources import format_bytes
 from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION, SettingsError
 
-if TYPE_CHECKING:
-    from normlab.models.external.source import ModelSource
+
+class ModelSource(Protocol):
+    """What sizing reads of a :class:`normlab.models.external.source.ModelSource` (declared
+    here so that this module, which the source module calls, does not import it)."""
+
+    spec: Any
+    settings: dict[str, Any]
+    vocab_size: int
+    attn_implementation: str
+    config: Any
+    factory: Any
+
+    @property
+    def factory_kwargs(self) -> dict[str, Any]: ...
+
 
 TRAIN_BYTES_PER_PARAMETER = 16
 """float32 weight, float32 gradient, and Adam's two float32 moments."""
