@@ -96,6 +96,7 @@ FLAG_KEYS = {
     "data": "data.path",
     "model": "lm.model",
     "model_set": "lm.model_set",
+    "parametrization": "model.parametrization",
     "tokenizer": "data.tokenizer",
     "text_field": "data.text_field",
     "bpe_merges": "data.bpe_merges",
@@ -208,6 +209,9 @@ def compare(
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
     model: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model"]))] = None,
     model_set: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model_set"]))] = None,
+    parametrization: Annotated[
+        str | None, typer.Option(help=flag_help(FLAG_KEYS["parametrization"]))
+    ] = None,
     tokenizer: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["tokenizer"]))] = None,
     text_field: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["text_field"]))] = None,
     bpe_merges: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["bpe_merges"]))] = None,
@@ -298,6 +302,7 @@ def _validated_config(
     try:
         merged = build_config_dict(config, overrides)
         check_scale_options(merged)
+        check_gpt_only(merged, given)
         return validate_config(merged)
     except (ConfigError, ValueError) as err:
         raise fail("compare", err, EXIT_BAD_CONFIG) from None
@@ -484,6 +489,19 @@ def _run_rounds(
         cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after, train=train
     )
     return summaries
+
+
+def check_gpt_only(merged: dict[str, Any], given: dict[str, Any]) -> None:
+    """Raise ``ValueError`` with one line naming the flag when ``--parametrization`` is given
+    for a testbed other than gpt (the dit testbed's DiT and ``--model``'s LM have no such
+    setting here)."""
+    lm = merged.get("lm")
+    testbed = "lm" if isinstance(lm, dict) and lm.get("model") else merged.get("testbed", "gpt")
+    if given.get("parametrization") is not None and testbed != "gpt":
+        raise ValueError(
+            f"--parametrization: a setting of the gpt testbed's model; the {testbed} testbed "
+            "has none (leave the flag out)"
+        )
 
 
 def check_scale_options(merged: dict[str, Any]) -> None:
