@@ -38,6 +38,7 @@ from normlab.run_format.fields import (
 )
 from normlab.run_format.files import (
     ANALYSIS_FILE,
+    LADDER_FILE,
     COMMAND_FILE,
     DATA_DIR,
     DATA_INFO_FILE,
@@ -113,6 +114,7 @@ __all__ = [
     "HEAD_FIELDS",
     "HEALTH_RECORD",
     "HEALTH_STATS",
+    "LADDER_FILE",
     "LADDER_KEY",
     "LADDER_SHAPE",
     "LAYER_GRAD_RECORD",
