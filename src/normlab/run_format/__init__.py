@@ -38,11 +38,11 @@ from normlab.run_format.fields import (
 )
 from normlab.run_format.files import (
     ANALYSIS_FILE,
-    LADDER_FILE,
     COMMAND_FILE,
     DATA_DIR,
     DATA_INFO_FILE,
     EXPERIMENT_FILE,
+    LADDER_FILE,
     LOCK_FILE,
     METRICS_FILE,
     PLOTS_DIR,
