@@ -12,6 +12,8 @@ import yaml
 from typer.testing import CliRunner
 
 from normlab.cli import app
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.ladder import plan_ladder
 from normlab.experiment.training.schedule import lr_at, make_optimizer
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.mup import hidden_names, set_lr
@@ -109,7 +111,6 @@ def test_tiny_ladder_end_to_end(tmp_path: Path) -> None:
         (["--ladder", "d_model=8,10"], "--ladder"),  # 10 / 2 heads: odd rope head size
         (["--ladder", "d_model=8,16", "--target-params", "100"], "--target-params"),
         (["--ladder", "d_model=8,16", "--seeds", "1"], "--seeds"),
-        (["--ladder", "d_model=8,16", "--testbed", "dit"], "--ladder"),
         (["--ladder", "d_model=8,16", "--until-decided"], "--until-decided"),
         (["--target-params", "1e9"], "--target-params"),
     ],
@@ -148,3 +149,9 @@ def test_plan_lists_every_rungs_runs(tmp_path: Path) -> None:
         for s in (0, 1)
     )
     assert (out / "n_layers=2" / "runs" / "rmsnorm-pre__s1").is_dir()
+
+
+def test_a_testbed_without_ladder_keys_is_refused_naming_the_option() -> None:
+    cfg = validate_config({"testbed": "dit", "ladder": {"d_model": [8, 16]}})
+    with pytest.raises(ValueError, match=r"^--ladder: not available for the dit testbed"):
+        plan_ladder(cfg)

@@ -130,8 +130,11 @@ def _rung_config(cfg: ExperimentConfig, key: str, value: int, base: int) -> Expe
         update["base_d_model"] = base
     try:
         model = GPTSettings(**{**cfg.model.model_dump(), **update})
-    except ValidationError as err:
-        why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+    except ValueError as err:  # a pydantic ValidationError, or a validator's own ValueError
+        if isinstance(err, ValidationError):
+            why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+        else:
+            why = str(err)
         raise ValueError(f"--ladder: the rung {key}={value} is not a valid model: {why}") from None
     return cfg.model_copy(update={"model": model, "ladder": None, "target_params": None})
 
