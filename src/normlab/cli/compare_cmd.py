@@ -28,6 +28,7 @@ from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, Exp
 from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
+    LADDER_KEY,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
 )
@@ -46,6 +47,13 @@ UNTIL_DECIDED_HELP = (
     "group-sequential paired t-test with O'Brien–Fleming alpha-spending (Lan & DeMets 1983): "
     "looks after the --seeds given (3), then every 2 more, and at --max-seeds, fixed before the "
     "first look. Finished runs in --out are reused."
+)
+LADDER_HELP = (
+    "A size ladder KEY=v1,v2,… (gpt testbed: d_model or n_layers): one full paired comparison "
+    "per size, each in OUT/KEY=v/, with the same arms, seeds, data and fixed --steps in every "
+    "rung (the steps do not follow the size); then the difference against the parameter count, "
+    "a line in log N and its prediction interval at --target-params. Under --parametrization "
+    "mup the base width is the smallest rung."
 )
 MAX_SEEDS_HELP = "With --until-decided: the most seeds per arm (the last planned look)."
 MAX_TIME_HELP = (
@@ -96,6 +104,9 @@ FLAG_KEYS = {
     "data": "data.path",
     "model": "lm.model",
     "model_set": "lm.model_set",
+    "parametrization": "model.parametrization",
+    "ladder": "ladder",
+    "target_params": "target_params",
     "tokenizer": "data.tokenizer",
     "text_field": "data.text_field",
     "bpe_merges": "data.bpe_merges",
@@ -208,6 +219,13 @@ def compare(
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
     model: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model"]))] = None,
     model_set: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model_set"]))] = None,
+    parametrization: Annotated[
+        str | None, typer.Option(help=flag_help(FLAG_KEYS["parametrization"]))
+    ] = None,
+    ladder: Annotated[str | None, typer.Option(help=LADDER_HELP)] = None,
+    target_params: Annotated[
+        float | None, typer.Option(help=flag_help(FLAG_KEYS["target_params"]))
+    ] = None,
     tokenizer: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["tokenizer"]))] = None,
     text_field: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["text_field"]))] = None,
     bpe_merges: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["bpe_merges"]))] = None,
@@ -259,6 +277,17 @@ def compare(
         return
     cfg = _validated_config(config, given, console)
     args = compare_args({"config": config, **given, **{k: flags[k] for k in _RECORDED_AS_GIVEN}})
+    if cfg.ladder is not None:
+        if until_decided:
+            raise fail(
+                "compare",
+                "--until-decided: not available with --ladder (each rung trains the --seeds given)",
+                EXIT_BAD_CONFIG,
+            )
+        _ladder(cfg, out, console, args, plan=plan, report=report, started=started)
+        return
+    if cfg.target_params is not None:
+        raise fail("compare", "--target-params: only with --ladder", EXIT_BAD_CONFIG)
     if until_decided:
         args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
     if plan:
@@ -273,7 +302,7 @@ def compare(
 
 _LIST_FLAGS = ("norms", "placements", "precision")
 """Flags given as comma-separated lists."""
-_RECORDED_AS_GIVEN = ("seeds", "norms", "placements")
+_RECORDED_AS_GIVEN = ("seeds", "norms", "placements", "ladder")
 """Flags whose text, not its parsed value, is recorded for the settling command."""
 
 
@@ -284,6 +313,13 @@ def _config_flags(flags: dict[str, Any]) -> dict[str, Any]:
     for flag in _LIST_FLAGS:
         given[flag] = _split(given[flag])
     given["seeds"] = parse_seeds(given["seeds"])
+    if given["ladder"] is not None:
+        from normlab.experiment.execution.ladder import parse_ladder
+
+        try:
+            given["ladder"] = parse_ladder(given["ladder"])
+        except ValueError as err:
+            raise fail("compare", err, EXIT_BAD_CONFIG) from None
     return given
 
 
@@ -298,6 +334,7 @@ def _validated_config(
     try:
         merged = build_config_dict(config, overrides)
         check_scale_options(merged)
+        check_gpt_only(merged, given)
         return validate_config(merged)
     except (ConfigError, ValueError) as err:
         raise fail("compare", err, EXIT_BAD_CONFIG) from None
@@ -486,6 +523,19 @@ def _run_rounds(
     return summaries
 
 
+def check_gpt_only(merged: dict[str, Any], given: dict[str, Any]) -> None:
+    """Raise ``ValueError`` with one line naming the flag when ``--parametrization`` is given
+    for a testbed other than gpt (the dit testbed's DiT and ``--model``'s LM have no such
+    setting here)."""
+    lm = merged.get("lm")
+    testbed = "lm" if isinstance(lm, dict) and lm.get("model") else merged.get("testbed", "gpt")
+    if given.get("parametrization") is not None and testbed != "gpt":
+        raise ValueError(
+            f"--parametrization: a setting of the gpt testbed's model; the {testbed} testbed "
+            "has none (leave the flag out)"
+        )
+
+
 def check_scale_options(merged: dict[str, Any]) -> None:
     """Raise ``ValueError`` with one line naming the option (``--nproc-per-node``, ``--fsdp``,
     ``--executor``, …) when the ``scale`` section of the merged config (file and flags) does not
@@ -543,6 +593,9 @@ def _run_one(
     from normlab.experiment.execution.runner import run_planned
 
     console = Console()
+    rung = run_folder.split_ladder_run_id(run_id)
+    if rung is not None:  # a ladder's run: <setting>/<run_id>, in the rung's compare folder
+        out, run_id = run_folder.rung_path(out, rung[0]), rung[1]
     others = [f"--{k.replace('_', '-')}" for k, v in given.items() if v is not None]
     if config is not None:
         others.insert(0, "--config")
@@ -561,3 +614,90 @@ def _run_one(
         raise fail("compare", err, EXIT_REFUSED) from None
     if summary.get("status") not in DONE_STATUSES:
         raise typer.Exit(EXIT_NO_RESULT)
+
+
+def _ladder(
+    cfg: ExperimentConfig,
+    out: Path,
+    console: Console,
+    args: list[str],
+    *,
+    plan: bool,
+    report: bool,
+    started: float,
+) -> None:
+    """``--ladder``: check the ladder (:func:`normlab.experiment.execution.ladder.plan_ladder`)
+    and ``--out`` before anything is written, write ``ladder.json``, then per rung what a
+    compare does (``--plan``: prepare and list its runs as ``<setting>/<run_id>``; else train
+    it and build its report), and last the ladder's report, whose prediction sentence is the
+    terminal's last line."""
+    from normlab.experiment.execution.ladder import check_ladder_out, plan_ladder, prepare_ladder
+
+    if len(cfg.seed_list()) < 2:
+        raise fail(
+            "compare",
+            "--seeds: a ladder needs at least two paired seeds per rung (their spread weighs "
+            f"each rung), got {len(cfg.seed_list())}",
+            EXIT_BAD_CONFIG,
+        )
+    try:
+        ladder_plan = plan_ladder(cfg)
+    except ValueError as err:
+        raise fail("compare", err, EXIT_BAD_CONFIG) from None
+    try:
+        check_ladder_out(out)
+        if not plan:
+            from normlab.experiment.execution.executors import make_executor
+
+            make_executor(cfg.scale)
+    except ValueError as err:
+        raise fail("compare", err, EXIT_REFUSED) from None
+    prepare_ladder(ladder_plan, out)
+    rungs = zip(ladder_plan.settings, ladder_plan.configs, ladder_plan.n_params, strict=True)
+    if plan:
+        err_console = Console(stderr=True)
+        ids: list[str] = []
+        for setting, rung_cfg, n in rungs:
+            err_console.print(f"rung {setting}: {n:,} parameters")
+            try:
+                from normlab.experiment.execution.runner import plan_experiment
+
+                todo = plan_experiment(
+                    rung_cfg, run_folder.rung_path(out, setting), console=err_console
+                )
+            except ValueError as err:
+                raise fail("compare", err, EXIT_REFUSED) from None
+            ids += [run_folder.ladder_run_id(setting, r) for r in todo]
+        for command in plan_commands(out, ids):
+            typer.echo(command)
+        err_console.print(
+            f"plan: {len(ids)} runs of {len(ladder_plan.settings)} rungs to train in {out}; run "
+            f"each command above (any order, any number at once), then: normlab report {out}"
+        )
+        return
+    summaries: dict[str, dict[str, Any]] = {}
+    for setting, rung_cfg, n in rungs:
+        console.print(f"rung {setting}: {n:,} parameters")
+        rung_out = run_folder.rung_path(out, setting)
+        done = _train(rung_cfg, rung_out, console, args, report=report, rounds=None)
+        summaries.update({run_folder.ladder_run_id(setting, k): v for k, v in done.items()})
+    _check_results(console, summaries, out, started)
+    if report:
+        _ladder_report(out, console)
+
+
+def _ladder_report(out: Path, console: Console) -> None:
+    """Build the ladder's report on its locked folder and print the prediction sentences last
+    (unwrapped, one a line)."""
+    from normlab.experiment.execution.lock import FolderLockedError, OutputLock
+    from normlab.report.ladder_report import build_ladder_report, prediction_lines
+
+    try:
+        with OutputLock(out):
+            written = build_ladder_report(out)
+        ladder = run_folder.read_analysis(out)[LADDER_KEY]
+    except (FolderLockedError, ValueError, OSError) as err:
+        raise fail("compare", f"ladder report: not built ({err})", EXIT_STOPPED) from None
+    console.print(f"ladder report: {written[REPORT_MD_FILE]} and {written[REPORT_HTML_FILE]}")
+    for line in prediction_lines(ladder):
+        console.print(escape(line), soft_wrap=True, highlight=False)

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from normlab.analysis.runs import CompareFolderError
 from normlab.cli.answer import print_answer
 from normlab.cli.app import app
 from normlab.run_format import (
     ANALYSIS_FILE,
+    LADDER_KEY,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
     RUNS_CSV_FILE,
 )
-from normlab.run_format.folder import has_experiment
+from normlab.run_format import folder as run_folder
 
 REPORT_HELP = (
     "Rebuild the verdict and report of a compare folder from its files, without training."
@@ -48,9 +51,12 @@ def report(
         print_error("report", message)
         return typer.Exit(code=code)
 
+    if run_folder.has_ladder_plan(out):
+        _ladder_report(out, fail)
+        return
     try:
         check_utf8_path(out, "OUT")
-        if has_experiment(out):
+        if run_folder.has_experiment(out):
             with OutputLock(out):
                 written = build_report(out)
         else:  # not a compare folder: build_report says so, and no lock file is created
@@ -67,3 +73,33 @@ def report(
     console.print(f"        {written[REPORT_MD_FILE]}")
     console.print(f"Data:   {summary}, {written[RUNS_CSV_FILE]}")
     print_answer(console, out)
+
+
+def _ladder_report(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
+    """A ladder folder (``compare --ladder``): every rung's report, then the ladder's, its
+    prediction sentences last."""
+    from normlab.experiment.execution.lock import FolderLockedError, OutputLock
+    from normlab.report import build_report
+    from normlab.report.ladder_report import build_ladder_report, prediction_lines
+
+    console = Console()
+    try:
+        plan = run_folder.read_ladder_plan(out)
+        for setting in plan.get("rungs", []):
+            rung = run_folder.rung_path(out, setting)
+            with OutputLock(rung):
+                build_report(rung)
+            console.print(f"rung {setting}: {rung / REPORT_MD_FILE}")
+        with OutputLock(out):
+            written = build_ladder_report(out)
+        ladder = run_folder.read_analysis(out)[LADDER_KEY]
+    except FolderLockedError as err:
+        raise fail(str(err), 1) from None
+    except CompareFolderError as err:
+        raise fail(str(err), 2) from None
+    except (ValueError, OSError, KeyError) as err:
+        raise fail(str(err), 1) from None
+    console.print(f"Report: {written[REPORT_HTML_FILE]}")
+    console.print(f"        {written[REPORT_MD_FILE]}")
+    for line in prediction_lines(ladder):
+        console.print(escape(line), soft_wrap=True, highlight=False)

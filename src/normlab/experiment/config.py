@@ -98,6 +98,10 @@ LM_TRAIN_DEFAULTS: dict[str, Any] = {"target_val_loss": None}
 """The lm testbed's defaults for the ``train`` keys a config leaves out, where they differ from
 the GPT's: no target (its validation loss is in nats per token, whose scale depends on the
 tokenizer)."""
+LADDER_FIELDS = ("ladder", "target_params")
+"""Fields of a ladder of compares (:mod:`normlab.experiment.execution.ladder`), not of one
+compare: each rung's config has them unset, and :meth:`ExperimentConfig.dump` leaves them out."""
+
 OPTION_TESTBEDS: dict[str, tuple[str, ...]] = {
     "model": ("gpt",),
     "data": ("gpt", "lm"),
@@ -436,6 +440,16 @@ class ExperimentConfig(Section):
     shapes: ShapesSettings = Field(default_factory=ShapesSettings)
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     lm: LMSettings = Field(default_factory=LMSettings)
+    ladder: dict[str, list[int]] | None = Field(
+        None,
+        description="A size ladder KEY=v1,v2,… (gpt: d_model or n_layers): one paired "
+        "comparison per size, the same seeds, data and fixed steps in each.",
+    )
+    target_params: float | None = Field(
+        None,
+        gt=0,
+        description="With --ladder: the size to predict at (default: 100× the largest rung).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -685,7 +699,8 @@ class ExperimentConfig(Section):
     def dump(self) -> dict[str, Any]:
         """The validated config as JSON-ready data, without the other testbed's options."""
         other = [o for o, owners in OPTION_TESTBEDS.items() if self.testbed not in owners]
-        data = self.model_dump(mode="json", exclude={o for o in other if "." not in o})
+        exclude = {o for o in other if "." not in o} | set(LADDER_FIELDS)
+        data = self.model_dump(mode="json", exclude=exclude)
         for option in other:
             section, _, key = option.partition(".")
             if key and section in data:

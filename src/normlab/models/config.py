@@ -125,7 +125,9 @@ class GPTSettings(ConfigModel):
     bias: bool = False
     tie_embeddings: bool = True
     init_std: float = Field(0.02, gt=0)
-    parametrization: Literal["sp", "mup"] = "sp"
+    parametrization: Literal["sp", "mup"] = Field(
+        "sp", description="gpt: sp (standard) or mup (width-wise muP, base width base_d_model)."
+    )
     base_d_model: int = Field(
         64, ge=8, description="mup: the width at which mup equals sp (sp ignores it)."
     )

@@ -22,6 +22,7 @@ __all__ = [
     "DATA_DIR",
     "DATA_INFO_FILE",
     "EXPERIMENT_FILE",
+    "LADDER_FILE",
     "LOCK_FILE",
     "METRICS_FILE",
     "PLOTS_DIR",
@@ -45,6 +46,9 @@ __all__ = [
 LOCK_FILE = ".lock"
 """Held by the command that writes the folder (one writer at a time)."""
 EXPERIMENT_FILE = "experiment.json"
+LADDER_FILE = "ladder.json"
+"""A ladder folder's plan (``compare --ladder``): the key, the rungs (each a compare folder
+``<key>=<value>/`` beside it) and the target; the folder has no ``experiment.json``."""
 """The resolved experiment, written once every check has passed, before any run starts."""
 DATA_DIR = "data"
 """The data cache's folder."""

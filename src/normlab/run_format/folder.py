@@ -10,7 +10,10 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   of those files for readers that open them themselves;
 - the output folder: :func:`write_experiment` / :func:`read_experiment`,
   :func:`write_sequential`, :func:`write_command` / :func:`read_command`,
-  :func:`read_analysis`, :func:`run_folders`.
+  :func:`read_analysis`, :func:`run_folders`;
+- a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
+  (``ladder.json``), :func:`rung_path` (each rung's compare folder) and :func:`ladder_run_id` /
+  :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``).
 
 Every file is written to a temporary name and renamed into place (:mod:`normlab._io`), except
 ``metrics.jsonl``, which is appended one whole line at a time.
@@ -38,6 +41,7 @@ from normlab.run_format.files import (
     ANALYSIS_FILE,
     COMMAND_FILE,
     EXPERIMENT_FILE,
+    LADDER_FILE,
     LOCK_FILE,
     METRICS_FILE,
     REFERENCE_FILE,
@@ -285,3 +289,37 @@ def read_analysis(out: Path | str) -> dict[str, Any]:
     """The report's analysis of every run, ``out/summary.json``; ``OSError`` or ``ValueError``
     when absent or damaged."""
     return read_json_object(Path(out) / ANALYSIS_FILE)
+
+
+def has_ladder_plan(out: Path | str) -> bool:
+    """True when ``out`` holds a ``ladder.json`` (it is a ladder folder)."""
+    return (Path(out) / LADDER_FILE).is_file()
+
+
+def write_ladder_plan(out: Path | str, record: dict[str, Any]) -> Path:
+    """Write ``out/ladder.json`` atomically."""
+    return write_json_atomic(Path(out) / LADDER_FILE, record)
+
+
+def read_ladder_plan(out: Path | str) -> dict[str, Any]:
+    """``out/ladder.json``; ``ValueError`` naming the file if it is not a JSON object."""
+    return read_json_object(Path(out) / LADDER_FILE)
+
+
+def rung_path(out: Path | str, setting: str) -> Path:
+    """The compare folder of the rung ``setting`` (``d_model=64``) of the ladder folder ``out``."""
+    return Path(out) / setting
+
+
+def ladder_run_id(setting: str, run: str) -> str:
+    """A ladder's id of a rung's run: ``<setting>/<run_id>`` (``d_model=64/layernorm-pre__s0``)."""
+    return f"{setting}/{run}"
+
+
+def split_ladder_run_id(run: str) -> tuple[str, str] | None:
+    """``d_model=64/layernorm-pre__s0`` → (``d_model=64``, ``layernorm-pre__s0``); None for a
+    plain run id (no ``/``)."""
+    setting, sep, rest = run.partition("/")
+    if not sep or "=" not in setting or not rest or "/" in rest:
+        return None
+    return setting, rest

@@ -8,6 +8,7 @@ import torch
 
 from normlab.models.dit import DiT
 from normlab.models.gpt import GPT
+from normlab.models.mup import param_groups
 
 
 def lr_at(step: int, peak_lr: float, total_steps: int, warmup: int, min_ratio: float) -> float:
@@ -31,16 +32,23 @@ def make_optimizer(
 ) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices and embeddings only (not on norms, biases or scalars).
 
-    Uses the fused implementation where this torch and device offer it, else the default one.
+    The GPT's groups are :func:`normlab.models.mup.param_groups`' (under ``sp`` the two groups
+    below, each with ``lr_mult`` 1; under ``mup`` the hidden matrices' rate is lr · d₀ / d), so
+    the schedule must set rates with :func:`normlab.models.mup.set_lr`. Other models: one
+    group of the decayed parameters (2-D and more, outside norms), one of the rest. Uses the
+    fused implementation where this torch and device offer it, else the default one.
     """
-    norms = set(model.norm_parameter_names())
-    decay, no_decay = [], []
-    for name, p in model.named_parameters():
-        (decay if p.dim() >= 2 and name not in norms else no_decay).append(p)
-    groups = [
-        {"params": decay, "weight_decay": weight_decay},
-        {"params": no_decay, "weight_decay": 0.0},
-    ]
+    if isinstance(model, GPT):
+        groups = param_groups(model, lr, weight_decay)
+    else:
+        norms = set(model.norm_parameter_names())
+        decay, no_decay = [], []
+        for name, p in model.named_parameters():
+            (decay if p.dim() >= 2 and name not in norms else no_decay).append(p)
+        groups = [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
     try:
         return torch.optim.AdamW(groups, lr=lr, betas=betas, fused=True)
     except (RuntimeError, TypeError, ValueError):

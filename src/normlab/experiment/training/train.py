@@ -37,6 +37,7 @@ from normlab.experiment.training.precision import DEFAULT_PRECISION, PrecisionSt
 from normlab.experiment.training.schedule import lr_at, make_optimizer
 from normlab.experiment.training.step_timer import StepTimer
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
+from normlab.models.mup import set_lr
 from normlab.run_format import (
     ANOMALY_RECORD,
     DIVERGED,
@@ -243,8 +244,7 @@ class RunLoop:
         diverged and stops)."""
         t, par, device, precision = self.t, self.par, self.device, self.precision
         lr = lr_at(step, t["lr"], self.total_steps, t["warmup"], t["min_lr_ratio"])
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
+        set_lr(self.optimizer, lr)  # each group at lr · its μP multiplier (1 under sp)
         self.timer.start()
         with precision.autocast():
             loss = self.task.train_loss(device)

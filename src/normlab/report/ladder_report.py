@@ -1,0 +1,102 @@
+"""``build_ladder_report``: a ladder folder on disk → its summary.json (under ``ladder``),
+``plots/ladder.png`` (and ``plots/lr_sweep.png`` when the ladder holds a learning-rate sweep),
+report.md and report.html, all written atomically. Each rung keeps its own compare report in
+its own folder; nothing is trained."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab.analysis.ladder_folder import analyze_ladder
+from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
+from normlab.report.style import arm_colors
+from normlab.run_format import (
+    ANALYSIS_FILE,
+    LADDER_KEY,
+    REPORT_HTML_FILE,
+    REPORT_MD_FILE,
+    plot_path,
+)
+from normlab.run_format import folder as run_folder
+
+__all__ = ["LADDER_PLOTS", "build_ladder_report", "prediction_lines"]
+
+LADDER_PLOTS = ("ladder", "lr_sweep")
+
+
+def prediction_lines(ladder: dict[str, Any]) -> list[str]:
+    """One sentence per arm: its prediction at the target with the extrapolation factor
+    (``record["prediction"]["sentence"]``)."""
+    return [str(rec["prediction"]["sentence"]) for rec in ladder["arms"].values()]
+
+
+def _rung_table(ladder: dict[str, Any]) -> list[str]:
+    lines = ["| arm | rung | parameters | seeds | mean difference | 95 % interval | sd |"]
+    lines.append("|---|---|---|---|---|---|---|")
+    for arm, rec in ladder["arms"].items():
+        unit = rec["unit"]
+        for r in rec["rungs"]:
+            lines.append(
+                f"| {arm} | {r['setting']} | {r['n_params']:,.0f} | {r['n']} | "
+                f"{r['mean']:+.4f} {unit} | {r['low']:+.4f} to {r['high']:+.4f} | "
+                f"{r['sd']:.4f} |"
+            )
+    return lines
+
+
+def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]:
+    """Analyse the ladder folder ``out`` (:func:`normlab.analysis.ladder_folder.analyze_ladder`)
+    and write summary.json ({``ladder``: …, ``plan``: ladder.json}), the figures, report.md and
+    report.html; returns {relative path: path}."""
+    out = Path(out)
+    plan = run_folder.read_ladder_plan(out)
+    ladder = analyze_ladder(out, n_boot)
+    first = next(iter(ladder["arms"].values()))
+    colors = arm_colors([first["baseline"], *ladder["arms"]])
+    figures = {"ladder": plot_ladder(ladder, colors)}
+    if ladder.get("learning_rates"):
+        figures["lr_sweep"] = plot_lr_sweep(ladder["learning_rates"], colors)
+    written: dict[str, Path] = {}
+    pngs = {}
+    for name, fig in figures.items():
+        pngs[name] = figure_png(fig)
+        written[plot_path(name)] = write_bytes_atomic(out / plot_path(name), pngs[name])
+    for name in LADDER_PLOTS:
+        if name not in figures:
+            (out / plot_path(name)).unlink(missing_ok=True)
+    written[ANALYSIS_FILE] = write_json_atomic(
+        out / ANALYSIS_FILE, {LADDER_KEY: ladder, "plan": plan}
+    )
+    sentences = prediction_lines(ladder)
+    rungs = ", ".join(plan["rungs"])
+    md = [
+        "# normlab compare --ladder",
+        "",
+        *sentences,
+        "",
+        f"Rungs: {rungs} ({plan.get('parametrization', 'sp')}; {plan.get('steps', '')}); each "
+        "rung's own report is in its folder.",
+        "",
+        *_rung_table(ladder),
+        "",
+        *(f"![{name}]({plot_path(name)})" for name in figures),
+        "",
+    ]
+    written[REPORT_MD_FILE] = write_text_atomic(out / REPORT_MD_FILE, "\n".join(md))
+    images = "".join(
+        f'<p><img alt="{name}" src="data:image/png;base64,'
+        f'{base64.b64encode(png).decode("ascii")}"></p>'
+        for name, png in pngs.items()
+    )
+    body = "".join(f"<p>{html.escape(s)}</p>" for s in sentences)
+    page = (
+        '<!doctype html><html><head><meta charset="utf-8"><title>normlab ladder</title>'
+        f"</head><body><h1>normlab compare --ladder</h1>{body}"
+        f"<p>Rungs: {html.escape(rungs)}</p>{images}</body></html>\n"
+    )
+    written[REPORT_HTML_FILE] = write_text_atomic(out / REPORT_HTML_FILE, page)
+    return written

@@ -1,0 +1,157 @@
+"""``normlab compare --ladder``: μP in training, the ladder as a grid of rungs, its refusals and
+its summary, end to end through the command line on tiny models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from typer.testing import CliRunner
+
+from normlab.cli import app
+from normlab.experiment.config import validate_config
+from normlab.experiment.execution.ladder import plan_ladder
+from normlab.experiment.training.schedule import lr_at, make_optimizer
+from normlab.models import GPTConfig, build_gpt
+from normlab.models.mup import hidden_names, set_lr
+from normlab.run_format import ANALYSIS_FILE, LADDER_KEY, check_ladder, plot_path
+
+
+def _gpt(d_model: int, parametrization: str) -> torch.nn.Module:
+    cfg = GPTConfig(
+        d_model=d_model,
+        n_layers=1,
+        n_heads=2,
+        context=8,
+        norm="layernorm",
+        placement="pre",
+        parametrization=parametrization,
+        base_d_model=8,
+    )
+    return build_gpt(cfg, 0)
+
+
+def test_mup_optimizer_groups_keep_their_multipliers_after_a_schedule_step() -> None:
+    model = _gpt(32, "mup")
+    opt = make_optimizer(model, 0.01, 0.1, (0.9, 0.95))
+    lr = lr_at(2, 0.01, 10, 4, 0.1)  # inside the warm-up: half the peak
+    set_lr(opt, lr)
+    hidden = set(hidden_names(model))
+    params = dict(model.named_parameters())
+    by_id = {id(p): n for n, p in params.items()}
+    seen = set()
+    for group in opt.param_groups:
+        for p in group["params"]:
+            name = by_id[id(p)]
+            seen.add(name)
+            expected = lr * (8 / 32 if name in hidden else 1.0)
+            assert group["lr"] == pytest.approx(expected, rel=1e-12), name
+    assert seen == set(params)
+    assert any(by_id[id(p)] in hidden for g in opt.param_groups for p in g["params"])
+
+
+def test_sp_optimizer_has_todays_two_groups_in_parameter_order() -> None:
+    model = _gpt(16, "sp")
+    opt = make_optimizer(model, 0.01, 0.1, (0.9, 0.95))
+    norms = set(model.norm_parameter_names())
+    decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and n not in norms]
+    rest = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and n not in norms)]
+    groups = {g["weight_decay"]: g for g in opt.param_groups}
+    assert len(opt.param_groups) == 2
+    assert [id(p) for p in groups[0.1]["params"]] == [id(p) for p in decay]
+    assert [id(p) for p in groups[0.0]["params"]] == [id(p) for p in rest]
+    set_lr(opt, 0.003)
+    assert all(g["lr"] == 0.003 for g in opt.param_groups)
+
+
+TINY = {
+    "threads": 1,
+    "model": {"d_model": 16, "n_layers": 1, "n_heads": 2, "context": 8},
+    "train": {"batch_size": 2, "eval_interval": 2, "eval_windows": 2, "warmup": 1},
+    "data": {"max_bytes": 300_000},
+}
+
+
+def _invoke(tmp_path: Path, *args: str) -> tuple[int, str]:
+    config = tmp_path / "tiny.yaml"
+    config.write_text(yaml.safe_dump(TINY))
+    result = CliRunner().invoke(app, ["compare", "--config", str(config), *args])
+    return result.exit_code, result.output
+
+
+def test_tiny_ladder_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, output = _invoke(
+        tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2", "--out", str(out)
+    )
+    assert code == 0, output
+    summary = json.loads((out / ANALYSIS_FILE).read_text())
+    check_ladder(summary[LADDER_KEY])
+    rec = summary[LADDER_KEY]["arms"]["rmsnorm-pre"]
+    assert [r["setting"] for r in rec["rungs"]] == ["d_model=8", "d_model=16"]
+    assert all(r["n"] == 2 for r in rec["rungs"])
+    assert rec["rungs"][0]["n_params"] < rec["rungs"][1]["n_params"]
+    assert rec["target"]["extrapolation"] == pytest.approx(100.0)
+    assert (out / plot_path("ladder")).stat().st_size > 0
+    for setting in ("d_model=8", "d_model=16"):
+        assert (out / setting / ANALYSIS_FILE).is_file()  # each rung's own report
+    last = output.strip().splitlines()[-1]
+    assert last == rec["prediction"]["sentence"] and "100× beyond the largest rung" in last
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["--ladder", "d_model=16"], "--ladder"),
+        (["--ladder", "vocab_size=8,16"], "--ladder"),
+        (["--ladder", "d_model=8,1.5"], "--ladder"),
+        (["--ladder", "d_model=8,10"], "--ladder"),  # 10 / 2 heads: odd rope head size
+        (["--ladder", "d_model=8,16", "--target-params", "100"], "--target-params"),
+        (["--ladder", "d_model=8,16", "--seeds", "1"], "--seeds"),
+        (["--ladder", "d_model=8,16", "--until-decided"], "--until-decided"),
+        (["--target-params", "1e9"], "--target-params"),
+    ],
+)
+def test_bad_ladders_are_refused_in_one_line_before_anything_is_written(
+    tmp_path: Path, args: list[str], option: str
+) -> None:
+    out = tmp_path / "out"
+    code, output = _invoke(tmp_path, *args, "--out", str(out))
+    lines = output.strip().splitlines()
+    assert code != 0
+    assert len(lines) == 1 and option in lines[0], output
+    assert not out.exists()
+
+
+def test_plan_lists_every_rungs_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    code, output = _invoke(
+        tmp_path,
+        "--ladder",
+        "n_layers=1,2",
+        "--seeds",
+        "2",
+        "--steps",
+        "2",
+        "--plan",
+        "--out",
+        str(out),
+    )
+    assert code == 0, output
+    ids = [line.split("--run ")[1] for line in output.splitlines() if "--run " in line]
+    assert sorted(ids) == sorted(
+        f"n_layers={n}/{arm}__s{s}"
+        for n in (1, 2)
+        for arm in ("layernorm-pre", "rmsnorm-pre")
+        for s in (0, 1)
+    )
+    assert (out / "n_layers=2" / "runs" / "rmsnorm-pre__s1").is_dir()
+
+
+def test_a_testbed_without_ladder_keys_is_refused_naming_the_option() -> None:
+    cfg = validate_config({"testbed": "dit", "ladder": {"d_model": [8, 16]}})
+    with pytest.raises(ValueError, match=r"^--ladder: not available for the dit testbed"):
+        plan_ladder(cfg)
