@@ -455,10 +455,11 @@ def test_audit_norm_and_cli_agree_on_the_gain() -> None:
 # ----------------------------------------------------------------------------------------------
 def test_audit_testbeds_are_the_compare_defaults() -> None:
     from normlab.data.shapes import SHAPE_CLASSES
-    from normlab.experiment.config import DiTSettings, ModelSettings, ShapesSettings
+    from normlab.experiment.testbeds.dit import ShapesSettings
+    from normlab.models import DiTSettings, GPTSettings
 
     gpt, (tokens,) = load_model("gpt", "layernorm", "pre")
-    settings = ModelSettings()
+    settings = GPTSettings()
     assert len(gpt.blocks) == settings.n_layers
     assert gpt.config.d_model == settings.d_model and gpt.config.context == settings.context
     assert tokens.shape == (2, settings.context)

@@ -29,18 +29,13 @@ from normlab.data import (
     prepare_shapes,
     unpatchify,
 )
-from normlab.experiment.config import (
-    DEFAULT_CFG_SCALE,
-    DEFAULT_LABEL_DROPOUT,
-    ConfigError,
-    validate_config,
-)
+from normlab.experiment.config import ConfigError, validate_config
 from normlab.experiment.execution.executors import _outcome
 from normlab.experiment.execution.grid import plan_runs
 from normlab.experiment.execution.summaries import crashed_summary, summary_fields
 from normlab.experiment.testbeds import build_model, make_testbed
 from normlab.experiment.testbeds.dit import dit_config
-from normlab.models import shared_parameter_digests
+from normlab.models import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT, shared_parameter_digests
 from normlab.models.flow_batches import FlowBatches, validation_triples
 from normlab.report import build_report
 

@@ -23,11 +23,10 @@ from normlab.cli import app
 from normlab.data import SHAPE_CLASSES, make_shapes, unpatchify
 from normlab.data.shapes import balanced_selection
 from normlab.experiment import testbeds
-from normlab.experiment.config import DEFAULT_CFG_SCALE
 from normlab.experiment.execution.summaries import summary_fields
 from normlab.experiment.testbeds import QUALITY_FIELDS, make_testbed
 from normlab.experiment.testbeds.dit import SAMPLE_GRID, SAMPLE_STEPS, SW2_PROJECTIONS
-from normlab.models import euler_sample, random_projections, sliced_wasserstein2
+from normlab.models import DEFAULT_CFG_SCALE, euler_sample, random_projections, sliced_wasserstein2
 from normlab.models.flow_batches import flow_seed, sample_inputs
 from normlab.report import build_report
 from normlab.report.runs_csv import RUN_COLUMNS

@@ -178,13 +178,13 @@ def testbed_model(target: str, norm: str, placement: str) -> tuple[nn.Module, tu
 
     The model settings are the testbeds' config defaults, which are the experiment config's
     (:class:`~normlab.models.GPTConfig` for the GPT, :class:`~normlab.models.DiTSettings` on
-    the default :class:`~normlab.experiment.config.ShapesSettings` data for the DiT), so the
+    the default :class:`~normlab.experiment.testbeds.dit.ShapesSettings` data for the DiT), so the
     audit sees the model that ``compare`` trains: for the GPT with ``layernorm``, 4 layers and
     214,144 parameters. The example inputs are a batch of 2: token ids [2, context] for the GPT;
     (x_t [2, T, C], t [2], label [2]) for the (class-conditional) DiT.
     """
     from normlab.data.shapes import SHAPE_CLASSES
-    from normlab.experiment.config import ShapesSettings
+    from normlab.experiment.testbeds.dit import ShapesSettings
     from normlab.models import DiTSettings
 
     check_testbed_options(norm, placement, target)

@@ -24,7 +24,7 @@ from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.cli.errors import fail
-from normlab.experiment.config import DIT_DEFAULT_NORMS, DIT_TRAIN_DEFAULTS, ExperimentConfig
+from normlab.experiment.config import ExperimentConfig, testbed_defaults
 from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
@@ -117,11 +117,6 @@ FLAG_KEYS = {
 }
 """The config key each flag sets (flag parameter name → dotted key)."""
 
-_DIT_DEFAULTS: dict[str, Any] = {
-    "norms": list(DIT_DEFAULT_NORMS),
-    **{f"train.{k}": v for k, v in DIT_TRAIN_DEFAULTS.items()},
-}
-
 
 def config_field(dotted: str) -> FieldInfo:
     """The field of :class:`ExperimentConfig` at the dotted key ``dotted`` (``"train.lr"``)."""
@@ -143,15 +138,15 @@ def _shown(value: Any) -> str:
 
 def flag_help(dotted: str) -> str:
     """The help of the flag that sets ``dotted``: the field's description, then its default
-    (and the dit testbed's, where that differs) unless the default is None."""
+    (and each testbed's own, where it has one) unless the default is None."""
     field = config_field(dotted)
     text = field.description or ""
     default = field.get_default(call_default_factory=True)
     if default is None or default == {}:
         return text
     shown = f"default: {_shown(default)}"
-    if dotted in _DIT_DEFAULTS:
-        shown += f"; dit: {_shown(_DIT_DEFAULTS[dotted])}"
+    for testbed, value in testbed_defaults(dotted).items():
+        shown += f"; {testbed}: {_shown(value)}"
     return f"{text.removesuffix('.')} ({shown})."
 
 

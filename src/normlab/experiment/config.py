@@ -1,15 +1,18 @@
 """The experiment's configuration: validated, with errors that name the key and list the valid
 ones.
 
-A YAML file has the shape of :class:`ExperimentConfig` (top-level factors and run settings, and
-the sections ``model``, ``train``, ``anomaly``, ``data`` for the GPT testbed, ``dit`` and
-``shapes`` instead of ``model`` and ``data`` for the DiT testbed); command-line flags override it.
+A YAML file has the shape of :class:`ExperimentConfig` (top-level factors and run settings, the
+sections ``train``, ``anomaly`` and ``scale`` of every testbed, and each testbed's own sections:
+``model`` and ``data`` for the GPT testbed, ``dit`` and ``shapes`` for the DiT testbed, ``lm``
+and ``data`` for the lm testbed); command-line flags override it.
 
 Every setting is declared once, with its default, its bounds and (for those with a flag) its
-help text: the testbeds' sections are the models' own config classes
-(:class:`normlab.models.GPTSettings` for ``model``, :class:`normlab.models.DiTSettings` for
-``dit``), the others are defined here, and ``normlab compare``'s flags read their defaults and
-help from these fields. A run's ``run.json`` uses the same section and key names.
+help text: a testbed's sections, defaults and rules are declared by the testbed
+(:class:`normlab.experiment.testbeds.TestbedConfig`, registered in
+:data:`normlab.experiment.testbeds.TESTBEDS`), from which :func:`config_class` builds
+:class:`ExperimentConfig`; the shared sections are defined here. ``normlab compare``'s flags
+read their defaults and help from these fields. A run's ``run.json`` uses the same section and
+key names.
 """
 
 from __future__ import annotations
@@ -18,8 +21,9 @@ import importlib
 import math
 import re
 import reprlib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -27,11 +31,11 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
 
-from normlab.data.cache import DEFAULT_MAX_BYTES, DEFAULT_VAL_FRACTION
 from normlab.distributed.wrap import DEFAULT_PRECISION, PRECISIONS
 from normlab.experiment.measure.anomaly import (
     DEFAULT_MIN_SCALE,
@@ -40,91 +44,36 @@ from normlab.experiment.measure.anomaly import (
     DEFAULT_WINDOW,
     SpikeRule,
 )
-from normlab.models.config import (
-    DEFAULT_CFG_SCALE,
-    DEFAULT_LABEL_DROPOUT,
-    GUIDANCE_NEUTRAL,
-    ConfigModel,
-    DiTSettings,
-    GPTSettings,
-)
-from normlab.models.norms import check_dit_norm, check_model_norm
-from normlab.run_format import TESTBED_FORMATS, testbed_format
+from normlab.experiment.testbeds import TESTBEDS, Testbed
+from normlab.models.config import ConfigModel
+from normlab.run_format import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
 
 __all__ = [
-    "DEFAULT_CFG_SCALE",
-    "DEFAULT_LABEL_DROPOUT",
     "DEFAULT_STEPS",
-    "DIT_DEFAULT_NORMS",
-    "DIT_TRAIN_DEFAULTS",
     "EXECUTORS",
-    "GUIDANCE_NEUTRAL",
     "AnomalySettings",
     "ConfigError",
-    "DataSettings",
-    "DiTSettings",
     "ExperimentConfig",
-    "GPTSettings",
-    "LMSettings",
-    "ModelSettings",
     "ScaleSettings",
-    "ShapesSettings",
     "TrainSettings",
     "arm_name",
     "check_scale",
+    "config_class",
     "describe_errors",
     "load_config_file",
     "load_yaml",
     "merge_overrides",
+    "testbed_defaults",
+    "testbed_options",
     "validate_config",
 ]
 
 DEFAULT_STEPS = 600
-DIT_DEFAULT_NORMS = ("adaln_zero", "adarms")
-DIT_TRAIN_DEFAULTS: dict[str, Any] = {
-    "steps": 2400,
-    "batch_size": 32,
-    "lr": 3e-3,
-    "weight_decay": 0.0,
-    "target_val_loss": 0.3,
-}
-"""The DiT testbed's defaults for the ``train`` keys a config leaves out, where they differ from
-the GPT's: 2400 steps of 32 images at a peak learning rate of 3e-3 (the budget at which the
-end-of-run samples are recognisable shapes, about 0.9 of them of the requested class, while
-the default 2 arms x 3 seeds stay within a few minutes on 2 CPU cores), no weight decay (as
-DiT), and a target in the unit of its validation loss (the flow-matching MSE, about 1.9 at
-initialisation)."""
-LM_TRAIN_DEFAULTS: dict[str, Any] = {"target_val_loss": None}
-"""The lm testbed's defaults for the ``train`` keys a config leaves out, where they differ from
-the GPT's: no target (its validation loss is in nats per token, whose scale depends on the
-tokenizer)."""
+"""Training steps when a config gives neither ``train.steps`` nor ``train.tokens`` (and its
+testbed has no default of its own)."""
 LADDER_FIELDS = ("ladder", "target_params")
 """Fields of a ladder of compares (:mod:`normlab.experiment.execution.ladder`), not of one
-compare: each rung's config has them unset, and :meth:`ExperimentConfig.dump` leaves them out."""
-
-OPTION_TESTBEDS: dict[str, tuple[str, ...]] = {
-    "model": ("gpt",),
-    "data": ("gpt", "lm"),
-    "data.tokenizer": ("lm",),
-    "data.text_field": ("lm",),
-    "data.bpe_merges": ("lm",),
-    "margin_bpb": ("gpt", "lm"),
-    "train.eval_windows": ("gpt", "lm"),
-    "dit": ("dit",),
-    "shapes": ("dit",),
-    "margin_val_loss": ("dit",),
-    "lm": ("lm",),
-}
-"""The options that belong to some testbeds only (a section, or ``section.key``), with the
-testbeds that use them: giving one to another testbed is an error, and :meth:`ExperimentConfig.dump`
-leaves them out for the others."""
-SAMPLE_LENGTH: dict[str, tuple[str, str]] = {
-    "gpt": ("model", "context"),
-    "dit": ("shapes", "seq_len"),
-    "lm": ("lm", "context"),
-}
-"""Per testbed, the (section, key) that holds the tokens of one training sample: a context
-window, or an image's patches; ``train.tokens`` is converted into steps with it."""
+compare: each rung's config has them unset, and :meth:`ExperimentBase.dump` leaves them out."""
 
 
 class Section(ConfigModel):
@@ -197,39 +146,6 @@ class ScaleSettings(Section):
         }
 
 
-ModelSettings = GPTSettings
-"""The ``model`` section under its earlier name: :class:`normlab.models.GPTSettings`."""
-
-
-class ShapesSettings(Section):
-    """The DiT testbed's embedded data (:mod:`normlab.data.shapes`): ``n_train`` and ``n_val``
-    disjoint grayscale images of ``image_size`` × ``image_size`` pixels, made from ``seed``, cut
-    into ``patch_size`` × ``patch_size`` patches: T = (image_size / patch_size)² tokens of
-    patch_size² channels each."""
-
-    image_size: int = Field(16, ge=4, le=256)
-    patch_size: int = Field(4, ge=1)
-    n_train: int = Field(4096, ge=1)
-    n_val: int = Field(512, ge=1)
-    seed: int = Field(0, ge=0)
-
-    @model_validator(mode="after")
-    def _patch_divides(self) -> ShapesSettings:
-        if self.image_size % self.patch_size:
-            raise ValueError(
-                f"patch_size {self.patch_size} does not divide image_size {self.image_size}"
-            )
-        return self
-
-    @property
-    def seq_len(self) -> int:
-        return (self.image_size // self.patch_size) ** 2
-
-    @property
-    def in_channels(self) -> int:
-        return self.patch_size**2
-
-
 class TrainSettings(Section):
     """Optimisation and evaluation: AdamW, linear warm-up then cosine decay, gradient clipping.
 
@@ -242,15 +158,20 @@ class TrainSettings(Section):
     validation flow-matching MSE) is the level for time- and tokens-to-target.
     ``throughput_warmup`` steps are left out of tokens/s. ``eval_windows`` (GPT only): the
     validation windows; the DiT validates on every image of ``shapes.n_val``.
-    The DiT testbed has its own defaults for some keys (:data:`DIT_TRAIN_DEFAULTS`).
+    A testbed may have its own defaults for some keys (its ``TestbedConfig.train_defaults``).
     """
 
     steps: int | None = Field(
         None,
         ge=1,
         description=(
-            f"Training steps per run (default: {DEFAULT_STEPS}; dit: "
-            f"{DIT_TRAIN_DEFAULTS['steps']}; unless tokens are given)."
+            f"Training steps per run (default: {DEFAULT_STEPS}"
+            + "".join(
+                f"; {name}: {t.config.train_defaults['steps']}"
+                for name, t in TESTBEDS.items()
+                if "steps" in t.config.train_defaults
+            )
+            + "; unless tokens are given)."
         ),
     )
     tokens: int | None = Field(
@@ -303,79 +224,41 @@ class AnomalySettings(Section):
         return SpikeRule(self.window, self.warmup, self.grad_z, self.min_scale)
 
 
-class DataSettings(Section):
-    """``path``: null for the standard library, or a text file or folder of text files.
-    At most ``max_bytes`` are read (whole files in sorted order)."""
-
-    path: str | None = Field(
-        None,
-        description="A text file or a folder of text files (default: Python's stdlib); gpt only.",
-    )
-    max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1024)
-    val_fraction: float = Field(DEFAULT_VAL_FRACTION, gt=0, le=0.5)
-    tokenizer: str | None = Field(
-        None,
-        description="A local tokenizer folder or tokenizer.json (default: bytes); lm only.",
-    )
-    text_field: str = Field(
-        "text", min_length=1, description="The text field of JSON Lines / Parquet records; lm only."
-    )
-    bpe_merges: int | None = Field(
-        None,
-        ge=1,
-        description="Train a byte-level BPE with this many merges on the corpus's training side "
-        "at run time (cached in the output folder's data/); lm only.",
-    )
-
-    @model_validator(mode="after")
-    def _one_tokenizer(self) -> DataSettings:
-        if self.tokenizer is not None and self.bpe_merges is not None:
-            raise ValueError(
-                f"give tokenizer or bpe_merges, not both (tokenizer={self.tokenizer!r}, "
-                f"bpe_merges={self.bpe_merges})"
-            )
-        return self
+def testbed_options(testbeds: Mapping[str, type[Testbed]]) -> dict[str, tuple[str, ...]]:
+    """The options that belong to some testbeds only (a section, or ``section.key``: each
+    testbed's sections and ``options``), with the testbeds that declare them: giving one to
+    another testbed is an error, and :meth:`ExperimentBase.dump` leaves them out for the others.
+    An option every testbed declares belongs to none in particular."""
+    owners: dict[str, list[str]] = {}
+    for name, testbed in testbeds.items():
+        for option in (*testbed.config.sections, *testbed.config.options):
+            owners.setdefault(option, []).append(name)
+    return {o: tuple(n) for o, n in owners.items() if len(n) < len(testbeds)}
 
 
-class LMSettings(Section):
-    """The lm testbed's model: ``model`` is a source, ``hf:<folder or model_type>`` (a
-    transformers causal LM built from its config, randomly initialised) or
-    ``package.module:factory`` (called as ``factory(make_norm, **model_set)``), required;
-    ``model_set``
-    are the config overrides or factory arguments (``key=value,…`` or a mapping; the vocabulary
-    size is always the tokenizer's); ``context`` the tokens per training window;
-    ``attn_implementation`` the transformers attention (``eager``: deterministic on the CPU).
-    Each arm's model has every norm module of the source replaced by the arm's norm."""
-
-    model: str | None = Field(
-        None,
-        min_length=1,
-        description="Model source: hf:<folder or model_type> or package.module:factory "
-        "(selects the lm testbed).",
-    )
-    model_set: dict[str, Any] = Field(
-        default_factory=dict,
-        description="Comma list of key=value: the model config's overrides or the factory's "
-        "arguments.",
-    )
-    context: int = Field(128, ge=2, description="Tokens per training window (lm).")
-    attn_implementation: Literal["eager", "sdpa"] = "eager"
-
-    @field_validator("model_set", mode="before")
-    @classmethod
-    def _parse_settings(cls, v: Any) -> Any:
-        from normlab.models.external.spec import parse_settings
-
-        return parse_settings(v)
+def testbed_defaults(dotted: str) -> dict[str, Any]:
+    """The testbeds whose own default for the dotted key ``dotted`` (``"norms"``,
+    ``"train.steps"``) replaces the config's, with that default."""
+    found: dict[str, Any] = {}
+    for name, testbed in TESTBEDS.items():
+        c = testbed.config
+        if dotted == "norms" and c.default_norms is not None:
+            found[name] = list(c.default_norms)
+        section, _, key = dotted.partition(".")
+        if section == "train" and key in c.train_defaults:
+            found[name] = c.train_defaults[key]
+    return found
 
 
-class ExperimentConfig(Section):
-    """The whole experiment: the factors under study and everything held equal.
+class ExperimentBase(Section):
+    """The whole experiment: the factors under study and everything held equal (the fields
+    every testbed shares; :func:`config_class` adds the testbeds' sections).
 
-    ``testbed``: ``gpt`` (the byte-level GPT, sections ``model`` and ``data``) or ``dit`` (the
-    flow-matching DiT on the embedded shapes, sections ``dit`` and ``shapes``; conditional norms,
-    ``adaln_zero`` and ``adarms`` by default, pre-norm only). Options of the other testbed are
-    errors, not silently ignored.
+    ``testbed``: the name of a registered testbed (:data:`normlab.experiment.testbeds.TESTBEDS`):
+    ``gpt`` (the byte-level GPT, sections ``model`` and ``data``), ``dit`` (the flow-matching DiT
+    on the embedded shapes, sections ``dit`` and ``shapes``; conditional norms, ``adaln_zero``
+    and ``adarms`` by default, pre-norm only) or ``lm`` (the user's causal LM, sections ``lm``
+    and ``data``). Options of another testbed are errors, not silently ignored.
     Arms are every ``norm × placement × precision`` (named ``<norm>-<placement>``, and
     ``<norm>-<placement>-<precision>`` when several ``precisions`` are given), at least two of
     them; each arm runs once per seed. ``precisions``: the training precisions (``fp32``,
@@ -392,11 +275,12 @@ class ExperimentConfig(Section):
     at once (1 keeps timings clean).
     """
 
-    testbed: str = Field(
-        "gpt",
-        description="gpt (byte-level GPT), dit (flow-matching DiT on embedded shapes; norms "
-        "default to " + ",".join(DIT_DEFAULT_NORMS) + ") or lm (your causal LM: --model).",
-    )
+    testbeds: ClassVar[dict[str, type[Testbed]]] = {}
+    """The registered testbeds this config class was built from (:func:`config_class`)."""
+    option_owners: ClassVar[dict[str, tuple[str, ...]]] = {}
+    """:func:`testbed_options` of :attr:`testbeds`."""
+
+    testbed: str = Field(DEFAULT_TESTBED)
     imports: list[str] = Field(default_factory=list)
     norms: list[str] = Field(
         default_factory=lambda: ["layernorm", "rmsnorm"],
@@ -432,14 +316,9 @@ class ExperimentConfig(Section):
         description="Torch threads per worker (default: half the CPUs, at least 1).",
     )
     parallel: int = Field(1, ge=1, description="Runs trained at once (1 keeps timings clean).")
-    model: GPTSettings = Field(default_factory=GPTSettings)
     train: TrainSettings = Field(default_factory=TrainSettings)
     anomaly: AnomalySettings = Field(default_factory=AnomalySettings)
-    data: DataSettings = Field(default_factory=DataSettings)
-    dit: DiTSettings = Field(default_factory=DiTSettings)
-    shapes: ShapesSettings = Field(default_factory=ShapesSettings)
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
-    lm: LMSettings = Field(default_factory=LMSettings)
     ladder: dict[str, list[int]] | None = Field(
         None,
         description="A size ladder KEY=v1,v2,… (gpt: d_model or n_layers): one paired "
@@ -453,39 +332,37 @@ class ExperimentConfig(Section):
 
     @model_validator(mode="before")
     @classmethod
-    def _lm_defaults(cls, data: Any) -> Any:
-        """A config with an ``lm`` section and no ``testbed`` is an lm experiment; the lm
-        testbed's defaults for the ``train`` keys left out."""
+    def _testbed_defaults(cls, data: Any) -> Any:
+        """The testbed a config without ``testbed`` selects by a section (``lm``), and its
+        testbed's defaults for the norms and the ``train`` keys left out (a token budget
+        replaces a default ``steps``)."""
         if not isinstance(data, dict):
             return data
-        if data.get("testbed") is None and "lm" in data:
-            data = {**data, "testbed": "lm"}
-        if data.get("testbed") == "lm" and isinstance(data.get("train", {}), dict):
-            data = {**data, "train": {**LM_TRAIN_DEFAULTS, **data.get("train", {})}}
+        if data.get("testbed") is None:
+            chosen = [n for n, t in cls.testbeds.items() if t.config.selected_by in data]
+            if chosen:
+                data = {**data, "testbed": chosen[0]}
+        name = data.get("testbed", DEFAULT_TESTBED)
+        testbed = cls.testbeds.get(name) if isinstance(name, str) else None
+        if testbed is None:
+            return data
+        data = dict(data)
+        if testbed.config.default_norms is not None:
+            data.setdefault("norms", list(testbed.config.default_norms))
+        train = data.get("train", {})
+        if testbed.config.train_defaults and isinstance(train, dict):
+            defaults = dict(testbed.config.train_defaults)
+            if train.get("tokens") is not None:
+                defaults.pop("steps", None)
+            data["train"] = {**defaults, **train}
         return data
 
     @field_validator("testbed")
     @classmethod
     def _known_testbed(cls, v: str) -> str:
-        if v not in TESTBED_FORMATS:
-            raise ValueError(f"expected one of {', '.join(TESTBED_FORMATS)}")
+        if v not in cls.testbeds:
+            raise ValueError(f"expected one of {', '.join(cls.testbeds)}")
         return v
-
-    @model_validator(mode="before")
-    @classmethod
-    def _testbed_defaults(cls, data: Any) -> Any:
-        """The DiT testbed's defaults for the norms and the ``train`` keys left out."""
-        if not isinstance(data, dict) or data.get("testbed") != "dit":
-            return data
-        data = dict(data)
-        data.setdefault("norms", list(DIT_DEFAULT_NORMS))
-        train = data.get("train", {})
-        if isinstance(train, dict):
-            defaults = dict(DIT_TRAIN_DEFAULTS)
-            if train.get("tokens") is not None:  # a token budget replaces the default steps
-                defaults.pop("steps")
-            data["train"] = {**defaults, **train}
-        return data
 
     @field_validator("seeds")
     @classmethod
@@ -518,10 +395,8 @@ class ExperimentConfig(Section):
     def _check_norms(cls, v: list[str], info: ValidationInfo) -> list[str]:
         if len(set(v)) != len(v):
             raise ValueError("a norm is listed twice")
-        testbed = info.data.get("testbed")
-        check = check_dit_norm if testbed == "dit" else check_model_norm
-        if testbed == "lm":
-            from normlab.models.external.arm import check_slot_norm as check
+        testbed = cls.testbeds.get(info.data.get("testbed", DEFAULT_TESTBED))
+        check = (testbed or cls.testbeds[DEFAULT_TESTBED]).config.check_norm
         for norm in v:
             try:
                 check(norm)
@@ -550,32 +425,20 @@ class ExperimentConfig(Section):
         return v
 
     @model_validator(mode="after")
-    def _check_testbed_options(self) -> ExperimentConfig:
-        if self.testbed == "dit" and self.placements != ["pre"]:
-            others = ", ".join(p for p in self.placements if p != "pre") or "pre twice"
-            raise ValueError(
-                f"placements: the dit testbed is pre-norm only (its conditional norms modulate "
-                f"the input of each sublayer and gate its output); got {others}. Expected: pre"
-            )
-        if self.testbed == "lm" and self.placements != ["pre"]:
-            others = ", ".join(p for p in self.placements if p != "pre") or "pre twice"
-            raise ValueError(
-                f"placements: the lm testbed keeps the model's own norm placement (each norm "
-                f"module is swapped where it sits); got {others}. Expected: pre (the default)"
-            )
-        if self.testbed == "lm" and self.lm.model is None:
-            raise ValueError(
-                "lm.model: the lm testbed trains your model; expected a source, --model "
-                "hf:<folder or model_type> (with --model-set overrides) or "
-                "package.module:factory"
-            )
-        for option, owners in OPTION_TESTBEDS.items():
+    def _check_testbed_options(self) -> ExperimentBase:
+        """The testbed's own rules (its ``TestbedConfig.check``), then no option of another
+        testbed."""
+        config = self.testbeds[self.testbed].config
+        if config.check is not None:
+            config.check(self)
+        for option, owners in self.option_owners.items():
             if self.testbed in owners:
                 continue
             given = self._given(option)
             if given is not None:
                 other = " or ".join(owners)
-                hint = _HINTS.get(option, f"set testbed: {owners[0]} (or --testbed {owners[0]})")
+                default = f"set testbed: {owners[0]} (or --testbed {owners[0]})"
+                hint = config.hints.get(option, default)
                 raise ValueError(
                     f"{given}: an option of the {other} testbed, but this experiment's testbed "
                     f"is {self.testbed}; {hint}"
@@ -588,37 +451,25 @@ class ExperimentConfig(Section):
         section, _, key = option.partition(".")
         if section not in self.model_fields_set:
             return None
-        if section == "data" and not key:  # the data keys every text testbed shares
-            value = self.data
-            keys = ("path", "max_bytes", "val_fraction")
-            shared = [k for k in keys if k in value.model_fields_set]
-            if shared or not value.model_fields_set:
-                return f"data.{shared[0]}" if shared else "data"
-            return None
         value = getattr(self, section)
         if not isinstance(value, BaseModel):
             return section
         if key:
             return option if key in value.model_fields_set else None
         given = [k for k in type(value).model_fields if k in value.model_fields_set]
-        return f"{section}.{given[0]}" if given else section
+        # a key that is an option of its own (data.tokenizer) is reported as that option
+        own = [k for k in given if f"{section}.{k}" not in self.option_owners]
+        if own or not given:
+            return f"{section}.{own[0]}" if own else section
+        return None
 
     @model_validator(mode="after")
-    def _check_two_arms(self) -> ExperimentConfig:
+    def _check_two_arms(self) -> ExperimentBase:
         """A comparison needs something to compare: at least two arms (norm × placement)."""
         arms = self.arm_names()
         if len(arms) >= 2:
             return self
-        if self.testbed == "dit":
-            hint = (
-                "two or more norms (--norms, e.g. adaln_zero,adarms; the dit testbed is "
-                "pre-norm only)"
-            )
-        else:
-            hint = (
-                "two or more norms (--norms, e.g. layernorm,rmsnorm), placements "
-                "(--placements, e.g. pre,post) or precisions (--precision, e.g. fp32,bf16)"
-            )
+        hint = self.testbeds[self.testbed].config.arms_hint
         raise ValueError(
             f"norms, placements, precisions: {len(self.norms)} norm, {len(self.placements)} "
             f"placement and {len(self.precisions)} precision make the single arm {arms[0]}; "
@@ -626,7 +477,7 @@ class ExperimentConfig(Section):
         )
 
     @model_validator(mode="after")
-    def _check_warmup(self) -> ExperimentConfig:
+    def _check_warmup(self) -> ExperimentBase:
         """The schedule (:func:`normlab.experiment.training.schedule.lr_at`) reaches its peak at
         step ``warmup`` and decays until the last step, so a warm-up needs steps after it."""
         warmup, steps = self.train.warmup, self.resolved_steps()
@@ -645,7 +496,7 @@ class ExperimentConfig(Section):
         return self
 
     @model_validator(mode="after")
-    def _check_baseline(self) -> ExperimentConfig:
+    def _check_baseline(self) -> ExperimentBase:
         if self.baseline is not None and self.baseline not in self.arm_names():
             raise ValueError(
                 f"baseline: {self.baseline!r} is not an arm; expected one of "
@@ -679,9 +530,9 @@ class ExperimentConfig(Section):
         return self.baseline or self.arm_names()[0]
 
     def tokens_per_sample(self) -> int:
-        """Tokens in one training sample (:data:`SAMPLE_LENGTH`: the GPT's ``model.context``,
-        the DiT's patches per image, the lm's ``lm.context``)."""
-        section, key = SAMPLE_LENGTH[self.testbed]
+        """Tokens in one training sample (the testbed's ``sample_length``: the GPT's
+        ``model.context``, the DiT's patches per image, the lm's ``lm.context``)."""
+        section, key = self.testbeds[self.testbed].config.sample_length
         return int(getattr(getattr(self, section), key))
 
     def resolved_steps(self) -> int:
@@ -697,8 +548,8 @@ class ExperimentConfig(Section):
         return float(getattr(self, testbed_format(self.testbed).margin_key))
 
     def dump(self) -> dict[str, Any]:
-        """The validated config as JSON-ready data, without the other testbed's options."""
-        other = [o for o, owners in OPTION_TESTBEDS.items() if self.testbed not in owners]
+        """The validated config as JSON-ready data, without the other testbeds' options."""
+        other = [o for o, owners in self.option_owners.items() if self.testbed not in owners]
         exclude = {o for o in other if "." not in o} | set(LADDER_FIELDS)
         data = self.model_dump(mode="json", exclude=exclude)
         for option in other:
@@ -708,13 +559,42 @@ class ExperimentConfig(Section):
         return data
 
 
-_HINTS = {
-    "model": "the DiT's settings are under dit",
-    "data": "the dit testbed trains on its embedded shapes (set under shapes); --data (text) "
-    "is for the gpt testbed",
-    "margin_bpb": "the dit testbed's equivalence margin is margin_val_loss",
-    "train.eval_windows": "the dit testbed validates on every image of shapes.n_val",
-}
+def config_class(testbeds: Mapping[str, type[Testbed]]) -> type[ExperimentBase]:
+    """The experiment config for the registered ``testbeds``: :class:`ExperimentBase` with each
+    testbed's sections as fields (in registration order; a section two testbeds share once),
+    the ``testbed`` field's help naming them. Raises ``TypeError`` when two testbeds declare
+    one section with different classes, or a testbed has no run format
+    (:data:`normlab.run_format.TESTBED_FORMATS`)."""
+    sections: dict[str, type[BaseModel]] = {}
+    for name, testbed in testbeds.items():
+        if name not in TESTBED_FORMATS or testbed.name != name:
+            raise TypeError(
+                f"testbed {name!r}: expected a testbed registered under its own name with a "
+                f"run format in normlab.run_format.TESTBED_FORMATS ({', '.join(TESTBED_FORMATS)})"
+            )
+        for key, section in testbed.config.sections.items():
+            if sections.setdefault(key, section) is not section:
+                raise TypeError(
+                    f"testbed {name!r}: its section {key!r} is {section.__name__}, another "
+                    f"testbed's is {sections[key].__name__}; expected one class per section"
+                )
+    summaries = [t.config.summary for t in testbeds.values()]
+    described = ", ".join(summaries[:-1]) + " or " + summaries[-1] if len(summaries) > 1 else ""
+    cls = create_model(
+        "ExperimentConfig",
+        __base__=ExperimentBase,
+        __module__=__name__,
+        __doc__=ExperimentBase.__doc__,
+        testbed=(str, Field(DEFAULT_TESTBED, description=(described or summaries[0]) + ".")),
+        **{k: (c, Field(default_factory=c)) for k, c in sections.items()},  # type: ignore[call-overload]
+    )
+    cls.testbeds = dict(testbeds)
+    cls.option_owners = testbed_options(testbeds)
+    return cls
+
+
+ExperimentConfig = config_class(TESTBEDS)
+"""The experiment config of the registered testbeds (:func:`config_class`)."""
 
 
 def arm_name(norm: str, placement: str, precision: str | None = None) -> str:
@@ -727,9 +607,10 @@ class ConfigError(ValueError):
     """An invalid experiment configuration; the message names each bad key."""
 
 
-def _section_at(loc: tuple[Any, ...]) -> type[BaseModel]:
-    """The config class that owns the key at ``loc`` (the last element)."""
-    cls: type[BaseModel] = ExperimentConfig
+def _section_at(loc: tuple[Any, ...], config: type[BaseModel]) -> type[BaseModel]:
+    """The class of ``config`` (an experiment config class) that owns the key at ``loc`` (the
+    last element)."""
+    cls = config
     for part in loc[:-1]:
         field = cls.model_fields.get(str(part))
         sub = getattr(field, "annotation", None) if field else None
@@ -757,17 +638,18 @@ def _shown_value(value: Any) -> str:
     return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
 
 
-def describe_errors(err: ValidationError) -> str:
-    """One line per problem: the dotted key, what is wrong, and the valid keys for unknown ones.
-    Given values are quoted cut to :data:`MAX_SHOWN_CHARS` characters, and at most 20 problems
-    are listed."""
+def describe_errors(err: ValidationError, config: type[BaseModel] | None = None) -> str:
+    """One line per problem: the dotted key, what is wrong, and the valid keys for unknown ones
+    (of ``config``, the experiment config class validated: :data:`ExperimentConfig` by
+    default). Given values are quoted cut to :data:`MAX_SHOWN_CHARS` characters, and at most 20
+    problems are listed."""
     lines = []
     errors = err.errors(include_url=False, include_context=False)
     for e in errors[:20]:
         loc = tuple(e["loc"])
         key = ".".join(str(p) for p in loc) or "config"
         if e["type"] == "extra_forbidden":
-            cls = _section_at(loc)
+            cls = _section_at(loc, config or ExperimentConfig)
             section = ".".join(str(p) for p in loc[:-1]) or "the top level"
             valid = ", ".join(cls.model_fields)
             lines.append(f"unknown key {key!r}; valid keys of {section}: {valid}")
@@ -783,16 +665,20 @@ def describe_errors(err: ValidationError) -> str:
     return "invalid experiment config:\n  " + "\n  ".join(lines)
 
 
-def validate_config(data: dict[str, Any]) -> ExperimentConfig:
-    """Build an :class:`ExperimentConfig` from a plain dict, raising :class:`ConfigError`."""
+def validate_config(
+    data: dict[str, Any], config: type[ExperimentBase] | None = None
+) -> ExperimentConfig:
+    """Build an :class:`ExperimentConfig` (or an instance of ``config``, a class made by
+    :func:`config_class`) from a plain dict, raising :class:`ConfigError`."""
+    config = config or ExperimentConfig
     if not isinstance(data, dict):
         raise ConfigError(
             f"config: expected a mapping of keys to values, got {type(data).__name__}"
         )
     try:
-        return ExperimentConfig.model_validate(data)
+        return config.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(describe_errors(err)) from None
+        raise ConfigError(describe_errors(err, config)) from None
 
 
 class ConfigLoader(yaml.SafeLoader):

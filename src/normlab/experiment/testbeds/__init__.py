@@ -4,8 +4,11 @@
 One module per testbed (:mod:`~normlab.experiment.testbeds.gpt`,
 :mod:`~normlab.experiment.testbeds.dit`, :mod:`~normlab.experiment.testbeds.lm`), each
 registered here in :data:`TESTBEDS` under the experiment config's ``testbed`` name (the names
-that :data:`normlab.run_format.TESTBED_FORMATS` declares). A run config without ``testbed`` is
-a GPT run.
+that :data:`normlab.run_format.TESTBED_FORMATS` declares). A testbed's module holds both halves
+of it: its part of the experiment config (``config``, a
+:class:`~normlab.experiment.testbeds.base.TestbedConfig`: sections, defaults, rules), which
+:mod:`normlab.experiment.config` builds the config from, and its runs' data, model and loss.
+A run config without ``testbed`` is a GPT run.
 """
 
 from __future__ import annotations
@@ -15,7 +18,12 @@ from typing import Any
 
 from torch import nn
 
-from normlab.experiment.testbeds.base import Testbed, check_data_fits, check_fingerprint
+from normlab.experiment.testbeds.base import (
+    Testbed,
+    TestbedConfig,
+    check_data_fits,
+    check_fingerprint,
+)
 from normlab.experiment.testbeds.dit import DiTTestbed
 from normlab.experiment.testbeds.gpt import GPTTestbed, warm_up_gpt
 from normlab.experiment.testbeds.lm import LMTestbed
@@ -25,6 +33,7 @@ __all__ = [
     "QUALITY_FIELDS",
     "TESTBEDS",
     "Testbed",
+    "TestbedConfig",
     "build_model",
     "check_data_fits",
     "check_fingerprint",

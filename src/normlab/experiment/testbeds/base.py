@@ -1,11 +1,13 @@
 """The interface every testbed keeps, and the checks the testbeds share.
 
-A testbed (:class:`Testbed`) says what a run records of the experiment's settings
-(:meth:`Testbed.run_settings`: the config sections it uses, under the config's own section and
-key names, and the data's record), how to build an arm's model from a resolved run config
-(``run.json``, :meth:`Testbed.build_model`) and which quality fields a run's summary holds; an
-instance, made in the worker from the run config, draws training batches and computes their
-loss, validates, and adds its summary fields. Before the output folder is written,
+A testbed (:class:`Testbed`) declares what it adds to the experiment config
+(:class:`TestbedConfig`: its sections, defaults and rules, from which
+:mod:`normlab.experiment.config` builds the config), says what a run records of the experiment's
+settings (:meth:`Testbed.run_settings`: the config sections it uses, under the config's own
+section and key names, and the data's record), how to build an arm's model from a resolved run
+config (``run.json``, :meth:`Testbed.build_model`) and which quality fields a run's summary
+holds; an instance, made in the worker from the run config, draws training batches and computes
+their loss, validates, and adds its summary fields. Before the output folder is written,
 :meth:`Testbed.check_inputs` checks what the experiment reads from outside;
 :meth:`Testbed.prepare_data` builds the data and :meth:`Testbed.arm_fields` adds per-arm fields
 to ``run.json``, so the runner and the training loop name no testbed.
@@ -13,16 +15,60 @@ to ``run.json``, so the runner and the training loop name no testbed.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import torch
+from pydantic import BaseModel
 from rich.console import Console
 from torch import nn
 
-from normlab.experiment.config import ExperimentConfig
+from normlab.models.norms import check_model_norm
 
-__all__ = ["Testbed", "check_data_fits", "check_fingerprint"]
+__all__ = ["Experiment", "Testbed", "TestbedConfig", "check_data_fits", "check_fingerprint"]
+
+Experiment = Any
+"""The validated experiment config (:class:`normlab.experiment.config.ExperimentConfig`, which
+is built from the testbeds and so sits above them): its ``testbed``, ``train`` and the sections
+of :attr:`TestbedConfig.sections` as attributes."""
+
+ARMS_HINT = (
+    "two or more norms (--norms, e.g. layernorm,rmsnorm), placements (--placements, e.g. "
+    "pre,post) or precisions (--precision, e.g. fp32,bf16)"
+)
+"""What a config with a single arm is told to give, unless the testbed says otherwise."""
+
+
+@dataclass(frozen=True)
+class TestbedConfig:
+    """What a testbed adds to the experiment config (:class:`Testbed`'s ``config``).
+
+    ``summary`` describes it in ``--testbed``'s help. ``sections``: its config sections by key
+    (pydantic models; a section two testbeds share is the same class in both).
+    ``sample_length``: the (section, key) that holds the tokens of one training sample
+    (``train.tokens`` is converted into steps with it). ``options``: its options outside its
+    sections (a top-level key, or ``section.key``); an option that some testbeds declare and
+    others do not is an error in the others' configs. ``train_defaults``: its defaults for the
+    ``train`` keys a config leaves out (``steps`` only when ``train.tokens`` is not given);
+    ``default_norms``: the norms when the config gives none. ``check_norm`` raises for a norm
+    name it cannot train; ``check`` for a validated config it cannot run (ValueError naming the
+    key). ``selected_by``: a section whose presence in a config without ``testbed`` selects this
+    testbed. ``hints``: for an option of another testbed given to this one, where its setting
+    lives here; ``arms_hint``: what a config with a single arm is told to give."""
+
+    summary: str
+    sections: Mapping[str, type[BaseModel]]
+    sample_length: tuple[str, str]
+    options: tuple[str, ...] = ()
+    train_defaults: Mapping[str, Any] = field(default_factory=dict)
+    default_norms: tuple[str, ...] | None = None
+    check_norm: Callable[[str], object] = check_model_norm
+    check: Callable[[Any], None] | None = None
+    selected_by: str | None = None
+    hints: Mapping[str, str] = field(default_factory=dict)
+    arms_hint: str = ARMS_HINT
 
 
 class Testbed(Protocol):
@@ -36,6 +82,8 @@ class Testbed(Protocol):
 
     name: ClassVar[str]
     """The experiment config's ``testbed`` value."""
+    config: ClassVar[TestbedConfig]
+    """What the testbed adds to the experiment config."""
     quality_fields: ClassVar[tuple[str, ...]]
     """The validation fields of a run's summary, in the order summary.json has them."""
 
@@ -48,7 +96,7 @@ class Testbed(Protocol):
         data (checked against ``spec["data"]["fingerprint"]``)."""
 
     @staticmethod
-    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+    def run_settings(cfg: Experiment, data_info: dict[str, Any]) -> dict[str, Any]:
         """What every run records of the testbed: the config sections it uses, as the config
         names them (``model``; ``dit``, ``shapes``), and ``data``, the record of the data
         (``data_info``, the data folder's description) that :meth:`build_model` and the
@@ -60,12 +108,12 @@ class Testbed(Protocol):
         for ``seed``."""
 
     @staticmethod
-    def check_inputs(cfg: ExperimentConfig) -> None:
+    def check_inputs(cfg: Experiment) -> None:
         """Check what the experiment reads from outside (a ``--data`` path, a tokenizer, a model
         source) before the output folder is created or written: ValueError naming the option."""
 
     @staticmethod
-    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+    def prepare_data(cfg: Experiment, data_dir: Path, console: Console) -> dict[str, Any]:
         """Prepare the testbed's data in ``data_dir`` once (a token cache, or the description of
         the images), say what it is on ``console`` and check that it fits the model; returns
         ``data.json``'s content."""

@@ -14,38 +14,58 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from pydantic import Field, model_validator
 from rich.console import Console
 from torch import nn
 
 from normlab.data.shapes import balanced_selection, load_shapes, prepare_shapes, unpatchify
-from normlab.experiment.config import ExperimentConfig, ShapesSettings
 from normlab.experiment.measure.evaluate import flow_validation_loss, generate_samples
 from normlab.experiment.measure.posttrain import BFloat16Inputs, posttrain_summary
-from normlab.experiment.testbeds.base import check_fingerprint
+from normlab.experiment.testbeds.base import Experiment, TestbedConfig, check_fingerprint
 from normlab.models import (
     DiT,
     DiTConfig,
     DiTSettings,
     build_dit,
+    check_dit_norm,
     flow_matching_loss,
     interpolate,
     sliced_wasserstein2,
 )
+from normlab.models.config import ConfigModel
 from normlab.models.flow_batches import FlowBatches, flow_seed, sample_inputs, validation_triples
 from normlab.models.sample_metrics import sample_quality
 from normlab.run_format import testbed_format
 from normlab.run_format.folder import write_images
 
 __all__ = [
+    "DIT_DEFAULT_NORMS",
+    "DIT_TRAIN_DEFAULTS",
     "SAMPLE_BATCH",
     "SAMPLE_GRID",
     "SAMPLE_STEPS",
     "SW2_PROJECTIONS",
     "DiTTestbed",
+    "ShapesSettings",
     "dit_config",
     "dit_parameter_groups",
 ]
 
+DIT_DEFAULT_NORMS = ("adaln_zero", "adarms")
+"""The DiT testbed's norms when a config gives none: its conditional norms."""
+DIT_TRAIN_DEFAULTS: dict[str, Any] = {
+    "steps": 2400,
+    "batch_size": 32,
+    "lr": 3e-3,
+    "weight_decay": 0.0,
+    "target_val_loss": 0.3,
+}
+"""The DiT testbed's defaults for the ``train`` keys a config leaves out, where they differ from
+the GPT's: 2400 steps of 32 images at a peak learning rate of 3e-3 (the budget at which the
+end-of-run samples are recognisable shapes, about 0.9 of them of the requested class, while
+the default 2 arms x 3 seeds stay within a few minutes on 2 CPU cores), no weight decay (as
+DiT), and a target in the unit of its validation loss (the flow-matching MSE, about 1.9 at
+initialisation)."""
 SAMPLE_STEPS = 32
 """Euler steps of the samples a finished DiT run generates."""
 SAMPLE_BATCH = 256
@@ -54,6 +74,46 @@ SW2_PROJECTIONS = 256
 """Random unit projections of the sliced Wasserstein-2 distance ``final_sample_sw2``."""
 SAMPLE_GRID = 16
 """The first generated images kept in ``samples.npy`` (4 per class with the 4 shape classes)."""
+
+
+class ShapesSettings(ConfigModel):
+    """The DiT testbed's embedded data (:mod:`normlab.data.shapes`), the ``shapes`` section:
+    ``n_train`` and ``n_val`` disjoint grayscale images of ``image_size`` × ``image_size``
+    pixels, made from ``seed``, cut into ``patch_size`` × ``patch_size`` patches:
+    T = (image_size / patch_size)² tokens of patch_size² channels each."""
+
+    image_size: int = Field(16, ge=4, le=256)
+    patch_size: int = Field(4, ge=1)
+    n_train: int = Field(4096, ge=1)
+    n_val: int = Field(512, ge=1)
+    seed: int = Field(0, ge=0)
+
+    @model_validator(mode="after")
+    def _patch_divides(self) -> ShapesSettings:
+        if self.image_size % self.patch_size:
+            raise ValueError(
+                f"patch_size {self.patch_size} does not divide image_size {self.image_size}"
+            )
+        return self
+
+    @property
+    def seq_len(self) -> int:
+        return (self.image_size // self.patch_size) ** 2
+
+    @property
+    def in_channels(self) -> int:
+        return self.patch_size**2
+
+
+def check_dit_config(cfg: Experiment) -> None:
+    """The DiT is pre-norm only: its conditional norms modulate the input of each sublayer and
+    gate its output."""
+    if cfg.placements != ["pre"]:
+        others = ", ".join(p for p in cfg.placements if p != "pre") or "pre twice"
+        raise ValueError(
+            f"placements: the dit testbed is pre-norm only (its conditional norms modulate "
+            f"the input of each sublayer and gate its output); got {others}. Expected: pre"
+        )
 
 
 def dit_config(spec: dict[str, Any]) -> DiTConfig:
@@ -92,11 +152,32 @@ class DiTTestbed:
     seed."""
 
     name: ClassVar[str] = "dit"
+    config: ClassVar[TestbedConfig] = TestbedConfig(
+        summary="dit (flow-matching DiT on embedded shapes; norms default to "
+        + ",".join(DIT_DEFAULT_NORMS)
+        + ")",
+        sections={"dit": DiTSettings, "shapes": ShapesSettings},
+        sample_length=("shapes", "seq_len"),
+        options=("margin_val_loss",),
+        train_defaults=DIT_TRAIN_DEFAULTS,
+        default_norms=DIT_DEFAULT_NORMS,
+        check_norm=check_dit_norm,
+        check=check_dit_config,
+        hints={
+            "model": "the DiT's settings are under dit",
+            "data": "the dit testbed trains on its embedded shapes (set under shapes); --data "
+            "(text) is for the gpt testbed",
+            "margin_bpb": "the dit testbed's equivalence margin is margin_val_loss",
+            "train.eval_windows": "the dit testbed validates on every image of shapes.n_val",
+        },
+        arms_hint="two or more norms (--norms, e.g. adaln_zero,adarms; the dit testbed is "
+        "pre-norm only)",
+    )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("dit").validation_fields
     """A DiT's validation fields end with the guidance scale its samples were generated with."""
 
     @staticmethod
-    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+    def run_settings(cfg: Experiment, data_info: dict[str, Any]) -> dict[str, Any]:
         """``testbed``, ``dit`` (the config's section as the run uses it: label dropout and
         guidance scale 0 and 1 without class labels), ``shapes`` (the config's section: the
         request that makes the images again) and ``data``: the images' source, classes and
@@ -113,11 +194,11 @@ class DiTTestbed:
         return build_dit(dit_config(spec), seed)
 
     @staticmethod
-    def check_inputs(cfg: ExperimentConfig) -> None:
+    def check_inputs(cfg: Experiment) -> None:
         """Nothing: the images are made from the config."""
 
     @staticmethod
-    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+    def prepare_data(cfg: Experiment, data_dir: Path, console: Console) -> dict[str, Any]:
         """The description of the embedded shapes (:func:`normlab.data.shapes.prepare_shapes`)."""
         started = time.perf_counter()
         s = cfg.shapes

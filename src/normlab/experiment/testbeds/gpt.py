@@ -10,19 +10,66 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
+from pydantic import Field, model_validator
 from rich.console import Console
 from torch import nn
 
 from normlab.data.batches import TrainBatches, validation_windows
-from normlab.data.cache import check_source, load_tokens, prepare_tokens
-from normlab.experiment.config import ExperimentConfig
+from normlab.data.cache import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_VAL_FRACTION,
+    check_source,
+    load_tokens,
+    prepare_tokens,
+)
 from normlab.experiment.measure.evaluate import bits_per_byte, validation_loss
 from normlab.experiment.measure.posttrain import posttrain_summary
-from normlab.experiment.testbeds.base import check_data_fits, check_fingerprint
-from normlab.models import GPT, GPTConfig, build_gpt
+from normlab.experiment.testbeds.base import (
+    Experiment,
+    TestbedConfig,
+    check_data_fits,
+    check_fingerprint,
+)
+from normlab.models import GPT, GPTConfig, GPTSettings, build_gpt
+from normlab.models.config import ConfigModel
 from normlab.run_format import testbed_format
 
-__all__ = ["GPTTestbed", "gpt_config", "warm_up_gpt"]
+__all__ = ["DataSettings", "GPTTestbed", "gpt_config", "warm_up_gpt"]
+
+
+class DataSettings(ConfigModel):
+    """The ``data`` section of the text testbeds (gpt, lm). ``path``: null for the standard
+    library, or a text file or folder of text files. At most ``max_bytes`` are read (whole files
+    in sorted order). ``tokenizer``, ``text_field`` and ``bpe_merges`` are the lm testbed's."""
+
+    path: str | None = Field(
+        None,
+        description="A text file or a folder of text files (default: Python's stdlib); gpt only.",
+    )
+    max_bytes: int = Field(DEFAULT_MAX_BYTES, ge=1024)
+    val_fraction: float = Field(DEFAULT_VAL_FRACTION, gt=0, le=0.5)
+    tokenizer: str | None = Field(
+        None,
+        description="A local tokenizer folder or tokenizer.json (default: bytes); lm only.",
+    )
+    text_field: str = Field(
+        "text", min_length=1, description="The text field of JSON Lines / Parquet records; lm only."
+    )
+    bpe_merges: int | None = Field(
+        None,
+        ge=1,
+        description="Train a byte-level BPE with this many merges on the corpus's training side "
+        "at run time (cached in the output folder's data/); lm only.",
+    )
+
+    @model_validator(mode="after")
+    def _one_tokenizer(self) -> DataSettings:
+        if self.tokenizer is not None and self.bpe_merges is not None:
+            raise ValueError(
+                f"give tokenizer or bpe_merges, not both (tokenizer={self.tokenizer!r}, "
+                f"bpe_merges={self.bpe_merges})"
+            )
+        return self
 
 
 def gpt_config(spec: dict[str, Any]) -> GPTConfig:
@@ -52,10 +99,16 @@ class GPTTestbed:
     """The GPT testbed: byte windows of the token cache in ``run_dir/../../data``."""
 
     name: ClassVar[str] = "gpt"
+    config: ClassVar[TestbedConfig] = TestbedConfig(
+        summary="gpt (byte-level GPT)",
+        sections={"model": GPTSettings, "data": DataSettings},
+        sample_length=("model", "context"),
+        options=("margin_bpb", "train.eval_windows"),
+    )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("gpt").validation_fields
 
     @staticmethod
-    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+    def run_settings(cfg: Experiment, data_info: dict[str, Any]) -> dict[str, Any]:
         """``model`` (the config's section) and ``data``: the cache's fingerprint, the Python
         version whose standard library it read (when that is the source) and its source. No
         ``testbed`` key: a run config without one is a GPT run."""
@@ -73,11 +126,11 @@ class GPTTestbed:
         return build_gpt(gpt_config(spec), seed)
 
     @staticmethod
-    def check_inputs(cfg: ExperimentConfig) -> None:
+    def check_inputs(cfg: Experiment) -> None:
         check_source(cfg.data.path)
 
     @staticmethod
-    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+    def prepare_data(cfg: Experiment, data_dir: Path, console: Console) -> dict[str, Any]:
         """The byte token cache (:func:`normlab.data.cache.prepare_tokens`), checked to hold one
         context window per side (:func:`check_data_fits`)."""
         started = time.perf_counter()

@@ -20,9 +20,10 @@ import json
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
+from pydantic import Field, field_validator
 from rich.console import Console
 from torch import nn
 
@@ -30,16 +31,73 @@ from normlab.data import BpbTally, corpus_bpe, load_tokenizer, window_bytes
 from normlab.data.batches import TrainBatches, validation_windows
 from normlab.data.cache import check_source, load_tokens, prepare_tokens
 from normlab.data.pretokenized import is_pretokenized, open_token_source
-from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.measure.posttrain import posttrain_summary
-from normlab.experiment.testbeds.base import check_data_fits, check_fingerprint
+from normlab.experiment.testbeds.base import (
+    Experiment,
+    TestbedConfig,
+    check_data_fits,
+    check_fingerprint,
+)
+from normlab.experiment.testbeds.gpt import DataSettings
+from normlab.models.config import ConfigModel
 from normlab.models.external import ModelSource, SourceLM, load_model_source
+from normlab.models.external.arm import check_slot_norm
+from normlab.models.external.spec import parse_settings
 from normlab.run_format import testbed_format
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
-__all__ = ["LMTestbed", "lm_source", "resolve_tokenizer"]
+__all__ = ["LM_TRAIN_DEFAULTS", "LMSettings", "LMTestbed", "lm_source", "resolve_tokenizer"]
 
 BYTE_VOCAB = 256
+LM_TRAIN_DEFAULTS: dict[str, Any] = {"target_val_loss": None}
+"""The lm testbed's defaults for the ``train`` keys a config leaves out, where they differ from
+the GPT's: no target (its validation loss is in nats per token, whose scale depends on the
+tokenizer)."""
+
+
+class LMSettings(ConfigModel):
+    """The lm testbed's model, the ``lm`` section: ``model`` is a source,
+    ``hf:<folder or model_type>`` (a transformers causal LM built from its config, randomly
+    initialised) or ``package.module:factory`` (called as ``factory(make_norm, **model_set)``),
+    required; ``model_set`` are the config overrides or factory arguments (``key=value,…`` or a
+    mapping; the vocabulary size is always the tokenizer's); ``context`` the tokens per training
+    window; ``attn_implementation`` the transformers attention (``eager``: deterministic on the
+    CPU). Each arm's model has every norm module of the source replaced by the arm's norm."""
+
+    model: str | None = Field(
+        None,
+        min_length=1,
+        description="Model source: hf:<folder or model_type> or package.module:factory "
+        "(selects the lm testbed).",
+    )
+    model_set: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Comma list of key=value: the model config's overrides or the factory's "
+        "arguments.",
+    )
+    context: int = Field(128, ge=2, description="Tokens per training window (lm).")
+    attn_implementation: Literal["eager", "sdpa"] = "eager"
+
+    @field_validator("model_set", mode="before")
+    @classmethod
+    def _parse_settings(cls, v: Any) -> Any:
+        return parse_settings(v)
+
+
+def check_lm_config(cfg: Experiment) -> None:
+    """The lm testbed keeps the model's own norm placement and needs a model source."""
+    if cfg.placements != ["pre"]:
+        others = ", ".join(p for p in cfg.placements if p != "pre") or "pre twice"
+        raise ValueError(
+            f"placements: the lm testbed keeps the model's own norm placement (each norm "
+            f"module is swapped where it sits); got {others}. Expected: pre (the default)"
+        )
+    if cfg.lm.model is None:
+        raise ValueError(
+            "lm.model: the lm testbed trains your model; expected a source, --model "
+            "hf:<folder or model_type> (with --model-set overrides) or "
+            "package.module:factory"
+        )
 
 
 def _json_ready(value: Any) -> Any:
@@ -62,7 +120,7 @@ def lm_source(lm: dict[str, Any], vocab_size: int) -> ModelSource:
     return _source(lm["model"], settings, vocab_size, lm.get("attn_implementation", "eager"))
 
 
-def resolve_tokenizer(cfg: ExperimentConfig, data_dir: Path) -> str | None:
+def resolve_tokenizer(cfg: Experiment, data_dir: Path) -> str | None:
     """The tokenizer the token cache is built with: ``data.tokenizer``, or with
     ``data.bpe_merges`` the path of a BPE trained on the training side of ``data.path`` and
     cached under ``data_dir`` (:func:`normlab.data.corpus_bpe`); None for bytes."""
@@ -80,7 +138,7 @@ def resolve_tokenizer(cfg: ExperimentConfig, data_dir: Path) -> str | None:
     return str(path)
 
 
-def vocab_hint(cfg: ExperimentConfig) -> int:
+def vocab_hint(cfg: Experiment) -> int:
     """The vocabulary size known before the data is prepared: the tokenizer's, 256 + the BPE's
     merges (an upper bound), or 256 for bytes."""
     if cfg.data.tokenizer is not None:
@@ -95,10 +153,26 @@ class LMTestbed:
     """The lm testbed: the user's causal LM on the token cache in ``run_dir/../../data``."""
 
     name: ClassVar[str] = "lm"
+    config: ClassVar[TestbedConfig] = TestbedConfig(
+        summary="lm (your causal LM: --model)",
+        sections={"lm": LMSettings, "data": DataSettings},
+        sample_length=("lm", "context"),
+        options=(
+            "data.tokenizer",
+            "data.text_field",
+            "data.bpe_merges",
+            "margin_bpb",
+            "train.eval_windows",
+        ),
+        train_defaults=LM_TRAIN_DEFAULTS,
+        check_norm=check_slot_norm,
+        check=check_lm_config,
+        selected_by="lm",
+    )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("lm").validation_fields
 
     @staticmethod
-    def check_inputs(cfg: ExperimentConfig) -> None:
+    def check_inputs(cfg: Experiment) -> None:
         """``--data`` exists and can be read, ``--tokenizer`` loads, and ``--model`` /
         ``--model-set`` make a model source (config built or factory signature checked) whose
         longest sequence, if it has one, takes ``lm.context``; a ``.bin`` / ``.npy`` source
@@ -120,7 +194,7 @@ class LMTestbed:
             )
 
     @staticmethod
-    def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
+    def prepare_data(cfg: Experiment, data_dir: Path, console: Console) -> dict[str, Any]:
         """The tokenizer (trained first with ``data.bpe_merges``), then the token cache
         (:func:`normlab.data.cache.prepare_tokens`), checked to hold one ``lm.context`` window
         per side."""
@@ -153,7 +227,7 @@ class LMTestbed:
         return info
 
     @staticmethod
-    def run_settings(cfg: ExperimentConfig, data_info: dict[str, Any]) -> dict[str, Any]:
+    def run_settings(cfg: Experiment, data_info: dict[str, Any]) -> dict[str, Any]:
         """``testbed``, ``lm`` (the config's section: source, parsed overrides, context,
         attention) and ``data``: the cache's fingerprint, source, format, tokenizer (path and
         content hash; ``bytes`` and None for bytes), vocabulary size and Python version."""
