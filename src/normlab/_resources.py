@@ -59,12 +59,17 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
+class DoesNotFitError(ValueError):
+    """What was asked for needs more memory or disk than the machine has: a refusal about the
+    machine, not about an option's spelling (the CLI exits 1 for it, not 2)."""
+
+
 def check_fits(needed: float, available: int, what: str, where: str, hint: str) -> None:
-    """Raise ``ValueError`` ``"{what} needs about N, but only M is available {where}; {hint}"``
-    unless ``needed <= available``."""
+    """Raise :class:`DoesNotFitError` (a ``ValueError``) ``"{what} needs about N, but only M is
+    available {where}; {hint}"`` unless ``needed <= available``."""
     if needed <= available:
         return
-    raise ValueError(
+    raise DoesNotFitError(
         f"{what} needs about {format_bytes(needed)}, but only {format_bytes(available)} is "
         f"available {where}; {hint}"
     )

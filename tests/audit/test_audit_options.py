@@ -194,3 +194,14 @@ def test_dyt_resolves_in_a_fresh_interpreter() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "DynamicTanh"
+
+
+def test_a_model_too_large_is_refused_with_the_machines_exit_status() -> None:
+    """A model no machine holds is a refusal about the machine (exit 1, as compare gives), not a
+    misspelt option (2); a size below 1 stays a usage error."""
+    big = "hidden_size=65536,num_hidden_layers=96,intermediate_size=262144"
+    code, output = _invoke("model", "hf:llama", "--model-set", big)
+    assert code == 1, output
+    assert "needs about" in _flat(output) and "Traceback" not in output
+    code, output = _invoke("model", "hf:llama", "--model-set", "hidden_size=-3")
+    assert code == 2 and "hidden_size=-3: expected an integer >= 1" in _flat(output), output

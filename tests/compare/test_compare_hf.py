@@ -321,6 +321,7 @@ BAD_SETTINGS = [
     (_with(num_hidden_layers="true"), "--model-set: num_hidden_layers=True: expected an integer"),
     (_with(rms_norm_eps="tiny"), "--model-set: rms_norm_eps='tiny': expected a number"),
     (_with(hidden_size=-32), "--model-set: hidden_size=-32: expected an integer >= 1"),
+    (_with(hidden_size=-3), "--model-set: hidden_size=-3: expected an integer >= 1"),
     (_with(intermediate_size=0), "--model-set: intermediate_size=0: expected an integer >= 1"),
     (_with(hidden_size=33), "is not a multiple of the number of attention heads (2)"),
     (_with(hidden_size=30), "RoPE requires an even rotary dimension"),
@@ -328,6 +329,7 @@ BAD_SETTINGS = [
     (_with(hidden_sise=32), "--model-set: the llama config has no 'hidden_sise'"),
     (_with(hidden_act="nope"), "--model-set: the hf:llama model cannot be built from them"),
     ("n_embd=30,n_layer=1,n_head=4", "--model-set: n_embd=30 is not a multiple of n_head=4"),
+    ("n_embd=0,n_layer=1,n_head=4", "--model-set: n_embd=0: expected an integer >= 1"),
 ]
 """(--model-set, the start of the error): values the config or the model cannot take."""
 

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from normlab._resources import check_fits_memory
+from normlab._resources import DoesNotFitError, check_fits_memory
 from normlab.audit import NormAudit, audit_model, audit_norm
 from normlab.audit.findings import DEFECT, figure
 from normlab.cli.app import app
@@ -39,6 +39,7 @@ from normlab.cli.audit_targets import (
     load_norm,
     source_model,
 )
+from normlab.cli.errors import EXIT_ERROR, fail
 from normlab.patching import replace_norms
 
 if TYPE_CHECKING:
@@ -231,6 +232,8 @@ def audit_model_cmd(
         try:
             model, inputs = source_model(target, model_set, norm)
             result = audit_model(model, *inputs)
+        except DoesNotFitError as err:  # the machine's limit, not the option's spelling: exit 1
+            raise fail("audit model", err, EXIT_ERROR) from None
         except (TypeError, ValueError) as err:
             flags = {"--model": "TARGET", "--model-set": "--model-set", "norm": "--norm"}
             raise _bad_parameter(err, flags) from err

@@ -36,7 +36,7 @@ from typing import Any, Protocol
 
 import torch
 
-from normlab._resources import format_bytes
+from normlab._resources import DoesNotFitError, format_bytes
 from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION, SettingsError
 
 
@@ -137,7 +137,7 @@ def _refuse(
     settings = ",".join(f"{k}={v}" for k, v in source.settings.items())
     shown = f"{MODEL_OPTION} {source.spec}" + (f" {SETTINGS_OPTION} {settings}" if settings else "")
     times = f" × {copies} at once" if copies > 1 else ""
-    raise ValueError(
+    raise DoesNotFitError(
         f"{shown} needs about {format_bytes(total)} to {what} ({need.describe(per_parameter)}"
         f"{times}), but only {format_bytes(available)} is available in memory; use a smaller "
         f"model ({SETTINGS_OPTION}), batch or context"

@@ -90,6 +90,7 @@ def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
             f"{hint}; expected keys of {type(default).__name__}"
         )
     check_setting_types(settings, default, model_type)
+    check_sizes_given(settings, default, model_type)
     merged = {**base, **settings, "vocab_size": vocab_size}
     for name in TOKEN_ID_FIELDS:
         if name not in settings and _out_of_range(
@@ -101,7 +102,7 @@ def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
     except Exception as err:  # TypeError, ValueError, huggingface_hub's strict-dataclass errors
         message = " ".join(str(err).split()) or type(err).__name__
         raise SettingsError(
-            f"{SETTINGS_OPTION}: the {model_type} config refused them: {message}"
+            f"{SETTINGS_OPTION}: the {model_type} config does not accept these settings: {message}"
         ) from None
     check_geometry(config, settings, model_type)
     config.use_cache = False
@@ -146,6 +147,21 @@ _POSITIVE_SIZES = (
 )
 """The sizes every transformers causal LM config names this way (directly or through its
 ``attribute_map``: ``n_embd`` is ``hidden_size`` for GPT-2): each must be an integer >= 1."""
+
+
+def check_sizes_given(settings: dict[str, Any], default: Any, model_type: str) -> None:
+    """Each size among ``settings`` (:data:`_POSITIVE_SIZES`, under its own name or an alias of
+    the config's ``attribute_map``) must be an integer >= 1, checked before the config is built
+    so that the error names the key as given (a config's own validation words it its way)."""
+    aliases = getattr(default, "attribute_map", {}) or {}
+    for key, value in settings.items():
+        if aliases.get(key, key) not in _POSITIVE_SIZES or value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SettingsError(
+                f"{SETTINGS_OPTION}: {key}={value!r}: expected an integer >= 1 (a size of the "
+                f"{model_type} model)"
+            )
 
 
 def check_geometry(config: Any, settings: dict[str, Any], model_type: str) -> None:
