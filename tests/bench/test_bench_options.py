@@ -252,3 +252,16 @@ def test_an_unavailable_backend_is_skipped_with_its_reason(monkeypatch: pytest.M
     with pytest.raises(peers.Unavailable, match="normlab:cpp: no C\\+\\+ compiler found"):
         peers.peer_function("normlab:cpp", "rms", torch.device("cpu"))
     assert callable(peers.peer_function("normlab:torch", "rms", torch.device("cpu")))
+
+
+def test_warnings_go_to_stderr_one_line_each(
+    tmp_path: Path, no_run: list, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warning before measuring (here: too few repetitions, on a narrow terminal) is one line on
+    standard error, so a script reading the results on standard output never sees it."""
+    monkeypatch.setenv("COLUMNS", "40")
+    result = CliRunner().invoke(app, ["bench", *TINY, "--reps", "1", "--out", str(tmp_path / "o")])
+    assert isinstance(result.exception, AssertionError)  # no_run: stopped where it would measure
+    warnings = [line for line in result.stderr.splitlines() if "--reps 1" in line]
+    assert len(warnings) == 1 and "use 3 or more" in warnings[0], result.stderr
+    assert "warning" not in result.stdout

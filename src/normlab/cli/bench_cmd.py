@@ -242,7 +242,8 @@ def bench(
     console = Console()
     if not console.is_terminal:  # a log file gets the whole table, not an 80-column squeeze
         console = Console(width=160)
-    _prepare_machine(console, config, device, allocator_mode, threads)
+    # warnings go to standard error, one line each, so a script can keep the results apart
+    _prepare_machine(Console(stderr=True, soft_wrap=True), config, device, allocator_mode, threads)
     result = run(config, progress=partial(_print_row, console))
     render_table(result, console)
     _write_results(console, result, out)
