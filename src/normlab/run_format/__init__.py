@@ -6,9 +6,13 @@ the files (:mod:`~normlab.run_format.files`), the records of ``metrics.jsonl``
 (:mod:`~normlab.run_format.records`), the run statuses and the summary fields with their
 labels, units, display formats and comparison properties (:mod:`~normlab.run_format.fields`),
 and what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`).
-:mod:`~normlab.run_format.folder` is the one reader and writer of those files: every module that
-touches a run's folder calls it. This package imports nothing of normlab but :mod:`normlab._io`,
-so every layer above may import it.
+:mod:`~normlab.run_format.folder` is the one reader and writer of a run's files (``runs/<id>/``)
+and of the folder's records (``experiment.json``, ``sequential.json``, ``command.json``, the
+analysis): every module that touches them calls it. Two things are left to their owners: the data
+cache under ``data/`` (:mod:`normlab.data`), and the runner's and the report reader's checks of
+which names a folder may hold, which read the names declared in
+:mod:`~normlab.run_format.files`. This package imports nothing of normlab but
+:mod:`normlab._io`, so every layer above may import it.
 """
 
 from normlab.run_format.fields import (

@@ -218,7 +218,7 @@ def check_out_contents(out: Path) -> None:
 
 def _is_unused(out: Path) -> bool:
     """True while nothing but the lock and the data cache was written to ``out``."""
-    return not (out / EXPERIMENT_FILE).exists() and not runs_path(out).exists()
+    return not has_experiment(out) and not runs_path(out).exists()
 
 
 AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
