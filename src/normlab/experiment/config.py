@@ -930,7 +930,9 @@ class ScriptConfig(ConfigModel):
     compared with (default: the first). ``parallel`` runs at once, ``threads`` the CPU threads
     each script is given (default: as for normlab's own runs), ``run_timeout`` the seconds after
     which a run is killed and recorded as timed out (None: no limit), ``steps`` the steps the
-    script trains (only for the progress bar), ``cwd`` the folder the script starts in.
+    script trains (only for the progress bar), ``cwd`` the folder the script starts in;
+    ``scale`` chooses the executor (``local`` or ``ray``; the script starts its own processes,
+    so a launch on several is its command's, e.g. ``torchrun …``).
     """
 
     command: str
@@ -947,6 +949,7 @@ class ScriptConfig(ConfigModel):
     run_timeout: float | None = Field(None, gt=0)
     steps: int | None = Field(None, ge=1)
     cwd: str = "."
+    scale: ScaleSettings = Field(default_factory=ScaleSettings)
 
     @field_validator("norms", "placements", "precisions")
     @classmethod
@@ -971,6 +974,11 @@ class ScriptConfig(ConfigModel):
     @model_validator(mode="after")
     def _check_script(self) -> ScriptConfig:
         check_script_command(self.command)
+        if self.scale.world_size > 1:
+            raise ValueError(
+                "scale: with --script, each run is your command; start several processes in it "
+                "(e.g. torchrun --nproc-per-node 2 train.py …) instead of --nproc-per-node"
+            )
         testbed_format(self.testbed)  # the metric's name
         if len(self.arm_names()) < 2:
             raise ValueError(
