@@ -268,7 +268,7 @@ def compare(
         float | None,
         typer.Option(
             help="With --script: the difference in the metric that does not matter (the "
-            "equivalence margin, in its unit; default 0: no arm is called equivalent)."
+            "equivalence margin, in the metric's unit; needed with --script)."
         ),
     ] = None,
     run_timeout: Annotated[
@@ -365,6 +365,13 @@ def _script_config(
             "compare",
             "--metric: expected the name of the metric your script logs with "
             "run.log_eval(step, NAME=value), e.g. --metric val_loss",
+            EXIT_BAD_CONFIG,
+        )
+    if flags["margin"] is None:
+        raise fail(
+            "compare",
+            f"--margin: expected the difference in {flags['metric']} that does not matter to you "
+            "(the equivalence margin, in its unit, e.g. --margin 0.01)",
             EXIT_BAD_CONFIG,
         )
     values = {

@@ -923,8 +923,7 @@ class ScriptConfig(ConfigModel):
     ``command`` is the script's command line with placeholders (checked by
     :func:`normlab.experiment.execution.script_run.check_script_command`); ``metric`` the
     ``eval`` metric that decides quality, ``lower_is_better`` its direction and
-    ``equivalence_margin`` the difference in its unit that does not matter (0: none given, so
-    no arm is called equivalent). ``norms``, ``placements`` and ``precisions`` are the factors
+    ``equivalence_margin`` the difference in its unit that does not matter (> 0). ``norms``, ``placements`` and ``precisions`` are the factors
     (any names the script understands; the arms are their product, named as
     :func:`arm_name` says), ``seeds`` a count or a list, ``baseline`` the arm the others are
     compared with (default: the first). ``parallel`` runs at once, ``threads`` the CPU threads
@@ -938,7 +937,7 @@ class ScriptConfig(ConfigModel):
     command: str
     metric: str
     lower_is_better: bool = True
-    equivalence_margin: float = Field(0.0, ge=0)
+    equivalence_margin: float = Field(gt=0)
     norms: list[str] = Field(min_length=1)
     placements: list[str] = Field(default_factory=lambda: ["pre"], min_length=1)
     precisions: list[str] = Field(default_factory=lambda: [DEFAULT_PRECISION], min_length=1)
