@@ -201,7 +201,7 @@ class Run:
         record = self._record(EVAL_RECORD, step, metrics)
         record["tokens_seen"] = self._tokens
         record["elapsed_s"] = time.perf_counter() - self._started
-        for name, value in metrics.items():
+        for name in metrics:
             self._evals.setdefault(name, []).append(record[name])
         self._write(record)
 

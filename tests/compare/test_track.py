@@ -15,6 +15,7 @@ import normlab.track as track
 from normlab.experiment.config import ScriptConfig
 from normlab.experiment.execution.script_grid import check_script_pairing, plan_script_runs
 from normlab.run_format import CRASHED, DIVERGED, EVAL_RECORD, FINISHED, TRAIN_RECORD
+from normlab.run_format import testbeds as formats
 from normlab.run_format.folder import (
     create_run,
     read_fingerprint,
@@ -25,7 +26,6 @@ from normlab.run_format.folder import (
     write_summary,
 )
 from normlab.run_format.script import ENV, script_argv
-from normlab.run_format import testbeds as formats
 
 
 @pytest.fixture(autouse=True)
@@ -103,10 +103,12 @@ def test_nonfinite_value_marks_the_run_diverged(tmp_path: Path) -> None:
 
 
 def test_exception_inside_the_block_records_a_crash(tmp_path: Path) -> None:
-    with pytest.raises(RuntimeError, match="boom"):
-        with track.init(norm="layernorm", run_dir=tmp_path / "r") as run:
-            run.log(1, loss=1.0)
-            raise RuntimeError("boom")
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        track.init(norm="layernorm", run_dir=tmp_path / "r") as run,
+    ):
+        run.log(1, loss=1.0)
+        raise RuntimeError("boom")
     summary = read_summary(tmp_path / "r")
     assert summary is not None and summary["status"] == CRASHED
     assert summary["error"] == "RuntimeError: boom" and "raise RuntimeError" in summary["traceback"]
@@ -122,12 +124,12 @@ def test_only_rank_zero_writes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_missing_norm_and_bad_values_are_named(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="^norm: not set"):
+    with pytest.raises(ValueError, match=r"^norm: not set"):
         track.init(run_dir=tmp_path)
     run = track.init(norm="x", run_dir=tmp_path / "r")
-    with pytest.raises(TypeError, match="^loss: expected a number"):
+    with pytest.raises(TypeError, match=r"^loss: expected a number"):
         run.log(1, loss="low")
-    with pytest.raises(ValueError, match="^loss: expected a number or a one-element tensor"):
+    with pytest.raises(ValueError, match=r"^loss: expected a number or a one-element tensor"):
         run.log(1, loss=torch.zeros(2))
 
 
@@ -151,10 +153,15 @@ def test_fingerprint_leaves_out_every_norm_parameter(tmp_path: Path) -> None:
     [
         ({"norm": "a;rm -rf x"}, ["run", "--norm", "a;rm -rf x", "--n=a;rm -rf x!"]),
         ({"norm": "$(touch y)"}, ["run", "--norm", "$(touch y)", "--n=$(touch y)!"]),
-        ({"norm": "'q' \"r\" {seed}"}, ["run", "--norm", "'q' \"r\" {seed}", "--n='q' \"r\" {seed}!"]),
+        (
+            {"norm": "'q' \"r\" {seed}"},
+            ["run", "--norm", "'q' \"r\" {seed}", "--n='q' \"r\" {seed}!"],
+        ),
     ],
 )
-def test_factor_values_stay_one_literal_argument(values: dict[str, str], expected: list[str]) -> None:
+def test_factor_values_stay_one_literal_argument(
+    values: dict[str, str], expected: list[str]
+) -> None:
     assert script_argv("run --norm {norm} '--n={norm}!'", values) == expected
 
 
@@ -165,7 +172,7 @@ def test_command_problems_are_refused_in_one_line() -> None:
         ("python 't.py", "cannot split"),
         ("   ", "expected a command"),
     ]:
-        with pytest.raises(ValueError, match="^script: ") as err:
+        with pytest.raises(ValueError, match=r"^script: ") as err:
             script_argv(command, {})
         assert words in str(err.value) and "\n" not in str(err.value)
     assert script_argv("echo {{norm}} {seed}", {"seed": "4"}) == ["echo", "{norm}", "4"]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from faultlib import run_cli
 
-SCRIPT = '''
+SCRIPT = """
 import sys, time
 norm, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 if norm == "exits":
@@ -41,13 +41,11 @@ for step in range(1, 6):
 run.log_eval(5, val_loss=((model(x) - y) ** 2).mean())
 if norm != "nofinish":
     run.finish()
-'''
+"""
 
 
 def _summaries(out: Path) -> dict[str, dict]:
-    return {
-        p.name: json.loads((p / "summary.json").read_text()) for p in (out / "runs").iterdir()
-    }
+    return {p.name: json.loads((p / "summary.json").read_text()) for p in (out / "runs").iterdir()}
 
 
 def test_every_failing_script_is_recorded_and_named(tmp_path: Path) -> None:

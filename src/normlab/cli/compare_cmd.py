@@ -305,7 +305,7 @@ def compare(
             raise fail(
                 "compare",
                 f"--{script_only[0].replace('_', '-')}: an option of --script; expected it "
-                "with --script \"CMD {norm} {seed} {run_dir}\"",
+                'with --script "CMD {norm} {seed} {run_dir}"',
                 EXIT_BAD_CONFIG,
             )
         cfg = _validated_config(config, given, console)
@@ -325,8 +325,8 @@ def compare(
 
 
 SCRIPT_HELP = (
-    "Your own training command as the trainer, one run per arm and seed, e.g. \"python train.py "
-    "--norm {norm} --seed {seed} --out {run_dir}\" (placeholders {norm}, {placement}, "
+    'Your own training command as the trainer, one run per arm and seed, e.g. "python train.py '
+    '--norm {norm} --seed {seed} --out {run_dir}" (placeholders {norm}, {placement}, '
     "{precision}, {seed}, {run_dir}; split into arguments first, then filled in, never run by a "
     "shell). The script logs with normlab.track; needs --metric. See docs/own-loop.md."
 )
@@ -350,13 +350,14 @@ def _script_config(
     from normlab.experiment.config import ScaleSettings
 
     others = [k for k, v in given.items() if v is not None and k not in _SCRIPT_CONFIG_FLAGS]
+    allowed = ", ".join("--" + f.replace("_", "-") for f in _SCRIPT_CONFIG_FLAGS)
     if config is not None:
         others.insert(0, "config")
     if others:
         raise fail(
             "compare",
             f"--{others[0].replace('_', '-')}: sets normlab's own training, which --script "
-            f"replaces; expected only {', '.join('--' + f.replace('_', '-') for f in _SCRIPT_CONFIG_FLAGS)} "
+            f"replaces; expected only {allowed} "
             "with --script (the script sets the rest itself)",
             EXIT_BAD_CONFIG,
         )

@@ -66,11 +66,11 @@ __all__ = [
     "DataSettings",
     "DiTSettings",
     "ExperimentConfig",
-    "ScriptConfig",
     "GPTSettings",
     "LMSettings",
     "ModelSettings",
     "ScaleSettings",
+    "ScriptConfig",
     "ShapesSettings",
     "TrainSettings",
     "arm_name",
@@ -923,7 +923,8 @@ class ScriptConfig(ConfigModel):
     ``command`` is the script's command line with placeholders (checked by
     :func:`normlab.experiment.execution.script_run.check_script_command`); ``metric`` the
     ``eval`` metric that decides quality, ``lower_is_better`` its direction and
-    ``equivalence_margin`` the difference in its unit that does not matter (> 0). ``norms``, ``placements`` and ``precisions`` are the factors
+    ``equivalence_margin`` the difference in its unit that does not matter (> 0). ``norms``,
+    ``placements`` and ``precisions`` are the factors
     (any names the script understands; the arms are their product, named as
     :func:`arm_name` says), ``seeds`` a count or a list, ``baseline`` the arm the others are
     compared with (default: the first). ``parallel`` runs at once, ``threads`` the CPU threads
@@ -966,7 +967,8 @@ class ScriptConfig(ConfigModel):
     @field_validator("seeds")
     @classmethod
     def _check_script_seeds(cls, v: int | list[int]) -> int | list[int]:
-        if isinstance(v, int) and v < 1 or isinstance(v, list) and (not v or len(set(v)) < len(v)):
+        bad_list = isinstance(v, list) and (not v or len(set(v)) < len(v))
+        if (isinstance(v, int) and v < 1) or bad_list:
             raise ValueError(f"expected a count ≥ 1 or a list of distinct seeds, got {v!r}")
         return v
 

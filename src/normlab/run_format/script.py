@@ -63,7 +63,8 @@ def _fields(arg: str) -> list[tuple[str, str | None]]:
             shown += (f":{spec}" if spec else "") + "}"
             raise ValueError(
                 f"script: unknown placeholder {shown} in {arg!r}; expected "
-                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} (a literal brace is {{{{ or }}}})"
+                f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} "
+                "(a literal brace is {{ or }})"
             )
         pieces.append((literal, name))
     return pieces

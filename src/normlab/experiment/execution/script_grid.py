@@ -170,7 +170,9 @@ def run_script_experiment(
     return summaries
 
 
-def plan_script_experiment(cfg: ScriptConfig, out: Path, console: Console | None = None) -> list[str]:
+def plan_script_experiment(
+    cfg: ScriptConfig, out: Path, console: Console | None = None
+) -> list[str]:
     """``--plan``: prepare ``out`` (``experiment.json``, a ``run.json`` for every run not done)
     and return the ids of the runs to train (``normlab compare --out OUT --run RUN_ID``)."""
     console = console or Console()
@@ -239,4 +241,3 @@ def check_script_pairing(
             f"batch) was not called), so their pairing was not checked: {', '.join(unchecked)}"
         )
     return refused
-

@@ -4,7 +4,8 @@ watch it, and turn how it ended into the run's summary.
 The command is split into arguments first (:func:`shlex.split`, POSIX rules) and the
 placeholders are filled in each argument afterwards, and the script is
 started without a shell: a factor value such as ``a;rm -rf x`` or ``$(x)`` stays one literal
-argument (:func:`normlab.run_format.script.script_argv`). The script writes its records and summary itself (:mod:`normlab.track`); its standard
+argument (:func:`normlab.run_format.script.script_argv`). The script writes its records and
+summary itself (:mod:`normlab.track`); its standard
 output and error go to the run's ``script.log``. How it ended:
 
 - it wrote a ``finished`` or ``diverged`` summary and exited 0: that summary (identity fields
@@ -166,4 +167,3 @@ def script_outcome(
             output,
         )
     return {**own, **{k: spec.get(k) for k in _IDENTITY}}
-
