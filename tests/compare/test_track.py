@@ -202,3 +202,30 @@ def test_pairing_check_refuses_a_seed_and_names_what_differs(tmp_path: Path) -> 
     assert read_summary(tmp_path / "runs" / "b-pre__s1")["status"] == CRASHED  # type: ignore[index]
     text = console.export_text()
     assert "seed 1 refused" in text and "seed 2 refused" in text
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--script", "t {norm}", "--margin", "0.1"], "--metric: expected the name"),
+        (["--script", "t {norm}", "--metric", "val_loss"], "--margin: expected the difference"),
+        (["--script", "t {norm}", "--metric", "m", "--margin", "0.1", "--lr", "0.1"], "--lr: sets"),
+        (["--script", "t {nrm}", "--metric", "m", "--margin", "0.1"], "unknown placeholder {nrm}"),
+        (["--script", "t", "--metric", "m", "--margin", "0.1", "--norms", "a/b,c"], "'a/b'"),
+        (["--metric", "val_loss"], "--metric: an option of --script"),
+        (["--higher-is-better"], "--higher-is-better: an option of --script"),
+    ],
+)
+def test_script_flags_are_checked_before_anything_runs(
+    tmp_path: Path, args: list[str], words: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+    from normlab.cli.compare_cmd import EXIT_BAD_CONFIG
+
+    out = tmp_path / "out"
+    norms = [] if "--norms" in args else ["--norms", "a,b"]
+    result = CliRunner().invoke(app, ["compare", *args, *norms, "--out", str(out)])
+    assert result.exit_code == EXIT_BAD_CONFIG, result.output
+    assert words in result.output and not out.exists()
