@@ -437,7 +437,7 @@ def _script_format(name: str, metric: str, lower_is_better: bool) -> TestbedForm
         margin_key="margin",
         margin_default=0.0,
         unit=f"{metric} units",
-        short_unit="",
+        short_unit=metric,
         train_unit="training-loss units",
         train_per_quality=None,
         quality_name=metric,
