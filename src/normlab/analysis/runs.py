@@ -28,6 +28,7 @@ from normlab.run_format import (
     TESTBED_FORMATS,
     UNFINISHED,
     parse_run_id,
+    testbed_format,
 )
 from normlab.run_format import folder as run_folder
 
@@ -150,11 +151,14 @@ def _experiment_fields(
     if not (isinstance(seeds, list) and all(isinstance(s, int) for s in seeds)):
         raise CompareFolderError(f"{where}: 'seeds' must be a list of ints, got {seeds!r}")
     testbed = experiment.get("testbed", DEFAULT_TESTBED)
-    if testbed not in MARGIN_KEYS:
+    try:
+        fmt = testbed_format(testbed)  # a script testbed's name carries its metric
+    except ValueError:
         raise CompareFolderError(
-            f"{where}: 'testbed' must be one of {list(MARGIN_KEYS)}, got {testbed!r}"
-        )
-    key, default = MARGIN_KEYS[testbed]
+            f"{where}: 'testbed' must be one of {list(MARGIN_KEYS)} or script:<metric>:min|max, "
+            f"got {testbed!r}"
+        ) from None
+    key, default = fmt.margin_key, fmt.margin_default
     margin = experiment.get(key)
     if margin is None:
         margin = default

@@ -24,7 +24,7 @@ from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
 from normlab.cli.errors import fail
-from normlab.experiment.config import ExperimentConfig, testbed_defaults
+from normlab.experiment.config import ExperimentConfig, ScriptConfig, testbed_defaults
 from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
     DONE_STATUSES,
@@ -261,18 +261,76 @@ def compare(
     until_decided: Annotated[bool, typer.Option(help=UNTIL_DECIDED_HELP)] = False,
     max_seeds: Annotated[int, typer.Option(help=MAX_SEEDS_HELP)] = DEFAULT_MAX_SEEDS,
     max_time: Annotated[float, typer.Option(help=MAX_TIME_HELP)] = DEFAULT_MAX_TIME_S,
+    script: Annotated[str | None, typer.Option(help=SCRIPT_HELP)] = None,
+    metric: Annotated[
+        str | None, typer.Option(help="With --script: the log_eval metric that decides quality.")
+    ] = None,
+    lower_is_better: Annotated[
+        bool,
+        typer.Option(
+            "--lower-is-better/--higher-is-better",
+            help="With --script: the metric's direction.",
+        ),
+    ] = True,
+    margin: Annotated[
+        float | None,
+        typer.Option(
+            help="With --script: the difference in the metric that does not matter (the "
+            "equivalence margin, in the metric's unit; needed with --script)."
+        ),
+    ] = None,
+    run_timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="With --script: seconds after which a run is killed and recorded as timed out."
+        ),
+    ] = None,
 ) -> None:
     """Run the controlled experiment; what it does is :data:`COMPARE_HELP` (its ``--help``)."""
-    flags = dict(locals())  # the parameters as given, before any other name is bound
+    _compare(dict(locals()))  # the parameters as given, before any other name is bound
+
+
+def _compare(flags: dict[str, Any]) -> None:
+    """The body of :func:`compare`, given its parameters ``flags``: one planned run (``--run``),
+    or the config (own testbeds or ``--script``) → a ladder, a plan, or training, the results'
+    check and the answer."""
+    run, out, config, plan, script = (flags[k] for k in ("run", "out", "config", "plan", "script"))
+    until_decided, max_seeds = flags["until_decided"], flags["max_seeds"]
+    max_time = flags["max_time"]
+    report, lower_is_better = flags["report"], flags["lower_is_better"]
     console = Console()
     started = time.perf_counter()
     given = _config_flags(flags)
     if run is not None:
         _run_one(run, out, config, given, plan)
         return
-    cfg = _validated_config(config, given, console)
-    args = compare_args({"config": config, **given, **{k: flags[k] for k in _RECORDED_AS_GIVEN}})
-    if cfg.ladder is not None:
+    cfg: ExperimentConfig | ScriptConfig
+    if script is not None:
+        cfg = _script_config(flags, given, config)
+        args = compare_args(
+            {
+                **{k: flags[k] for k in _SCRIPT_FLAGS},
+                "higher_is_better": not lower_is_better,
+                **{k: flags[k] for k in _RECORDED_AS_GIVEN},
+                **{k: given[k] for k in _SCRIPT_CONFIG_FLAGS if k not in _RECORDED_AS_GIVEN},
+            }
+        )
+    else:
+        script_only = [f for f in _SCRIPT_FLAGS if flags[f] is not None]
+        if not lower_is_better:
+            script_only.append("higher_is_better")
+        if script_only:
+            raise fail(
+                "compare",
+                f"--{script_only[0].replace('_', '-')}: an option of --script; expected it "
+                'with --script "CMD {norm} {seed} {run_dir}"',
+                EXIT_BAD_CONFIG,
+            )
+        cfg = _validated_config(config, given, console)
+        args = compare_args(
+            {"config": config, **given, **{k: flags[k] for k in _RECORDED_AS_GIVEN}}
+        )
+    if isinstance(cfg, ExperimentConfig) and cfg.ladder is not None:
         if until_decided:
             raise fail(
                 "compare",
@@ -281,7 +339,7 @@ def compare(
             )
         _ladder(cfg, out, console, args, plan=plan, report=report, started=started)
         return
-    if cfg.target_params is not None:
+    if isinstance(cfg, ExperimentConfig) and cfg.target_params is not None:
         raise fail("compare", "--target-params: only with --ladder", EXIT_BAD_CONFIG)
     if until_decided:
         args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
@@ -293,6 +351,81 @@ def compare(
     _check_results(console, summaries, out, started)
     if report:
         print_answer(console, out, args)
+
+
+SCRIPT_HELP = (
+    'Your own training command as the trainer, one run per arm and seed, e.g. "python train.py '
+    '--norm {norm} --seed {seed} --out {run_dir}" (placeholders {norm}, {placement}, '
+    "{precision}, {seed}, {run_dir}; split into arguments first, then filled in, never run by a "
+    "shell). The script logs with normlab.track; needs --metric. See docs/own-loop.md."
+)
+_SCRIPT_FLAGS = ("script", "metric", "margin", "run_timeout")
+"""The options of ``--script`` only (with ``--lower-is-better/--higher-is-better``)."""
+_SCRIPT_CONFIG_FLAGS = (
+    "norms", "placements", "precision", "seeds", "steps", "threads", "parallel", "executor",
+    "ray_address",
+)  # fmt: skip
+"""The compare options that also apply with ``--script``; the others set normlab's own training
+and are refused with it."""
+
+
+def _script_config(
+    flags: dict[str, Any], given: dict[str, Any], config: Path | None
+) -> ScriptConfig:
+    """The :class:`ScriptConfig` of ``--script`` and the flags that apply to it; exits with
+    :data:`EXIT_BAD_CONFIG` and one line naming the flag when one does not fit."""
+    import os
+
+    from normlab.experiment.config import ScaleSettings
+
+    others = [k for k, v in given.items() if v is not None and k not in _SCRIPT_CONFIG_FLAGS]
+    allowed = ", ".join("--" + f.replace("_", "-") for f in _SCRIPT_CONFIG_FLAGS)
+    if config is not None:
+        others.insert(0, "config")
+    if others:
+        raise fail(
+            "compare",
+            f"--{others[0].replace('_', '-')}: sets normlab's own training, which --script "
+            f"replaces; expected only {allowed} "
+            "with --script (the script sets the rest itself)",
+            EXIT_BAD_CONFIG,
+        )
+    if not flags["metric"]:
+        raise fail(
+            "compare",
+            "--metric: expected the name of the metric your script logs with "
+            "run.log_eval(step, NAME=value), e.g. --metric val_loss",
+            EXIT_BAD_CONFIG,
+        )
+    if flags["margin"] is None:
+        raise fail(
+            "compare",
+            f"--margin: expected the difference in {flags['metric']} that does not matter to you "
+            "(the equivalence margin, in its unit, e.g. --margin 0.01)",
+            EXIT_BAD_CONFIG,
+        )
+    values = {
+        "command": flags["script"],
+        "metric": flags["metric"],
+        "lower_is_better": flags["lower_is_better"],
+        "equivalence_margin": flags["margin"],
+        "norms": given["norms"],
+        "placements": given["placements"],
+        "precisions": given["precision"],
+        "seeds": given["seeds"],
+        "parallel": given["parallel"],
+        "threads": given["threads"],
+        "run_timeout": flags["run_timeout"],
+        "steps": given["steps"],
+        "cwd": os.getcwd(),
+    }
+    scale = {k: given[k] for k in ("executor", "ray_address") if given[k] is not None}
+    try:
+        return ScriptConfig(
+            **{k: v for k, v in values.items() if v is not None}, scale=ScaleSettings(**scale)
+        )
+    except ValueError as err:
+        raise fail("compare", err, EXIT_BAD_CONFIG) from None
 
 
 _LIST_FLAGS = ("norms", "placements", "precision")
@@ -336,7 +469,7 @@ def _validated_config(
 
 
 def _train(
-    cfg: ExperimentConfig,
+    cfg: ExperimentConfig | ScriptConfig,
     out: Path,
     console: Console,
     args: list[str],
@@ -356,7 +489,9 @@ def _train(
     from normlab.experiment.execution.executors import GridStopped, make_executor
     from normlab.experiment.execution.lock import FolderLockedError
     from normlab.experiment.execution.runner import run_experiment
+    from normlab.experiment.execution.script_grid import run_script_experiment
 
+    grid = run_script_experiment if isinstance(cfg, ScriptConfig) else run_experiment
     try:
         grid_executor = make_executor(cfg.scale)
     except ValueError as err:
@@ -364,14 +499,13 @@ def _train(
     try:
         with signals_as_interrupt():
             check_utf8_path(out, "out")
-            check_utf8_path(cfg.data.path, "data")
+            if isinstance(cfg, ExperimentConfig):
+                check_utf8_path(cfg.data.path, "data")
             after = _build_report_step(console) if report else None
             after = _record_command_step(args, after, sequential=rounds is not None)
             if rounds is not None:
                 return _run_rounds(cfg, out, console, after, *rounds, grid_executor)
-            return run_experiment(
-                cfg, out, console=console, after_training=after, executor=grid_executor
-            )
+            return grid(cfg, out, console=console, after_training=after, executor=grid_executor)
     except (GridStopped, ReportNotBuilt) as err:
         raise fail("compare", str(err), EXIT_STOPPED) from None
     except (FolderLockedError, ValueError, OSError, MemoryError, RecursionError) as err:
@@ -496,7 +630,11 @@ def _run_rounds(
     fmt = testbed_format(cfg.testbed)
     looks = look_schedule(len(cfg.seed_list()), max_seeds)
     plan = plan_for(
-        fmt.quality, lower_is_better=True, margin=cfg.margin(), looks=looks, testbed=cfg.testbed
+        fmt.quality,
+        lower_is_better=fmt.metric(fmt.quality).lower_is_better,
+        margin=cfg.margin(),
+        looks=looks,
+        testbed=cfg.testbed,
     )
     base = cfg.baseline_arm()
     tracker = SequentialTracker(
@@ -511,7 +649,10 @@ def _run_rounds(
         f"until decided: looks after {', '.join(map(str, looks))} seeds on {fmt.quality}, "
         f"margin ±{cfg.margin():g} {fmt.short_unit}, at most {max_time:g} s"
     )
-    train = partial(runner.run_experiment, executor=executor)
+    from normlab.experiment.execution.script_grid import run_script_experiment
+
+    grid = run_script_experiment if isinstance(cfg, ScriptConfig) else runner.run_experiment
+    train = partial(grid, executor=executor)
     summaries, _ = run_until_decided(
         cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after, train=train
     )
@@ -566,10 +707,12 @@ def _plan(cfg: Any, out: Path) -> None:
     else goes to stderr, so the output can be piped to a scheduler)."""
     from normlab.experiment.execution.lock import FolderLockedError
     from normlab.experiment.execution.runner import plan_experiment
+    from normlab.experiment.execution.script_grid import plan_script_experiment
 
     console = Console(stderr=True)
+    plan = plan_script_experiment if isinstance(cfg, ScriptConfig) else plan_experiment
     try:
-        run_ids = plan_experiment(cfg, out, console=console)
+        run_ids = plan(cfg, out, console=console)
     except (FolderLockedError, ValueError) as err:
         raise fail("compare", err, EXIT_REFUSED) from None
     for command in plan_commands(out, run_ids):

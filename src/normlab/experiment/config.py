@@ -47,6 +47,8 @@ from normlab.experiment.measure.anomaly import (
 from normlab.experiment.testbeds import TESTBEDS, Testbed
 from normlab.models.config import ConfigModel
 from normlab.run_format import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
+from normlab.run_format.script import check_script_command
+from normlab.run_format.testbeds import script_testbed
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -55,6 +57,7 @@ __all__ = [
     "ConfigError",
     "ExperimentConfig",
     "ScaleSettings",
+    "ScriptConfig",
     "TrainSettings",
     "arm_name",
     "check_scale",
@@ -810,3 +813,116 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
             node = child
         node[key] = value
     return merged
+
+
+_FACTOR_VALUE = re.compile(r"^[^/\x00]+$")
+
+
+class ScriptConfig(ConfigModel):
+    """``normlab compare --script``: the grid of a user's own training script.
+
+    ``command`` is the script's command line with placeholders (checked by
+    :func:`normlab.experiment.execution.script_run.check_script_command`); ``metric`` the
+    ``eval`` metric that decides quality, ``lower_is_better`` its direction and
+    ``equivalence_margin`` the difference in its unit that does not matter (> 0). ``norms``,
+    ``placements`` and ``precisions`` are the factors
+    (any names the script understands; the arms are their product, named as
+    :func:`arm_name` says), ``seeds`` a count or a list, ``baseline`` the arm the others are
+    compared with (default: the first). ``parallel`` runs at once, ``threads`` the CPU threads
+    each script is given (default: as for normlab's own runs), ``run_timeout`` the seconds after
+    which a run is killed and recorded as timed out (None: no limit), ``steps`` the steps the
+    script trains (only for the progress bar), ``cwd`` the folder the script starts in;
+    ``scale`` chooses the executor (``local`` or ``ray``; the script starts its own processes,
+    so a launch on several is its command's, e.g. ``torchrun …``).
+    """
+
+    command: str
+    metric: str
+    lower_is_better: bool = True
+    equivalence_margin: float = Field(gt=0)
+    norms: list[str] = Field(min_length=1)
+    placements: list[str] = Field(default_factory=lambda: ["pre"], min_length=1)
+    precisions: list[str] = Field(default_factory=lambda: [DEFAULT_PRECISION], min_length=1)
+    seeds: int | list[int] = 3
+    baseline: str | None = None
+    parallel: int = Field(1, ge=1)
+    threads: int | None = Field(None, ge=1)
+    run_timeout: float | None = Field(None, gt=0)
+    steps: int | None = Field(None, ge=1)
+    cwd: str = "."
+    scale: ScaleSettings = Field(default_factory=ScaleSettings)
+
+    @field_validator("norms", "placements", "precisions")
+    @classmethod
+    def _check_factor_values(cls, v: list[str], info: ValidationInfo) -> list[str]:
+        for value in v:
+            if not _FACTOR_VALUE.match(value) or value in (".", ".."):
+                raise ValueError(
+                    f"{value!r} cannot name a run folder; expected a non-empty name without "
+                    "'/' (any other character is passed to the script as it is)"
+                )
+        if len(set(v)) != len(v):
+            raise ValueError(f"each value once, got {v}")
+        return v
+
+    @field_validator("seeds")
+    @classmethod
+    def _check_script_seeds(cls, v: int | list[int]) -> int | list[int]:
+        bad_list = isinstance(v, list) and (not v or len(set(v)) < len(v))
+        if (isinstance(v, int) and v < 1) or bad_list:
+            raise ValueError(f"expected a count ≥ 1 or a list of distinct seeds, got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _check_script(self) -> ScriptConfig:
+        check_script_command(self.command)
+        if self.scale.world_size > 1:
+            raise ValueError(
+                "scale: with --script, each run is your command; start several processes in it "
+                "(e.g. torchrun --nproc-per-node 2 train.py …) instead of --nproc-per-node"
+            )
+        testbed_format(self.testbed)  # the metric's name
+        if len(self.arm_names()) < 2:
+            raise ValueError(
+                "norms: a comparison needs two or more arms; expected --norms a,b (or several "
+                "placements or precisions)"
+            )
+        if self.baseline is not None and self.baseline not in self.arm_names():
+            raise ValueError(
+                f"baseline: {self.baseline!r} is not an arm; expected one of "
+                f"{', '.join(self.arm_names())}"
+            )
+        return self
+
+    @property
+    def testbed(self) -> str:
+        """The run format's name of this grid's testbed (``script:<metric>:min|max``)."""
+        return script_testbed(self.metric, self.lower_is_better)
+
+    def seed_list(self) -> list[int]:
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    def arm_factors(self) -> list[tuple[str, str, str, str]]:
+        """(arm name, norm, placement, precision), in :meth:`ExperimentConfig.arm_factors`'s
+        order."""
+        several = len(self.precisions) > 1
+        return [
+            (arm_name(n, p, q if several else None), n, p, q)
+            for q in self.precisions
+            for p in self.placements
+            for n in self.norms
+        ]
+
+    def arm_names(self) -> list[str]:
+        return [a for a, _, _, _ in self.arm_factors()]
+
+    def baseline_arm(self) -> str:
+        return self.baseline or self.arm_names()[0]
+
+    def margin(self) -> float:
+        """The equivalence margin, in the metric's unit."""
+        return self.equivalence_margin
+
+    def dump(self) -> dict[str, Any]:
+        """The validated config as JSON-ready data."""
+        return self.model_dump()

@@ -7,7 +7,10 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`write_summary` / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
   and :func:`read_records` (``metrics.jsonl``), :class:`MetricsTail` (the last step logged, read
   as the file grows), :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths
-  of those files for readers that open them themselves;
+  of those files for readers that open them themselves; a script's run
+  (:mod:`normlab.run_format.script`): :func:`write_run_config` (a standalone script's own
+  ``run.json``), :func:`write_fingerprint` / :func:`read_fingerprint`, :func:`script_log_path`
+  and :func:`read_log_tail`;
 - the output folder: :func:`write_experiment` / :func:`read_experiment`,
   :func:`write_sequential`, :func:`write_command` / :func:`read_command`,
   :func:`read_analysis`, :func:`run_folders`;
@@ -53,6 +56,7 @@ from normlab.run_format.files import (
     run_dir,
 )
 from normlab.run_format.records import TRAIN_RECORD
+from normlab.run_format.script import FINGERPRINT_FILE, SCRIPT_LOG_FILE
 
 __all__ = [
     "MetricsTail",
@@ -67,6 +71,8 @@ __all__ = [
     "read_analysis",
     "read_command",
     "read_experiment",
+    "read_fingerprint",
+    "read_log_tail",
     "read_records",
     "read_run_config",
     "read_summary",
@@ -75,10 +81,13 @@ __all__ = [
     "run_folders",
     "runs_path",
     "samples_path",
+    "script_log_path",
     "summary_path",
     "write_command",
     "write_experiment",
+    "write_fingerprint",
     "write_images",
+    "write_run_config",
     "write_sequential",
     "write_summary",
 ]
@@ -128,6 +137,49 @@ def create_run(out: Path | str, spec: dict[str, Any]) -> Path:
     shutil.rmtree(folder, ignore_errors=True)
     write_json_atomic(folder / RUN_FILE, spec)
     return folder
+
+
+def write_run_config(run: Path | str, spec: dict[str, Any]) -> Path:
+    """Write ``spec`` as the run folder's ``run.json`` atomically (the folder is created if
+    needed; nothing else in it is touched)."""
+    return write_json_atomic(Path(run) / RUN_FILE, spec)
+
+
+def write_fingerprint(run: Path | str, fingerprint: dict[str, Any]) -> Path:
+    """Write the run's ``fingerprint.json`` atomically: ``{"parameters": {name: digest},
+    "batch": digest}``."""
+    return write_json_atomic(Path(run) / FINGERPRINT_FILE, fingerprint)
+
+
+def read_fingerprint(run: Path | str) -> dict[str, Any] | None:
+    """The run's ``fingerprint.json``, or None when it has none or it cannot be read as a JSON
+    object."""
+    try:
+        fingerprint = json.loads((Path(run) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return fingerprint if isinstance(fingerprint, dict) else None
+
+
+def script_log_path(run: Path | str) -> Path:
+    """The run folder's ``script.log``: a script's standard output and error, which the process
+    that starts the script opens and appends to."""
+    return Path(run) / SCRIPT_LOG_FILE
+
+
+def read_log_tail(run: Path | str, max_chars: int = 2000) -> str:
+    """The last ``max_chars`` characters of the run's ``script.log`` ("" when there is none),
+    decoded as UTF-8 with undecodable bytes replaced."""
+    path = script_log_path(run)
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            size = f.tell()
+            f.seek(max(0, size - 4 * max_chars))
+            text = f.read().decode("utf-8", errors="replace")
+    except OSError:
+        return ""
+    return text[-max_chars:]
 
 
 def clear_run(run: Path | str) -> None:

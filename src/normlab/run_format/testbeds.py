@@ -9,8 +9,9 @@ names no testbed is a GPT one (written before the DiT testbed existed).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from normlab.run_format.fields import (
     GROUPS,
@@ -31,9 +32,13 @@ __all__ = [
     "FLOW_UNIT",
     "GPT",
     "LM",
+    "SCRIPT_TESTBED",
     "SW2_UNIT",
     "TESTBED_FORMATS",
     "TestbedFormat",
+    "parse_script_testbed",
+    "script_format",
+    "script_testbed",
     "testbed_format",
 ]
 
@@ -351,13 +356,100 @@ TESTBED_FORMATS: dict[str, TestbedFormat] = {t.name: t for t in (GPT, DIT, LM)}
 
 def testbed_format(name: object) -> TestbedFormat:
     """The :class:`TestbedFormat` called ``name`` (None: :data:`DEFAULT_TESTBED`, for folders
-    and run configs written before the DiT testbed existed). Raises ``ValueError`` naming the
-    testbeds for any other name."""
+    and run configs written before the DiT testbed existed); a :func:`script_testbed` name gives
+    its :func:`script_format`. Raises ``ValueError`` naming the testbeds for any other name."""
     if name is None:
         return TESTBED_FORMATS[DEFAULT_TESTBED]
+    script = parse_script_testbed(name)
+    if script is not None:
+        return script_format(*script)
     try:
         return TESTBED_FORMATS[name]  # type: ignore[index]
     except (KeyError, TypeError):
         raise ValueError(
             f"testbed must be one of {sorted(TESTBED_FORMATS)}, got {name!r}"
         ) from None
+
+
+SCRIPT_TESTBED = "script"
+"""The testbed of runs trained by the user's own script (``compare --script``). Its full name
+carries the quality metric and its direction: ``script:<metric>:min`` (lower is better) or
+``script:<metric>:max`` (:func:`script_testbed`)."""
+
+_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+
+
+def script_testbed(metric: str, lower_is_better: bool = True) -> str:
+    """The testbed name of script runs judged on the ``eval`` metric ``metric``:
+    ``script:<metric>:min`` or ``script:<metric>:max``. ``ValueError`` naming ``metric`` unless
+    it is a name (letters, digits, ``_`` and ``.``, not starting with a digit)."""
+    if not isinstance(metric, str) or not _METRIC_NAME.match(metric):
+        raise ValueError(
+            f"metric: expected the name of a metric the script logs with log_eval (letters, "
+            f"digits, '_' and '.'), got {metric!r}"
+        )
+    return f"{SCRIPT_TESTBED}:{metric}:{'min' if lower_is_better else 'max'}"
+
+
+def parse_script_testbed(name: object) -> tuple[str, bool] | None:
+    """(metric, lower_is_better) of a :func:`script_testbed` name, None for any other name."""
+    if not isinstance(name, str):
+        return None
+    parts = name.split(":")
+    if len(parts) != 3 or parts[0] != SCRIPT_TESTBED or parts[2] not in ("min", "max"):
+        return None
+    if not _METRIC_NAME.match(parts[1]):
+        return None
+    return parts[1], parts[2] == "min"
+
+
+def script_format(metric: str, lower_is_better: bool = True) -> TestbedFormat:
+    """The format of script runs judged on ``metric``: summary fields ``final_<metric>`` (the
+    last ``eval`` value; decides quality) and ``best_<metric>`` (the minimum over the ``eval``
+    records when lower is better, else the maximum), both compared with the experiment's
+    ``margin`` in the metric's own unit."""
+    name = script_testbed(metric, lower_is_better)
+    return _script_format(name, metric, lower_is_better)
+
+
+@lru_cache(maxsize=64)
+def _script_format(name: str, metric: str, lower_is_better: bool) -> TestbedFormat:
+    direction = "lower" if lower_is_better else "higher"
+    fields = tuple(
+        compared_field(
+            f"{which}_{metric}",
+            _LOSS,
+            label=f"{which} {metric}",
+            unit=QUALITY_UNIT,
+            group="quality",
+            margin="quality",
+            smallest=MARGIN,
+            lower_is_better=lower_is_better,
+        )
+        for which in ("final", "best")
+    )
+    return TestbedFormat(
+        name=name,
+        validation=fields,
+        quality=f"final_{metric}",
+        best=f"best_{metric}",
+        curve=metric,
+        margin_key="margin",
+        margin_default=0.0,
+        unit=f"{metric} units",
+        short_unit=metric,
+        train_unit="training-loss units",
+        train_per_quality=None,
+        quality_name=metric,
+        short_label=f"final {metric}",
+        curve_word=metric,
+        curve_title=f"Validation {metric} (as the script logged it)",
+        method_note=(
+            "Every run was trained by the user's own script (compare --script), once per arm and "
+            f"seed; quality is the last value of {metric} it logged with log_eval ({direction} "
+            "is better). Pairing was checked from each run's fingerprint (digests of the initial "
+            "parameters outside the norm modules and of the first batch): a seed whose arms "
+            "disagree is refused, not judged. The training loss is the script's own and is "
+            "compared without a margin."
+        ),
+    )

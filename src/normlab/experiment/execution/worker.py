@@ -22,6 +22,7 @@ from typing import Any
 
 from normlab.experiment.execution.launching import SUPERVISOR_ENV, launch_run, world_size_of
 from normlab.experiment.execution.lock import is_locked
+from normlab.experiment.execution.script_run import run_script
 from normlab.experiment.execution.summaries import crashed_summary
 from normlab.experiment.training.train import RunAborted, train_run
 from normlab.run_format.folder import read_run_config, write_summary
@@ -35,7 +36,9 @@ def execute_run(
     should_stop: Callable[[], bool] | None = None,
     wait_for_start: Callable[[], None] | None = None,
 ) -> dict[str, Any]:
-    """Train the run in ``run_dir`` (from its ``run.json``) and write its ``summary.json``.
+    """Train the run in ``run_dir`` (from its ``run.json``) and write its ``summary.json``: with
+    normlab's loop, or, for a run with a ``script`` section, by running the user's script
+    (:func:`normlab.experiment.execution.script_run.run_script`).
 
     The callbacks go to :func:`normlab.experiment.training.train.train_run`.
 
@@ -47,7 +50,8 @@ def execute_run(
     try:
         for module in spec.get("imports", []):
             importlib.import_module(module)
-        summary = train_run(spec, run_dir, on_step, should_stop, wait_for_start)
+        train = run_script if "script" in spec else train_run  # a user's script, or ours
+        summary = train(spec, run_dir, on_step, should_stop, wait_for_start)
     except RunAborted:
         raise
     except Exception as err:

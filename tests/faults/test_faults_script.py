@@ -1,0 +1,121 @@
+"""``normlab compare --script``: a user's script that fails in any way is recorded as such and
+named in the terminal and the report; none of them yields a silent verdict.
+
+One grid holds every fault as an arm (the script reads its behaviour from ``{norm}``): exits
+non-zero, hangs past ``--run-timeout``, never calls ``finish``, logs NaN; a second grid's arms
+start from different parameters at one seed (the pairing guard) and have hostile names.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from faultlib import run_cli
+
+SCRIPT = """
+import sys, time
+norm, seed, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+if norm == "exits":
+    sys.stderr.write("loading the data\\nValueError: no such shard: shard-7\\n")
+    sys.exit(3)
+if norm == "hangs":
+    time.sleep(600)
+import torch
+from torch import nn
+import normlab.track
+
+run = normlab.track.init(norm=norm, seed=seed, run_dir=out)
+open(run.run_dir / "argv.json", "w").write(__import__("json").dumps(sys.argv[1:]))
+torch.manual_seed(seed + (1 if norm.startswith("b") and seed == 1 else 0))
+model = nn.Sequential(nn.Linear(4, 8), nn.LayerNorm(8), nn.Linear(8, 1))
+g = torch.Generator().manual_seed(100 + seed)
+x, y = torch.randn(32, 4, generator=g), torch.randn(32, 1, generator=g)
+run.fingerprint(model, (x, y))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 6):
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad(); loss.backward(); opt.step()
+    run.log(step, loss=float("nan") if norm == "nan" and step == 3 else loss, tokens=32)
+run.log_eval(5, val_loss=((model(x) - y) ** 2).mean())
+if norm != "nofinish":
+    run.finish()
+"""
+
+
+def _summaries(out: Path) -> dict[str, dict]:
+    return {p.name: json.loads((p / "summary.json").read_text()) for p in (out / "runs").iterdir()}
+
+
+def test_every_failing_script_is_recorded_and_named(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    result = run_cli(
+        "compare",
+        "--script",
+        f"{sys.executable} {script} {{norm}} {{seed}} {{run_dir}}",
+        "--metric", "val_loss", "--margin", "0.01",
+        "--norms", "ok,exits,hangs,nofinish,nan",
+        "--seeds", "1", "--parallel", "3", "--threads", "1",
+        "--run-timeout", "60",
+        "--out", str(out),
+        timeout=600,
+    )  # fmt: skip
+    text = result.stdout
+    s = _summaries(out)
+    assert s["ok-pre__s0"]["status"] == "finished"
+    assert s["nan-pre__s0"]["status"] == "diverged" and s["nan-pre__s0"]["diverged_at"] == 3
+    exits = s["exits-pre__s0"]
+    assert exits["status"] == "crashed" and "exit status 3" in exits["error"]
+    assert "no such shard: shard-7" in exits["error"] + exits["traceback"]
+    hangs = s["hangs-pre__s0"]
+    assert hangs["status"] == "crashed" and "timed out" in hangs["error"]
+    assert "--run-timeout 60" in hangs["error"]
+    nofinish = s["nofinish-pre__s0"]
+    assert nofinish["status"] == "crashed" and "without calling finish()" in nofinish["error"]
+    for run_id in ("exits-pre__s0", "hangs-pre__s0", "nofinish-pre__s0"):
+        assert run_id in text  # the terminal names each run with its outcome
+    assert "diverged at step 3" in text
+    report = (out / "report.md").read_text()
+    for words in ("exit status 3", "timed out", "without calling finish()", "diverged"):
+        assert words in report, words
+    # the broken arms have no result to pair: none of them gets a quality verdict
+    verdicts = json.loads((out / "summary.json").read_text())["verdicts"]
+    for arm in ("exits-pre", "hangs-pre", "nofinish-pre"):
+        assert verdicts.get(arm, {}).get("quality") not in ("equivalent", "better", "worse")
+
+
+def test_unpaired_seed_is_refused_and_hostile_names_stay_literal(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "out"
+    hostile_a, hostile_b = "a;touch PWNED", "b$(touch PWNED2)"
+    result = run_cli(
+        "compare",
+        "--script",
+        f"{sys.executable} {script} {{norm}} {{seed}} {{run_dir}}",
+        "--metric", "val_loss", "--margin", "0.01",
+        "--norms", f"{hostile_a},{hostile_b}",
+        "--seeds", "2", "--parallel", "2", "--threads", "1",
+        "--out", str(out),
+        timeout=600,
+    )  # fmt: skip
+    text = result.stdout
+    assert not list(tmp_path.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
+    s = _summaries(out)
+    run_a0 = out / "runs" / f"{hostile_a}-pre__s0"
+    assert json.loads((run_a0 / "argv.json").read_text())[0] == hostile_a
+    assert s[f"{hostile_a}-pre__s0"]["status"] == "finished"
+    assert s[f"{hostile_b}-pre__s0"]["status"] == "finished"
+    for arm in (hostile_a, hostile_b):
+        refused = s[f"{arm}-pre__s1"]
+        assert refused["status"] == "crashed"
+        assert "pairing guard: seed 1 refused" in refused["error"]
+        assert "initial values of the parameter '0.bias'" in refused["error"]
+    assert "seed 1 refused" in text and "'0.bias'" in text
+    report = (out / "report.md").read_text()
+    assert "seed 1 refused" in report
+    verdict = json.loads((out / "summary.json").read_text())["verdicts"][f"{hostile_b}-pre"]
+    assert verdict["n_pairs"] == 1  # seed 0 only: the refused seed is not judged
