@@ -72,6 +72,16 @@ class DataSettings(ConfigModel):
         return self
 
 
+def bpb_quality(final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]) -> dict[str, Any]:
+    """The quality fields of a language model's run: the last evaluation's loss and bits per
+    byte, and the lowest bits per byte of its finite evaluations (None where there is none)."""
+    return {
+        "final_val_loss": final["val_loss"] if final else None,
+        "final_val_bpb": final["val_bpb"] if final else None,
+        "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+    }
+
+
 def gpt_config(spec: dict[str, Any]) -> GPTConfig:
     """The GPT of a resolved GPT run config: its ``model`` section, ``norm`` and ``placement``."""
     return GPTConfig(**spec["model"], norm=spec["norm"], placement=spec["placement"])
@@ -179,11 +189,7 @@ class GPTTestbed:
     def quality_summary(
         self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
     ) -> dict[str, Any]:
-        return {
-            "final_val_loss": final["val_loss"] if final else None,
-            "final_val_bpb": final["val_bpb"] if final else None,
-            "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
-        }
+        return bpb_quality(final, finite_evals)
 
     def finish(self, device: torch.device) -> dict[str, Any]:
         return {}

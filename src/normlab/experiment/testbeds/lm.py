@@ -38,7 +38,7 @@ from normlab.experiment.testbeds.base import (
     check_data_fits,
     check_fingerprint,
 )
-from normlab.experiment.testbeds.gpt import DataSettings
+from normlab.experiment.testbeds.gpt import DataSettings, bpb_quality
 from normlab.models.config import ConfigModel
 from normlab.models.external import ModelSource, SourceLM, load_model_source
 from normlab.models.external.arm import check_slot_norm
@@ -325,9 +325,7 @@ class LMTestbed:
         self, final: dict[str, Any] | None, finite_evals: list[dict[str, Any]]
     ) -> dict[str, Any]:
         return {
-            "final_val_loss": final["val_loss"] if final else None,
-            "final_val_bpb": final["val_bpb"] if final else None,
-            "best_val_bpb": min((e["val_bpb"] for e in finite_evals), default=None),
+            **bpb_quality(final, finite_evals),
             NORM_SWAP_FIELD: _json_ready(self.model.record.to_dict()),
         }
 
