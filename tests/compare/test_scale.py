@@ -246,7 +246,7 @@ def test_bad_scale_options_name_the_option(args: list[str], named: str, tmp_path
     out = tmp_path / "out"
     code, output = invoke(*args, "--out", str(out))
     assert code == 2, output
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    errors = [line for line in output.splitlines() if line.startswith("normlab compare: error:")]
     assert len(errors) == 1 and named in errors[0], output
     assert not out.exists()
 
@@ -265,7 +265,7 @@ def test_unreachable_ray_address_is_named(tmp_path: Path) -> None:
         "--executor", "ray", "--ray-address", "127.0.0.1:1", "--out", str(tmp_path / "out")
     )
     assert code == 1
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    errors = [line for line in output.splitlines() if line.startswith("normlab compare: error:")]
     assert len(errors) == 1 and "--ray-address" in errors[0], output
     assert not (tmp_path / "out").exists()
 
