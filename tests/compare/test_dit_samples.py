@@ -22,9 +22,9 @@ from normlab import run_format
 from normlab.cli import app
 from normlab.data import SHAPE_CLASSES, make_shapes, unpatchify
 from normlab.data.shapes import balanced_selection
-from normlab.experiment import testbeds
 from normlab.experiment.execution.summaries import summary_fields
 from normlab.experiment.testbeds import QUALITY_FIELDS, make_testbed
+from normlab.experiment.testbeds import dit as dit_testbed
 from normlab.experiment.testbeds.dit import SAMPLE_GRID, SAMPLE_STEPS, SW2_PROJECTIONS
 from normlab.models import DEFAULT_CFG_SCALE, euler_sample, random_projections, sliced_wasserstein2
 from normlab.models.flow_batches import flow_seed, sample_inputs
@@ -240,7 +240,7 @@ def test_every_arm_and_seed_samples_from_the_same_noise(
         guidance.add((cfg_scale, null_label))
         return x0.clone()
 
-    monkeypatch.setattr(testbeds, "generate_samples", record)
+    monkeypatch.setattr(dit_testbed, "generate_samples", record)
     tmp = dit_out.parent / "finish"
     for run in sorted((dit_out / "runs").iterdir()):
         spec = json.loads((run / "run.json").read_text())

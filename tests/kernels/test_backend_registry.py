@@ -208,13 +208,18 @@ def test_a_tensor_on_a_device_the_backend_does_not_take_raises(registry_restored
         NF.layer_norm(torch.randn(2, D), backend="fusy")
 
 
-def test_compiled_without_a_working_compiler_is_unavailable_on_the_cpu(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_compiled_without_a_working_compiler_is_unavailable_on_the_cpu() -> None:
     from torch._inductor import config
 
     missing = "/nonexistent/normlab-test/g++"
-    monkeypatch.setattr(config.cpp, "cxx", (None, missing))
+    # config.patch, not monkeypatch: setting a torch config attribute back by hand leaves the
+    # entry unreadable for every later test of the process
+    with config.patch({"cpp.cxx": (None, missing)}):
+        _compiled_is_unavailable(missing)
+    assert tuple(config.cpp.cxx) != (None, missing)
+
+
+def _compiled_is_unavailable(missing: str) -> None:
     x = torch.randn(4, D)
     with pytest.raises(BackendUnavailableError, match=r"^backend: 'compiled' .*C\+\+ compiler"):
         NF.rms_norm(x, backend="compiled")
