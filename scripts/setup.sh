@@ -17,4 +17,4 @@ if [ -n "${TORCH_INDEX_URL:-}" ]; then
 else
   .venv/bin/python -m pip install --quiet "torch==2.13.0"
 fi
-.venv/bin/python -m pip install --quiet -e ".[dev,hf,ray]"
+.venv/bin/python -m pip install --quiet -e ".[dev,hf,ray,trackers,lightning]"
