@@ -281,7 +281,7 @@ def _bad_inputs(tmp: Path, corpus: Path) -> list[tuple[list[str], int, str]]:
     np.arange(5000, dtype=np.uint16).tofile(tmp / "lone.bin")
     llama = ["--model", "hf:llama", "--model-set", LLAMA]
     return [
-        (["--model", "hf:lama", "--data", str(corpus)], 1, "--model: unknown model_type 'lama'"),
+        (["--model", "hf:lama", "--data", str(corpus)], 2, "--model: unknown model_type 'lama'"),
         (["--model", f"hf:{no_config}", "--data", str(corpus)], 1, "has no config.json"),
         (
             ["--model", "test_model_sources:no_make_norm", "--data", str(corpus)],

@@ -149,10 +149,12 @@ def print_error(command: str | None, message: str) -> None:
 
 def is_usage_error(err: BaseException) -> bool:
     """Whether ``err`` is about an option's value, not about the machine or the files: the
-    model settings of ``--model-set`` (:class:`normlab.models.external.SettingsError`)."""
-    from normlab.models.external.spec import SettingsError
+    model settings of ``--model-set`` (:class:`normlab.models.external.SettingsError`) and a
+    ``--model`` that names no model there is
+    (:class:`normlab.models.external.UnknownModelError`)."""
+    from normlab.models.external.spec import SettingsError, UnknownModelError
 
-    return isinstance(err, SettingsError)
+    return isinstance(err, SettingsError | UnknownModelError)
 
 
 def fail(command: str | None, err: BaseException | str, code: int) -> typer.Exit:

@@ -27,7 +27,12 @@ import torch
 from torch import nn
 
 from normlab.models.external.arm import forked_rng
-from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION, SettingsError
+from normlab.models.external.spec import (
+    MODEL_OPTION,
+    SETTINGS_OPTION,
+    SettingsError,
+    UnknownModelError,
+)
 
 TOKEN_ID_FIELDS = ("bos_token_id", "eos_token_id", "pad_token_id")
 ATTENTION_IMPLEMENTATIONS = ("eager", "sdpa")
@@ -63,8 +68,9 @@ def hf_config(target: str, settings: dict[str, Any], vocab_size: int) -> Any:
     vocabulary size ``vocab_size``. ``target`` is a folder when it holds a ``/`` or ``\\``,
     starts with ``.`` or exists here as a path; else a model_type.
 
-    Errors (ValueError, one line): :data:`MODEL_OPTION` for an unknown model_type (with the
-    closest known ones), a model_type without a causal-LM class, a folder without config.json or
+    Errors (ValueError, one line): :class:`UnknownModelError` naming :data:`MODEL_OPTION` for an
+    unknown model_type (with the closest known ones) or a model_type without a causal-LM class;
+    ValueError naming it for a folder without config.json or
     a path that is no folder; :class:`SettingsError` naming :data:`SETTINGS_OPTION` and the key
     for a key the config does not have, ``vocab_size`` (the tokenizer's), a value of another type
     than the config's own (:func:`check_setting_types`), a value the config's constructor
@@ -240,14 +246,14 @@ def _check_model_type(transformers: Any, model_type: str) -> None:
     if model_type in lm_types:
         return
     if model_type in CONFIG_MAPPING:
-        raise ValueError(
+        raise UnknownModelError(
             f"{MODEL_OPTION}: transformers has no causal-LM class for model_type "
             f"{model_type!r}; expected one of the {len(lm_types)} causal-LM types, e.g. "
             f"{', '.join(_examples(lm_types))}"
         )
     close = difflib.get_close_matches(model_type, lm_types, n=3)
     hint = f"did you mean {', '.join(close)}? " if close else ""
-    raise ValueError(
+    raise UnknownModelError(
         f"{MODEL_OPTION}: unknown model_type {model_type!r}; {hint}expected a transformers "
         f"causal-LM type, e.g. {', '.join(_examples(lm_types))} (all {len(lm_types)}: "
         "normlab.models.external.causal_lm_types()), or a folder holding config.json"

@@ -23,6 +23,12 @@ HF_PREFIX = "hf:"
 Scalar = int | float | bool | str | None
 
 
+class UnknownModelError(ValueError):
+    """A :data:`MODEL_OPTION` that names no model there is: a model_type transformers does not
+    know or has no causal-LM class for. One line naming the option (a usage error on the command
+    line, exit status 2, like :class:`SettingsError`); a folder that cannot be read is not one."""
+
+
 class SettingsError(ValueError):
     """A :data:`SETTINGS_OPTION` value the source does not take: a malformed pair, a key it
     lacks, a value of the wrong type or out of range, sizes that do not fit together. The
