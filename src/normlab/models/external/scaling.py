@@ -36,6 +36,8 @@ __all__ = [
     "ScalingError",
     "attribute_name",
     "config_int",
+    "current_size",
+    "is_width",
     "scaled_keys",
     "width_multiple",
     "with_changes",
@@ -97,9 +99,9 @@ def width_multiple(config: Any) -> int:
     return m
 
 
-def scaled_keys(config: Any, key: str, value: int) -> dict[str, int]:
-    """{attribute: new value} of every key the rule (module docstring) changes when ``config``
-    is set to ``key`` = ``value``; :class:`ScalingError` when it cannot."""
+def current_size(config: Any, key: str) -> int:
+    """The config's integer value for ``key``; :class:`ScalingError` for ``vocab_size``, a key
+    the config lacks or one that is not an integer size."""
     name = attribute_name(config, key)
     if key in NOT_SCALABLE or name in NOT_SCALABLE:
         raise ScalingError(
@@ -117,6 +119,14 @@ def scaled_keys(config: Any, key: str, value: int) -> dict[str, int]:
             f"the {_type(config)} config's {key} is {getattr(config, name)!r}, not an integer "
             f"size; expected an integer key such as {WIDTH_KEY} or num_hidden_layers"
         )
+    return current
+
+
+def scaled_keys(config: Any, key: str, value: int) -> dict[str, int]:
+    """{attribute: new value} of every key the rule (module docstring) changes when ``config``
+    is set to ``key`` = ``value``; :class:`ScalingError` when it cannot."""
+    current = current_size(config, key)
+    name = attribute_name(config, key)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ScalingError(f"{key}={value!r}: expected an integer size >= 1")
     if not is_width(config, key):

@@ -22,19 +22,19 @@ from normlab.models.external.mup import (
     hidden_ratios,
 )
 from normlab.models.external.record import HeldNorm, NormSwapRecord, SwappedNorm
-from normlab.models.external.spec import (
-    MODEL_OPTION,
-    SETTINGS_OPTION,
-    SourceSpec,
-    parse_settings,
-    parse_source,
-)
 from normlab.models.external.scaling import (
     WIDTH_KEY,
     ScalingError,
     config_int,
     scaled_keys,
     with_changes,
+)
+from normlab.models.external.spec import (
+    MODEL_OPTION,
+    SETTINGS_OPTION,
+    SourceSpec,
+    parse_settings,
+    parse_source,
 )
 from normlab.models.external.swap import module_repr, swap_norms
 from normlab.patching.candidates import class_name
