@@ -1,7 +1,8 @@
 """Size ladders and μP for ``--model hf:…`` (the lm testbed): the size rule of a transformers
 config (heads and MLP width follow the width, any other key changes alone), its refusals, the
 rung parameter counts against built models, μP's groups, initial values and logits multiplier
-at two widths, mup at the base width bit for bit sp, and a tiny ladder planned through the command line."""
+at two widths, mup at the base width bit for bit sp, and a tiny ladder planned through the
+command line."""
 
 from __future__ import annotations
 
@@ -124,9 +125,8 @@ def test_ladder_rungs_follow_the_rule_and_record_it() -> None:
 )
 def test_bad_rungs_are_refused_in_one_line_naming_the_option(ladder, message) -> None:
     if ladder == {"hidden_size": [16, 32]}:  # 1 key/value head at 32: 0.5 at 16
-        cfg = validate_config(
-            {"lm": {"model": "hf:llama", "model_set": llama(num_key_value_heads=1)}, "ladder": ladder}
-        )
+        section = {"model": "hf:llama", "model_set": llama(num_key_value_heads=1)}
+        cfg = validate_config({"lm": section, "ladder": ladder})
     else:
         cfg = lm_config(ladder)
     with pytest.raises(ValueError) as err:
@@ -254,6 +254,7 @@ def test_tiny_hf_ladder_is_planned_through_the_command_line(tmp_path: Path) -> N
     config file): ladder.json records each rung's changed settings, every rung's runs are
     prepared with the rung's sizes and base width, and the counts are the runs' own."""
     config = tmp_path / "c.yaml"
+    small = llama(num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
     lm = {"context": 8, "parametrization": "mup"}
     train = {"eval_interval": 2, "eval_windows": 2, "batch_size": 2, "warmup": 1}
     config.write_text(json.dumps({"lm": lm, "train": train, "data": {"max_bytes": 20_000}}))
@@ -262,15 +263,15 @@ def test_tiny_hf_ladder_is_planned_through_the_command_line(tmp_path: Path) -> N
         app,
         [
             "compare", "--config", str(config), "--model", "hf:llama",
-            "--model-set", llama(num_attention_heads=2, num_key_value_heads=2, intermediate_size=64),
-            "--ladder", "hidden_size=16,32", "--seeds", "2", "--steps", "2", "--threads", "1",
-            "--device", "cpu", "--plan", "--out", str(out),
+            "--model-set", small, "--ladder", "hidden_size=16,32", "--seeds", "2",
+            "--steps", "2", "--threads", "1", "--device", "cpu", "--plan", "--out", str(out),
         ],
         env={"COLUMNS": "1000"},
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     plan = json.loads((out / "ladder.json").read_text())
-    assert plan["parametrization"] == "mup" and plan["rungs"] == ["hidden_size=16", "hidden_size=32"]
+    assert plan["parametrization"] == "mup"
+    assert plan["rungs"] == ["hidden_size=16", "hidden_size=32"]
     assert plan["changes"]["hidden_size=16"] == {
         "hidden_size": 16,
         "num_attention_heads": 1,
