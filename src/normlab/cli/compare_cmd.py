@@ -49,11 +49,13 @@ UNTIL_DECIDED_HELP = (
     "first look. Finished runs in --out are reused."
 )
 LADDER_HELP = (
-    "A size ladder KEY=v1,v2,… (gpt testbed: d_model or n_layers): one full paired comparison "
-    "per size, each in OUT/KEY=v/, with the same arms, seeds, data and fixed --steps in every "
-    "rung (the steps do not follow the size); then the difference against the parameter count, "
-    "a line in log N and its prediction interval at --target-params. Under --parametrization "
-    "mup the base width is the smallest rung."
+    "A size ladder KEY=v1,v2,… (gpt testbed: d_model or n_layers; --model hf:…: any integer "
+    "key of its config, where hidden_size brings the heads along at a fixed head size and the "
+    "MLP width at its ratio, and any other key changes alone): one full paired comparison per "
+    "size, each in OUT/KEY=v/, with the same arms, seeds, data and fixed --steps in every rung "
+    "(the steps do not follow the size); then the difference against the parameter count, a "
+    "line in log N and its prediction interval at --target-params. Under --parametrization mup "
+    "the base width is the smallest rung."
 )
 MAX_SEEDS_HELP = "With --until-decided: the most seeds per arm (the last planned look)."
 MAX_TIME_HELP = (

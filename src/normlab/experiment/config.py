@@ -324,7 +324,8 @@ class ExperimentBase(Section):
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
     ladder: dict[str, list[int]] | None = Field(
         None,
-        description="A size ladder KEY=v1,v2,… (gpt: d_model or n_layers): one paired "
+        description="A size ladder KEY=v1,v2,… (gpt: d_model or n_layers; lm: an integer key of "
+        "the hf: config, hidden_size bringing heads and MLP width along): one paired "
         "comparison per size, the same seeds, data and fixed steps in each.",
     )
     target_params: float | None = Field(

@@ -49,6 +49,7 @@ At d = d₀ every factor is exactly 1 and the attention scale is left to PyTorch
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -133,12 +134,19 @@ def lr_multipliers(model: nn.Module) -> dict[str, float]:
     return {name: ratios.get(name, 1.0) for name, _ in model.named_parameters()}
 
 
-def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list[dict[str, Any]]:
+def param_groups(
+    model: nn.Module,
+    lr: float,
+    weight_decay: float = 0.0,
+    multipliers: Mapping[str, float] | None = None,
+) -> list[dict[str, Any]]:
     """AdamW parameter groups for ``model`` at peak rate ``lr``, one per (rate multiplier,
     decayed or not).
 
     Each group holds ``params`` (and their ``param_names``), ``lr`` = lr · m, ``lr_mult`` = m
-    (r for hidden matrices under ``mup``, 1 otherwise: :func:`lr_multipliers`) and
+    (``multipliers[name]``; by default the GPT's, :func:`lr_multipliers`: r for hidden matrices
+    under ``mup``, 1 otherwise; a ``--model`` source's are its
+    :meth:`~normlab.models.external.SourceLM.lr_multipliers`) and
     ``weight_decay``: ``weight_decay`` / m on matrices and embeddings (2-D and more, outside
     norms; so lr · weight_decay per step is width-free), 0 on norms, biases and scalars (the
     rule of ``make_optimizer``). Under ``sp`` there are at most two groups, both with
@@ -151,7 +159,7 @@ def param_groups(model: nn.Module, lr: float, weight_decay: float = 0.0) -> list
         raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
     if not weight_decay >= 0:
         raise ValueError(f"weight_decay: expected a number >= 0, got {weight_decay!r}")
-    mults = lr_multipliers(model)
+    mults = lr_multipliers(model) if multipliers is None else multipliers
     norms = set(model.norm_parameter_names())
     groups: dict[tuple[float, bool], dict[str, Any]] = {}
     for name, p in model.named_parameters():

@@ -1,12 +1,18 @@
 """A size ladder (``compare --ladder KEY=v1,v2,…``): one full paired comparison per model size.
 
-Each rung is the experiment's config with one model setting changed (``KEY`` = the rung's
-value): the same arms, seeds, data and *fixed number of steps* in every rung (the steps do not
-follow the size; a budget of tokens per parameter is not implemented). Under
-``parametrization: mup`` with a ``d_model`` ladder the base width ``base_d_model`` is the
-smallest rung, so the smallest model is the standard one and the rates tuned there carry up.
+Each rung is the experiment's config with its model set to ``KEY`` = the rung's value by the
+testbed's size rule (its :class:`~normlab.experiment.testbeds.base.LadderRule`: the gpt testbed
+changes ``d_model`` or ``n_layers`` alone; the lm testbed sets any integer key of a transformers
+config, a width bringing its heads and MLP widths along,
+:mod:`normlab.models.external.scaling`): the same arms, seeds, data and *fixed number of steps*
+in every rung (the steps do not follow the size; a budget of tokens per parameter is not
+implemented). Under ``mup`` a width ladder's base width (``base_d_model``,
+``lm.base_hidden_size``) is the smallest rung, so the smallest model is the standard one and
+the rates tuned there carry up. This module names no testbed: what a ladder may vary, how a
+rung is made and how its parameters are counted are the testbed's hooks.
 
-The ladder folder ``OUT`` holds ``ladder.json`` (the plan: key, values, rung folders, target)
+The ladder folder ``OUT`` holds ``ladder.json`` (the plan: key, values, rung folders, the size
+rule and per rung the settings it changed with their values, target)
 and one compare folder per rung, ``OUT/<KEY>=<value>/``
 (:func:`normlab.run_format.folder.rung_path`), trained one rung after another by the same
 executor (each rung's runs as a compare trains them: ``--parallel``, ``--executor``,
@@ -25,17 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import Console
 
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.execution.runner import check_out_path, foreign_entries
-from normlab.models.config import GPTSettings
+from normlab.experiment.testbeds.base import LadderRule
 from normlab.run_format import folder as run_folder
 
 __all__ = [
     "DEFAULT_TARGET_FACTOR",
-    "LADDER_KEYS",
     "LadderPlan",
     "check_ladder_out",
     "parse_ladder",
@@ -43,8 +47,6 @@ __all__ = [
     "prepare_ladder",
 ]
 
-LADDER_KEYS: dict[str, tuple[str, ...]] = {"gpt": ("d_model", "n_layers")}
-"""The model settings a ladder may vary, per testbed (the gpt testbed's ``model`` section)."""
 DEFAULT_TARGET_FACTOR = 100.0
 """Without ``--target-params``: the prediction is made at this many times the largest rung's
 parameter count (the baseline arm's)."""
@@ -53,7 +55,9 @@ parameter count (the baseline arm's)."""
 @dataclass(frozen=True)
 class LadderPlan:
     """A checked ladder: ``key``, ``values`` (ascending), per rung its ``setting``
-    (``d_model=64``), config and the baseline arm's parameter count, and ``target_params``."""
+    (``d_model=64``), config, the model settings it changed with their values (``changes``)
+    and the baseline arm's parameter count, ``target_params``, and the testbed's size ``rule``
+    and ``parametrization``."""
 
     key: str
     values: tuple[int, ...]
@@ -61,6 +65,9 @@ class LadderPlan:
     configs: tuple[ExperimentConfig, ...]
     n_params: tuple[int, ...]
     target_params: float
+    changes: tuple[dict[str, Any], ...] = ()
+    rule: str = ""
+    parametrization: str = "sp"
 
     def record(self) -> dict[str, Any]:
         """The content of ``ladder.json``."""
@@ -70,8 +77,10 @@ class LadderPlan:
             "rungs": list(self.settings),
             "n_params": list(self.n_params),
             "target_params": self.target_params,
-            "parametrization": self.configs[0].model.parametrization,
+            "parametrization": self.parametrization,
             "steps": "fixed: the same number of steps in every rung",
+            "rule": self.rule,
+            "changes": dict(zip(self.settings, self.changes, strict=True)),
         }
 
 
@@ -94,24 +103,25 @@ def parse_ladder(text: str) -> dict[str, list[int]]:
     return {key: out}
 
 
-def _key_and_values(cfg: ExperimentConfig) -> tuple[str, list[int]]:
+def _testbed_rule(cfg: ExperimentConfig) -> LadderRule:
+    rule = cfg.testbeds[cfg.testbed].config.ladder
+    if rule is None:
+        with_ladder = [n for n, t in cfg.testbeds.items() if t.config.ladder is not None]
+        raise ValueError(
+            f"--ladder: not available for the {cfg.testbed} testbed here; expected the "
+            f"{' or '.join(with_ladder)} testbed"
+        )
+    return rule
+
+
+def _key_and_values(cfg: ExperimentConfig, rule: LadderRule) -> tuple[str, list[int]]:
     ladder = cfg.ladder or {}
     if len(ladder) != 1:
         raise ValueError(
             f"--ladder: expected one KEY=v1,v2,… (e.g. d_model=32,64,128), got {len(ladder)} keys"
         )
     ((key, values),) = ladder.items()
-    keys = LADDER_KEYS.get(cfg.testbed)
-    if keys is None:
-        raise ValueError(
-            f"--ladder: not available for the {cfg.testbed} testbed here; expected the gpt "
-            f"testbed ({', '.join(LADDER_KEYS['gpt'])})"
-        )
-    if key not in keys:
-        raise ValueError(
-            f"--ladder: the {cfg.testbed} model has no setting {key!r} to ladder; expected "
-            f"one of {', '.join(keys)}"
-        )
+    rule.check_key(cfg, key)
     if len(values) < 2:
         raise ValueError(
             f"--ladder: expected at least two sizes to fit a trend, got {len(values)} "
@@ -122,35 +132,14 @@ def _key_and_values(cfg: ExperimentConfig) -> tuple[str, list[int]]:
     return key, sorted(values)
 
 
-def _rung_config(cfg: ExperimentConfig, key: str, value: int, base: int) -> ExperimentConfig:
-    """``cfg`` at ``key`` = ``value`` (and, under mup with a width ladder, ``base_d_model`` =
-    the smallest width), without the ladder's own fields, validated anew."""
-    update: dict[str, Any] = {key: value}
-    if key == "d_model" and cfg.model.parametrization == "mup":
-        update["base_d_model"] = base
-    try:
-        model = GPTSettings(**{**cfg.model.model_dump(), **update})
-    except ValueError as err:  # a pydantic ValidationError, or a validator's own ValueError
-        if isinstance(err, ValidationError):
-            why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
-        else:
-            why = str(err)
-        raise ValueError(f"--ladder: the rung {key}={value} is not a valid model: {why}") from None
-    return cfg.model_copy(update={"model": model, "ladder": None, "target_params": None})
-
-
-def _n_params(rung: ExperimentConfig) -> int:
-    """The parameter count of the rung's baseline arm (built once, seed 0, nothing written)."""
-    from normlab.models import GPTConfig, build_gpt
-
-    base = rung.baseline_arm()
-    for arm, norm, placement, _precision in rung.arm_factors():
-        if arm == base:
-            model = build_gpt(
-                GPTConfig(**rung.model.model_dump(), norm=norm, placement=placement), 0
-            )
-            return int(model.count_parameters()[0])
-    raise AssertionError(base)  # the baseline is one of the arms
+def _rung_config(
+    cfg: ExperimentConfig, rule: LadderRule, key: str, value: int, smallest: int
+) -> tuple[ExperimentConfig, dict[str, Any]]:
+    """``cfg`` with its model at ``key`` = ``value`` by the testbed's rule, without the
+    ladder's own fields, and the settings the rung changed."""
+    sections, changes = rule.rung(cfg, key, value, smallest)
+    update: dict[str, Any] = {**sections, "ladder": None, "target_params": None}
+    return cfg.model_copy(update=update), changes
 
 
 def plan_ladder(cfg: ExperimentConfig) -> LadderPlan:
@@ -158,9 +147,11 @@ def plan_ladder(cfg: ExperimentConfig) -> LadderPlan:
     nothing. ``ValueError`` naming ``--ladder`` or ``--target-params`` for: not one key, a key
     the testbed's model lacks, fewer than two distinct sizes, a rung that is not a valid model,
     or a target below the largest rung's parameter count."""
-    key, values = _key_and_values(cfg)
-    configs = tuple(_rung_config(cfg, key, v, values[0]) for v in values)
-    counts = tuple(_n_params(c) for c in configs)
+    rule = _testbed_rule(cfg)
+    key, values = _key_and_values(cfg, rule)
+    rungs = [_rung_config(cfg, rule, key, v, values[0]) for v in values]
+    configs = tuple(c for c, _ in rungs)
+    counts = tuple(rule.n_params(c) for c in configs)
     largest = max(counts)
     target = cfg.target_params
     if target is None:
@@ -171,7 +162,15 @@ def plan_ladder(cfg: ExperimentConfig) -> LadderPlan:
             f"({key}={values[-1]}); expected a size at or beyond the ladder"
         )
     return LadderPlan(
-        key, tuple(values), tuple(f"{key}={v}" for v in values), configs, counts, float(target)
+        key,
+        tuple(values),
+        tuple(f"{key}={v}" for v in values),
+        configs,
+        counts,
+        float(target),
+        changes=tuple(c for _, c in rungs),
+        rule=rule.rule,
+        parametrization=rule.parametrization(cfg),
     )
 
 

@@ -10,7 +10,9 @@ holds; an instance, made in the worker from the run config, draws training batch
 their loss, validates, and adds its summary fields. Before the output folder is written,
 :meth:`Testbed.check_inputs` checks what the experiment reads from outside;
 :meth:`Testbed.prepare_data` builds the data and :meth:`Testbed.arm_fields` adds per-arm fields
-to ``run.json``, so the runner and the training loop name no testbed.
+to ``run.json``, so the runner and the training loop name no testbed. A testbed whose model a
+size ladder can vary declares how (:class:`LadderRule`, ``TestbedConfig.ladder``), so the
+ladder names no testbed either.
 """
 
 from __future__ import annotations
@@ -27,7 +29,15 @@ from torch import nn
 
 from normlab.models.norms import check_model_norm
 
-__all__ = ["Experiment", "Testbed", "TestbedConfig", "check_data_fits", "check_fingerprint"]
+__all__ = [
+    "Experiment",
+    "LadderRule",
+    "Testbed",
+    "TestbedConfig",
+    "baseline_factors",
+    "check_data_fits",
+    "check_fingerprint",
+]
 
 Experiment = Any
 """The validated experiment config (:class:`normlab.experiment.config.ExperimentConfig`, which
@@ -39,6 +49,29 @@ ARMS_HINT = (
     "pre,post) or precisions (--precision, e.g. fp32,bf16)"
 )
 """What a config with a single arm is told to give, unless the testbed says otherwise."""
+
+
+@dataclass(frozen=True)
+class LadderRule:
+    """What a size ladder (``compare --ladder KEY=v1,v2,…``,
+    :mod:`normlab.experiment.execution.ladder`) may vary in a testbed's model, and how a rung is
+    made.
+
+    ``keys``: what KEY may be, in words (for errors). ``rule``: the size rule in one sentence,
+    recorded in ``ladder.json``. ``check_key(cfg, key)``: ValueError naming ``--ladder`` for a
+    KEY the model cannot ladder. ``rung(cfg, key, value, smallest)``: the config sections that
+    put the experiment config ``cfg``'s model at ``key`` = ``value`` (``smallest``: the ladder's
+    smallest value, μP's base width for a width key), validated, and {setting: value} of every
+    model setting the rung changes; ValueError naming ``--ladder`` for a rung that is no valid
+    model. ``n_params(rung)``: the parameter count of a rung config's baseline arm, nothing
+    written. ``parametrization(cfg)``: ``sp`` or ``mup``, as the config sets it."""
+
+    keys: str
+    rule: str
+    check_key: Callable[[Any, str], None]
+    rung: Callable[[Any, str, int, int], tuple[dict[str, BaseModel], dict[str, Any]]]
+    n_params: Callable[[Any], int]
+    parametrization: Callable[[Any], str]
 
 
 @dataclass(frozen=True)
@@ -56,7 +89,8 @@ class TestbedConfig:
     name it cannot train; ``check`` for a validated config it cannot run (ValueError naming the
     key). ``selected_by``: a section whose presence in a config without ``testbed`` selects this
     testbed. ``hints``: for an option of another testbed given to this one, where its setting
-    lives here; ``arms_hint``: what a config with a single arm is told to give."""
+    lives here; ``arms_hint``: what a config with a single arm is told to give. ``ladder``: how
+    a size ladder varies its model (None: the testbed has no ladder)."""
 
     summary: str
     sections: Mapping[str, type[BaseModel]]
@@ -69,6 +103,7 @@ class TestbedConfig:
     selected_by: str | None = None
     hints: Mapping[str, str] = field(default_factory=dict)
     arms_hint: str = ARMS_HINT
+    ladder: LadderRule | None = None
 
 
 class Testbed(Protocol):
@@ -152,6 +187,15 @@ class Testbed(Protocol):
         post-training fields of :data:`normlab.experiment.measure.posttrain.POSTTRAIN_FIELDS`
         (quantization and bf16 deltas against ``final``'s quality metric, activation outliers
         on the first validation batch)."""
+
+
+def baseline_factors(cfg: Experiment) -> tuple[str, str]:
+    """(norm, placement) of the experiment config's baseline arm."""
+    base = cfg.baseline_arm()
+    for arm, norm, placement, _precision in cfg.arm_factors():
+        if arm == base:
+            return str(norm), str(placement)
+    raise AssertionError(base)  # the baseline is one of the arms
 
 
 def check_data_fits(info: dict[str, Any], context: int, val_fraction: float, key: str) -> None:

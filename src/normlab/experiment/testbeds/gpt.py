@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
-from pydantic import Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.console import Console
 from torch import nn
 
@@ -26,7 +26,9 @@ from normlab.experiment.measure.evaluate import bits_per_byte, validation_loss
 from normlab.experiment.measure.posttrain import posttrain_summary
 from normlab.experiment.testbeds.base import (
     Experiment,
+    LadderRule,
     TestbedConfig,
+    baseline_factors,
     check_data_fits,
     check_fingerprint,
 )
@@ -34,7 +36,7 @@ from normlab.models import GPT, GPTConfig, GPTSettings, build_gpt
 from normlab.models.config import ConfigModel
 from normlab.run_format import testbed_format
 
-__all__ = ["DataSettings", "GPTTestbed", "gpt_config", "warm_up_gpt"]
+__all__ = ["GPT_LADDER", "DataSettings", "GPTTestbed", "gpt_config", "warm_up_gpt"]
 
 
 class DataSettings(ConfigModel):
@@ -105,6 +107,57 @@ def warm_up_gpt(model: GPT, device: torch.device, batch_size: int) -> None:
     model.train(was_training)
 
 
+GPT_LADDER_KEYS = ("d_model", "n_layers")
+"""The GPT settings a size ladder may vary."""
+
+
+def check_gpt_ladder_key(cfg: Experiment, key: str) -> None:
+    """``key`` is one of :data:`GPT_LADDER_KEYS`; ValueError naming ``--ladder`` otherwise."""
+    if key not in GPT_LADDER_KEYS:
+        raise ValueError(
+            f"--ladder: the gpt model has no setting {key!r} to ladder; expected one of "
+            f"{', '.join(GPT_LADDER_KEYS)}"
+        )
+
+
+def gpt_rung(
+    cfg: Experiment, key: str, value: int, smallest: int
+) -> tuple[dict[str, BaseModel], dict[str, Any]]:
+    """The ``model`` section at ``key`` = ``value`` and, under ``mup`` with a ``d_model``
+    ladder, ``base_d_model`` = ``smallest``; validated anew (ValueError naming ``--ladder``)."""
+    update: dict[str, Any] = {key: value}
+    if key == "d_model" and cfg.model.parametrization == "mup":
+        update["base_d_model"] = smallest
+    try:
+        model = GPTSettings(**{**cfg.model.model_dump(), **update})
+    except ValueError as err:  # a pydantic ValidationError, or a validator's own ValueError
+        if isinstance(err, ValidationError):
+            why = "; ".join(str(e["msg"]).removeprefix("Value error, ") for e in err.errors())
+        else:
+            why = str(err)
+        raise ValueError(f"--ladder: the rung {key}={value} is not a valid model: {why}") from None
+    return {"model": model}, update
+
+
+def gpt_n_params(rung: Experiment) -> int:
+    """The parameter count of the rung's baseline arm (built once, seed 0, nothing written)."""
+    norm, placement = baseline_factors(rung)
+    model = build_gpt(GPTConfig(**rung.model.model_dump(), norm=norm, placement=placement), 0)
+    return int(model.count_parameters()[0])
+
+
+GPT_LADDER = LadderRule(
+    keys=", ".join(GPT_LADDER_KEYS),
+    rule="the key alone changes (n_heads, context and mlp_ratio as configured, so the head "
+    "size follows d_model); under mup a d_model ladder's base_d_model is its smallest rung",
+    check_key=check_gpt_ladder_key,
+    rung=gpt_rung,
+    n_params=gpt_n_params,
+    parametrization=lambda cfg: str(cfg.model.parametrization),
+)
+"""How a size ladder varies the GPT (:class:`LadderRule`)."""
+
+
 class GPTTestbed:
     """The GPT testbed: byte windows of the token cache in ``run_dir/../../data``."""
 
@@ -114,6 +167,7 @@ class GPTTestbed:
         sections={"model": GPTSettings, "data": DataSettings},
         sample_length=("model", "context"),
         options=("margin_bpb", "train.eval_windows"),
+        ladder=GPT_LADDER,
     )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("gpt").validation_fields
 

@@ -12,6 +12,11 @@ covered (:class:`normlab.data.BpbTally`), comparable across tokenizers.
 ``data.tokenizer`` names a tokenizer (bytes by default); ``data.bpe_merges`` trains a byte-level
 BPE on the corpus's training side at run time instead (:func:`normlab.data.corpus_bpe`), cached
 as ``data/bpe-<fingerprint>/tokenizer.json`` in the output folder.
+
+``lm.parametrization: mup`` trains a transformers model in μP, width-wise, against the base
+width ``lm.base_hidden_size`` (:mod:`normlab.models.external.mup`). A size ladder
+(:data:`LM_LADDER`) sets any integer key of a transformers config by the size rule of
+:mod:`normlab.models.external.scaling`.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import torch
-from pydantic import Field, field_validator
+from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from torch import nn
 
@@ -34,7 +39,9 @@ from normlab.data.pretokenized import is_pretokenized, open_token_source
 from normlab.experiment.measure.posttrain import posttrain_summary
 from normlab.experiment.testbeds.base import (
     Experiment,
+    LadderRule,
     TestbedConfig,
+    baseline_factors,
     check_data_fits,
     check_fingerprint,
 )
@@ -42,11 +49,27 @@ from normlab.experiment.testbeds.gpt import DataSettings, bpb_quality
 from normlab.models.config import ConfigModel
 from normlab.models.external import ModelSource, SourceLM, load_model_source
 from normlab.models.external.arm import check_slot_norm
-from normlab.models.external.spec import parse_settings
+from normlab.models.external.mup import PARAMETRIZATION_OPTION
+from normlab.models.external.scaling import (
+    WIDTH_KEY,
+    ScalingError,
+    current_size,
+    is_width,
+    scaled_keys,
+    with_changes,
+)
+from normlab.models.external.spec import SETTINGS_OPTION, parse_settings
 from normlab.run_format import testbed_format
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
-__all__ = ["LM_TRAIN_DEFAULTS", "LMSettings", "LMTestbed", "lm_source", "resolve_tokenizer"]
+__all__ = [
+    "LM_LADDER",
+    "LM_TRAIN_DEFAULTS",
+    "LMSettings",
+    "LMTestbed",
+    "lm_source",
+    "resolve_tokenizer",
+]
 
 BYTE_VOCAB = 256
 LM_TRAIN_DEFAULTS: dict[str, Any] = {"target_val_loss": None}
@@ -62,7 +85,10 @@ class LMSettings(ConfigModel):
     required; ``model_set`` are the config overrides or factory arguments (``key=value,…`` or a
     mapping; the vocabulary size is always the tokenizer's); ``context`` the tokens per training
     window; ``attn_implementation`` the transformers attention (``eager``: deterministic on the
-    CPU). Each arm's model has every norm module of the source replaced by the arm's norm."""
+    CPU). Each arm's model has every norm module of the source replaced by the arm's norm.
+    ``parametrization``: ``sp`` or ``mup`` (width-wise μP of an ``hf:`` model,
+    :mod:`normlab.models.external.mup`) against the base width ``base_hidden_size`` (None: the
+    model's own ``hidden_size``, where ``mup`` is ``sp``); ``sp`` ignores it."""
 
     model: str | None = Field(
         None,
@@ -77,6 +103,12 @@ class LMSettings(ConfigModel):
     )
     context: int = Field(128, ge=2, description="Tokens per training window (lm).")
     attn_implementation: Literal["eager", "sdpa"] = "eager"
+    parametrization: Literal["sp", "mup"] = Field(
+        "sp", description="lm: sp (standard) or mup (width-wise muP of an hf: model)."
+    )
+    base_hidden_size: int | None = Field(
+        None, ge=1, description="lm mup: the hidden_size at which mup equals sp (default: own)."
+    )
 
     @field_validator("model_set", mode="before")
     @classmethod
@@ -107,17 +139,46 @@ def _json_ready(value: Any) -> Any:
 
 
 @lru_cache(maxsize=8)
-def _source(model: str, settings_json: str, vocab_size: int, attn: str) -> ModelSource:
+def _source(
+    model: str, settings_json: str, vocab_size: int, attn: str, mup: str, base: int | None
+) -> ModelSource:
     return load_model_source(
-        model, json.loads(settings_json), vocab_size=vocab_size, attn_implementation=attn
+        model,
+        json.loads(settings_json),
+        vocab_size=vocab_size,
+        attn_implementation=attn,
+        parametrization=mup,
+        base_hidden_size=base,
     )
 
 
 def lm_source(lm: dict[str, Any], vocab_size: int) -> ModelSource:
     """The checked model source of a run config's ``lm`` section for the vocabulary size
-    ``vocab_size`` (loaded once per process)."""
+    ``vocab_size`` (loaded once per process; ``parametrization`` ``sp`` where the section has
+    none)."""
     settings = json.dumps(lm.get("model_set") or {}, sort_keys=True)
-    return _source(lm["model"], settings, vocab_size, lm.get("attn_implementation", "eager"))
+    return _source(
+        lm["model"],
+        settings,
+        vocab_size,
+        lm.get("attn_implementation", "eager"),
+        lm.get("parametrization", "sp"),
+        lm.get("base_hidden_size"),
+    )
+
+
+MUP_KEYS = ("parametrization", "base_hidden_size")
+"""The ``lm`` keys of μP, recorded in a run config only under ``mup`` (so that an ``sp`` run's
+``run.json`` is what it was before μP existed)."""
+
+
+def lm_record(cfg: Experiment) -> dict[str, Any]:
+    """The ``lm`` section as a run config records it (:data:`MUP_KEYS` left out under sp)."""
+    lm = cfg.lm.model_dump(mode="json")
+    if lm["parametrization"] == "sp":
+        for key in MUP_KEYS:
+            lm.pop(key)
+    return lm
 
 
 def resolve_tokenizer(cfg: Experiment, data_dir: Path) -> str | None:
@@ -149,6 +210,87 @@ def vocab_hint(cfg: Experiment) -> int:
     return BYTE_VOCAB + (cfg.data.bpe_merges or 0)
 
 
+def check_context(cfg: Experiment, source: ModelSource) -> None:
+    """``lm.context`` fits the source's longest sequence, if it has one; ValueError naming
+    ``lm.context`` otherwise."""
+    if source.max_length is not None and cfg.lm.context > source.max_length:
+        raise ValueError(
+            f"lm.context: {cfg.lm.context} tokens per window, but {cfg.lm.model} takes at "
+            f"most {source.max_length} (max_position_embeddings); lower lm.context or set "
+            "--model-set max_position_embeddings=…"
+        )
+
+
+def _ladder_source(cfg: Experiment) -> ModelSource:
+    """The experiment's transformers source (the vocabulary: :func:`vocab_hint`); ValueError
+    naming ``--ladder`` for a factory."""
+    source = lm_source(lm_record(cfg), vocab_hint(cfg))
+    if source.config is None:
+        raise ValueError(
+            f"--ladder: the lm testbed's ladder sets a key of a transformers config; "
+            f"{cfg.lm.model} is a factory (its arguments are its own). Expected --model hf:…"
+        )
+    return source
+
+
+def check_lm_ladder_key(cfg: Experiment, key: str) -> None:
+    """``key`` is an integer size of the model's transformers config (not ``vocab_size``);
+    ValueError naming ``--ladder`` otherwise."""
+    try:
+        current_size(_ladder_source(cfg).config, key)
+    except ScalingError as err:
+        raise ValueError(f"--ladder: {err}") from None
+
+
+def lm_rung(
+    cfg: Experiment, key: str, value: int, smallest: int
+) -> tuple[dict[str, BaseModel], dict[str, Any]]:
+    """The ``lm`` section whose ``model_set`` puts the model at ``key`` = ``value`` by the size
+    rule (:func:`~normlab.models.external.scaling.scaled_keys`) and, under ``mup`` with a
+    width ladder, ``base_hidden_size`` = ``smallest``; its source loaded and checked (config,
+    μP plan, context). ValueError naming ``--ladder`` for a rung that cannot be made."""
+    source = _ladder_source(cfg)
+    try:
+        changes: dict[str, Any] = scaled_keys(source.config, key, value)
+    except ScalingError as err:
+        raise ValueError(f"--ladder: the rung {key}={value} cannot be made: {err}") from None
+    update: dict[str, Any] = {"model_set": with_changes(source.config, cfg.lm.model_set, changes)}
+    if cfg.lm.parametrization == "mup" and is_width(source.config, key):
+        update["base_hidden_size"] = changes["base_hidden_size"] = smallest
+    lm = cfg.lm.model_copy(update=update)
+    rung = cfg.model_copy(update={"lm": lm})
+    try:
+        check_context(rung, lm_source(lm_record(rung), vocab_hint(rung)))
+    except ValueError as err:
+        why = str(err)
+        for option in (SETTINGS_OPTION, PARAMETRIZATION_OPTION):
+            why = why.removeprefix(f"{option}: ")
+        raise ValueError(f"--ladder: the rung {key}={value} is not a valid model: {why}") from None
+    return {"lm": lm}, changes
+
+
+def lm_n_params(rung: Experiment) -> int:
+    """The parameter count of the rung's baseline arm, its model built on the meta device
+    (:meth:`~normlab.models.external.ModelSource.count_parameters`)."""
+    norm, _ = baseline_factors(rung)
+    return lm_source(lm_record(rung), vocab_hint(rung)).count_parameters(norm)
+
+
+LM_LADDER = LadderRule(
+    keys=f"an integer key of the model's transformers config ({WIDTH_KEY}, num_hidden_layers, …)",
+    rule="the size rule of normlab.models.external.scaling: hidden_size brings "
+    "num_attention_heads and num_key_value_heads along in proportion (head size fixed) and "
+    "each MLP width (intermediate_size, …) keeps its ratio to the width, rounded to the nearest "
+    "integer; any other key changes alone; under mup a hidden_size ladder's base_hidden_size "
+    "is its smallest rung",
+    check_key=check_lm_ladder_key,
+    rung=lm_rung,
+    n_params=lm_n_params,
+    parametrization=lambda cfg: str(cfg.lm.parametrization),
+)
+"""How a size ladder varies an ``hf:`` model (:class:`LadderRule`)."""
+
+
 class LMTestbed:
     """The lm testbed: the user's causal LM on the token cache in ``run_dir/../../data``."""
 
@@ -168,6 +310,7 @@ class LMTestbed:
         check_norm=check_slot_norm,
         check=check_lm_config,
         selected_by="lm",
+        ladder=LM_LADDER,
     )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("lm").validation_fields
 
@@ -183,15 +326,7 @@ class LMTestbed:
                 open_token_source(path)
             except FileNotFoundError as err:
                 raise ValueError(str(err)) from None
-        vocab_size = vocab_hint(cfg)
-        lm = cfg.lm.model_dump(mode="json")
-        source = lm_source(lm, vocab_size)
-        if source.max_length is not None and cfg.lm.context > source.max_length:
-            raise ValueError(
-                f"lm.context: {cfg.lm.context} tokens per window, but {cfg.lm.model} takes at "
-                f"most {source.max_length} (max_position_embeddings); lower lm.context or set "
-                "--model-set max_position_embeddings=…"
-            )
+        check_context(cfg, lm_source(lm_record(cfg), vocab_hint(cfg)))
 
     @staticmethod
     def prepare_data(cfg: Experiment, data_dir: Path, console: Console) -> dict[str, Any]:
@@ -233,7 +368,7 @@ class LMTestbed:
         content hash; ``bytes`` and None for bytes), vocabulary size and Python version."""
         return {
             "testbed": "lm",
-            "lm": cfg.lm.model_dump(mode="json"),
+            "lm": lm_record(cfg),
             "data": {
                 "fingerprint": data_info["fingerprint"],
                 "source": data_info["source"],

@@ -7,6 +7,7 @@ import math
 import torch
 
 from normlab.models.dit import DiT
+from normlab.models.external import SourceLM
 from normlab.models.gpt import GPT
 from normlab.models.mup import param_groups
 
@@ -28,18 +29,23 @@ def lr_at(step: int, peak_lr: float, total_steps: int, warmup: int, min_ratio: f
 
 
 def make_optimizer(
-    model: GPT | DiT, lr: float, weight_decay: float, betas: tuple[float, float]
+    model: GPT | DiT | SourceLM, lr: float, weight_decay: float, betas: tuple[float, float]
 ) -> torch.optim.Optimizer:
     """AdamW; weight decay on matrices and embeddings only (not on norms, biases or scalars).
 
     The GPT's groups are :func:`normlab.models.mup.param_groups`' (under ``sp`` the two groups
     below, each with ``lr_mult`` 1; under ``mup`` the hidden matrices' rate is lr · d₀ / d), so
-    the schedule must set rates with :func:`normlab.models.mup.set_lr`. Other models: one
-    group of the decayed parameters (2-D and more, outside norms), one of the rest. Uses the
-    fused implementation where this torch and device offer it, else the default one.
+    the schedule must set rates with :func:`normlab.models.mup.set_lr`; so are those of a
+    ``--model`` source built under ``mup`` (its ``lr_multipliers()``: lr · fan_in₀ / fan_in for
+    hidden matrices). Other models (and a source
+    under ``sp``): one group of the decayed parameters (2-D and more, outside norms), one of the
+    rest. Uses the fused implementation where this torch and device offer it, else the default
+    one.
     """
     if isinstance(model, GPT):
         groups = param_groups(model, lr, weight_decay)
+    elif isinstance(model, SourceLM) and model.mup is not None:
+        groups = param_groups(model, lr, weight_decay, model.lr_multipliers())
     else:
         norms = set(model.norm_parameter_names())
         decay, no_decay = [], []

@@ -22,7 +22,9 @@ class SourceLM(nn.Module):
     ``net``: the model as its source built it (a transformers ``*ForCausalLM`` is called as
     ``net(input_ids=tokens, use_cache=False)``, a factory's model as ``net(tokens)``);
     ``record``: what the arm did to its norms; ``vocab_size``: V; ``max_length``: the longest
-    sequence it takes (the config's ``max_position_embeddings``), None when unknown.
+    sequence it takes (the config's ``max_position_embeddings``), None when unknown;
+    ``mup``: μP's plan (:class:`~normlab.models.external.mup.SourceMup`) when the source built
+    the model under ``mup``, None under ``sp``.
     """
 
     def __init__(
@@ -41,6 +43,16 @@ class SourceLM(nn.Module):
         self.is_hf = is_hf
         self.max_length = max_length
         self._norm_paths = frozenset(f"{NET}.{p}" for p in record.swapped_paths)
+        self.mup: Any = None
+
+    def lr_multipliers(self) -> dict[str, float]:
+        """{name: multiplier of the Adam learning rate} of every parameter: μP's fan-in ratio
+        r for a hidden matrix (``mup``), 1 for the rest and for every parameter under ``sp``."""
+        ratios = self.mup.ratios if self.mup is not None else {}
+        return {
+            name: ratios.get(name.removeprefix(f"{NET}."), 1.0)
+            for name, _ in self.named_parameters()
+        }
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits [B, T, V] for token ids ``tokens`` [B, T] (integer dtype)."""

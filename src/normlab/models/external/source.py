@@ -13,7 +13,22 @@ from normlab.models.external.arm import ArmNorm, forked_rng
 from normlab.models.external.factory import MAKE_NORM, factory_kwargs, load_factory
 from normlab.models.external.hf import ATTENTION_IMPLEMENTATIONS, build_hf_model, hf_config
 from normlab.models.external.lm import SourceLM
+from normlab.models.external.mup import (
+    PARAMETRIZATION_OPTION,
+    PARAMETRIZATIONS,
+    MupError,
+    SourceMup,
+    apply_mup,
+    hidden_ratios,
+)
 from normlab.models.external.record import HeldNorm, NormSwapRecord, SwappedNorm
+from normlab.models.external.scaling import (
+    WIDTH_KEY,
+    ScalingError,
+    config_int,
+    scaled_keys,
+    with_changes,
+)
 from normlab.models.external.spec import (
     MODEL_OPTION,
     SETTINGS_OPTION,
@@ -35,7 +50,9 @@ class ModelSource:
     Made by :func:`load_model_source`. ``spec``: the parsed source; ``settings``: the parsed
     ``--model-set`` values; ``vocab_size``: V, the tokenizer's; ``attn_implementation``: for
     transformers models (``eager`` or ``sdpa``); ``config``: the transformers config (None for a
-    factory); ``factory``: the factory (None for transformers).
+    factory); ``factory``: the factory (None for transformers); ``parametrization``: ``sp`` or
+    ``mup`` (transformers sources only, :mod:`normlab.models.external.mup`) with the base width
+    ``base_hidden_size`` (None: the model's own ``hidden_size``, where ``mup`` is ``sp``).
     """
 
     spec: SourceSpec
@@ -45,6 +62,8 @@ class ModelSource:
     config: Any = None
     factory: Any = None
     _kwargs: dict[str, Any] = field(default_factory=dict, repr=False)
+    parametrization: str = "sp"
+    base_hidden_size: int | None = None
 
     @property
     def factory_kwargs(self) -> dict[str, Any]:
@@ -59,6 +78,74 @@ class ModelSource:
         value = getattr(self.config, "max_position_embeddings", None)
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
+    def resized(self, key: str, value: int) -> Any:
+        """The transformers config of this source set to ``key`` = ``value`` by the size rule
+        (:func:`~normlab.models.external.scaling.scaled_keys`: a width brings its heads and MLP
+        widths along), built and checked as the source's own was; :class:`ScalingError` for a
+        size the rule cannot make, :class:`SettingsError` for one the config refuses."""
+        if self.config is None:
+            raise ScalingError(f"{self.spec} is a factory; only a transformers config is resized")
+        changes = scaled_keys(self.config, key, value)
+        return hf_config(
+            self.spec.target, with_changes(self.config, self.settings, changes), self.vocab_size
+        )
+
+    def mup_plan(self, net: nn.Module | None = None) -> SourceMup | None:
+        """μP's plan for this source (None under ``sp``): the width, the base width and each
+        hidden matrix's fan-in ratio against the base model built on the meta device; ``net``
+        is the model (built on the meta device when not given). :class:`MupError` naming
+        ``--parametrization`` when the model cannot be scaled."""
+        if self.parametrization == "sp":
+            return None
+        if self.config is None:
+            raise MupError(
+                f"{PARAMETRIZATION_OPTION}: mup scales a transformers config's width; "
+                f"{self.spec} is a factory (its sizes are its own). Expected sp, or --model hf:…"
+            )
+        width = config_int(self.config, WIDTH_KEY)
+        if width is None:
+            raise MupError(
+                f"{PARAMETRIZATION_OPTION}: mup needs an integer {WIDTH_KEY} in the "
+                f"{self.spec} config; expected sp"
+            )
+        base = width if self.base_hidden_size is None else self.base_hidden_size
+        if base == width:
+            return SourceMup(width, base)
+        try:
+            base_config = self.resized(WIDTH_KEY, base)
+        except ValueError as err:
+            raise MupError(
+                f"{PARAMETRIZATION_OPTION}: the base model at {WIDTH_KEY}={base} cannot be made "
+                f"from {self.spec}: {str(err).removeprefix(f'{SETTINGS_OPTION}: ')}"
+            ) from None
+        with torch.device("meta"):
+            base_net = build_hf_model(base_config, 0, self.attn_implementation)
+            if net is None:
+                net = build_hf_model(self.config, 0, self.attn_implementation)
+        return SourceMup(width, base, hidden_ratios(net, base_net))
+
+    def count_parameters(self, norm: str) -> int:
+        """The parameters of the arm ``norm``'s model (tied weights once), without allocating
+        its weights where the source allows: a transformers model is built on the meta device
+        with only its norm modules made real (so that their slots can be probed and swapped);
+        a factory is called on the meta device (and built for real if it cannot be)."""
+        from normlab.models.external.footprint import meta_parameter_count
+
+        if self.config is None:
+            counted = meta_parameter_count(self, norm)
+            if counted is None:
+                counted = self.build(norm, 0)[0].count_parameters()[0]
+            return counted
+        with torch.device("meta"):
+            net = build_hf_model(self.config, 0, self.attn_implementation)
+        for module, _ in _norms(net):
+            module.to_empty(device="cpu")
+            with torch.no_grad():
+                for p in module.parameters():
+                    p.fill_(1.0)
+        swap_norms(net, ArmNorm(norm))
+        return sum(p.numel() for p in net.parameters())
+
     def build(self, norm: str | None, seed: int) -> tuple[SourceLM, NormSwapRecord]:
         """The arm ``norm``'s model for ``seed``, and what the arm did to its norms.
 
@@ -70,7 +157,9 @@ class ModelSource:
         generator seeded with ``seed`` and ``make_norm`` the arm's norm, which draws nothing from
         that stream; norms the factory builds without ``make_norm`` are held. Either way the
         shared parameters depend on the seed alone, the arm's norms on the kind alone, and the
-        model is checked on a dry batch :data:`DRY_BATCH` (logits [B, T, V]).
+        model is checked on a dry batch :data:`DRY_BATCH` (logits [B, T, V]). Under ``mup`` the
+        transformers model is scaled after its draws and before its norms are swapped
+        (:func:`~normlab.models.external.mup.apply_mup`); ``model.mup`` holds the plan.
         """
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed: expected an int, got {seed!r}")
@@ -90,6 +179,9 @@ class ModelSource:
     def _build_hf(self, norm: str | None, seed: int) -> tuple[SourceLM, NormSwapRecord]:
         arm = None if norm is None else ArmNorm(norm)
         net = build_hf_model(self.config, seed, self.attn_implementation)
+        mup = self.mup_plan(net)
+        if mup is not None:
+            apply_mup(net, mup)
         if arm is None:
             swapped: list[SwappedNorm] = []
             held = [
@@ -99,9 +191,9 @@ class ModelSource:
         else:
             swapped, held = swap_norms(net, arm)
         record = self._record(norm, swapped, held)
-        return SourceLM(
-            net, record, self.vocab_size, is_hf=True, max_length=self.max_length
-        ), record
+        model = SourceLM(net, record, self.vocab_size, is_hf=True, max_length=self.max_length)
+        model.mup = mup
+        return model, record
 
     def _build_factory(self, norm: str | None, seed: int) -> tuple[SourceLM, NormSwapRecord]:
         if norm is None:
@@ -208,14 +300,19 @@ def load_model_source(
     *,
     vocab_size: int,
     attn_implementation: str = "eager",
+    parametrization: str = "sp",
+    base_hidden_size: int | None = None,
 ) -> ModelSource:
     """Parse and check a ``--model`` source and its ``--model-set`` settings, before any run.
 
     ``source``: ``hf:<folder or model_type>`` or ``package.module:factory``. ``settings``:
     ``"key=value,…"`` or a mapping (values parsed as int / float / bool / None / str).
     ``vocab_size``: the tokenizer's vocabulary size V. Transformers sources get their config
-    built (and its keys checked); factories get imported and their signature checked. Errors are
-    one-line ValueErrors naming the option (``--model``, ``--model-set``) or the argument.
+    built (and its keys checked); factories get imported and their signature checked. Under
+    ``parametrization="mup"`` the μP plan is made once on the meta device
+    (:meth:`ModelSource.mup_plan`), so a model μP cannot scale is refused here. Errors are
+    one-line ValueErrors naming the option (``--model``, ``--model-set``,
+    ``--parametrization``) or the argument.
     """
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 2:
         raise ValueError(f"vocab_size: expected an int >= 2, got {vocab_size!r}")
@@ -224,16 +321,25 @@ def load_model_source(
             f"attn_implementation: expected one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, "
             f"got {attn_implementation!r}"
         )
+    if parametrization not in PARAMETRIZATIONS:
+        raise ValueError(
+            f"{PARAMETRIZATION_OPTION}: expected one of {', '.join(PARAMETRIZATIONS)}, got "
+            f"{parametrization!r}"
+        )
     spec = parse_source(source)
     parsed = parse_settings(settings)
+    mup = {"parametrization": parametrization, "base_hidden_size": base_hidden_size}
     if spec.kind == "hf":
         config = hf_config(spec.target, parsed, vocab_size)
-        return ModelSource(spec, parsed, vocab_size, attn_implementation, config=config)
-    factory = load_factory(spec.target)
-    kwargs = factory_kwargs(factory, spec.target, parsed, vocab_size)
-    return ModelSource(
-        spec, parsed, vocab_size, attn_implementation, factory=factory, _kwargs=kwargs
-    )
+        loaded = ModelSource(spec, parsed, vocab_size, attn_implementation, config=config, **mup)
+    else:
+        factory = load_factory(spec.target)
+        kwargs = factory_kwargs(factory, spec.target, parsed, vocab_size)
+        loaded = ModelSource(
+            spec, parsed, vocab_size, attn_implementation, factory=factory, _kwargs=kwargs, **mup
+        )
+    loaded.mup_plan()
+    return loaded
 
 
 def audit_target(
