@@ -250,12 +250,12 @@ def test_mup_refuses_what_it_cannot_scale() -> None:
 
 
 def test_tiny_hf_ladder_is_planned_through_the_command_line(tmp_path: Path) -> None:
-    """``compare --model hf:llama --ladder hidden_size=16,32 --plan`` under mup (from the
-    config file): ladder.json records each rung's changed settings, every rung's runs are
+    """``compare --model hf:llama --ladder hidden_size=16,32 --parametrization mup --plan``
+    (the flag goes to ``lm.parametrization``): ladder.json records each rung's changed settings, every rung's runs are
     prepared with the rung's sizes and base width, and the counts are the runs' own."""
     config = tmp_path / "c.yaml"
     small = llama(num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
-    lm = {"context": 8, "parametrization": "mup"}
+    lm = {"context": 8}
     train = {"eval_interval": 2, "eval_windows": 2, "batch_size": 2, "warmup": 1}
     config.write_text(json.dumps({"lm": lm, "train": train, "data": {"max_bytes": 20_000}}))
     out = tmp_path / "out"
@@ -264,6 +264,7 @@ def test_tiny_hf_ladder_is_planned_through_the_command_line(tmp_path: Path) -> N
         [
             "compare", "--config", str(config), "--model", "hf:llama",
             "--model-set", small, "--ladder", "hidden_size=16,32", "--seeds", "2",
+            "--parametrization", "mup",
             "--steps", "2", "--threads", "1", "--device", "cpu", "--plan", "--out", str(out),
         ],
         env={"COLUMNS": "1000"},
@@ -289,3 +290,19 @@ def test_tiny_hf_ladder_is_planned_through_the_command_line(tmp_path: Path) -> N
         width = int(setting.partition("=")[2])
         assert run["lm"]["model_set"]["hidden_size"] == width
         assert run["lm"]["model_set"]["num_attention_heads"] == width // 16
+
+
+def test_parametrization_flag_is_refused_for_the_dit_testbed(tmp_path: Path) -> None:
+    """The DiT has no parametrization: ``--parametrization`` is refused in one line naming it,
+    exit 2, nothing written."""
+    config = tmp_path / "c.yaml"
+    config.write_text(json.dumps({"testbed": "dit"}))
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app,
+        ["compare", "--config", str(config), "--parametrization", "mup", "--out", str(out)],
+        env={"COLUMNS": "1000"},
+    )
+    assert result.exit_code == 2, result.output
+    assert "--parametrization:" in result.output and "dit testbed has none" in result.output
+    assert not out.exists()

@@ -464,7 +464,7 @@ def _validated_config(
     try:
         merged = build_config_dict(config, overrides)
         check_scale_options(merged)
-        check_gpt_only(merged, given)
+        route_parametrization(merged, given)
         return validate_config(merged)
     except (ConfigError, ValueError) as err:
         raise fail("compare", err, EXIT_BAD_CONFIG) from None
@@ -661,17 +661,29 @@ def _run_rounds(
     return summaries
 
 
-def check_gpt_only(merged: dict[str, Any], given: dict[str, Any]) -> None:
-    """Raise ``ValueError`` with one line naming the flag when ``--parametrization`` is given
-    for a testbed other than gpt (the dit testbed's DiT and ``--model``'s LM have no such
-    setting here)."""
+def route_parametrization(merged: dict[str, Any], given: dict[str, Any]) -> None:
+    """Put ``--parametrization`` where the testbed's model keeps it: ``model.parametrization``
+    for the gpt testbed (as laid over), ``lm.parametrization`` for a ``--model`` source; raise
+    ``ValueError`` with one line naming the flag for the dit testbed, whose DiT has none."""
+    value = given.get("parametrization")
+    if value is None:
+        return
     lm = merged.get("lm")
     testbed = "lm" if isinstance(lm, dict) and lm.get("model") else merged.get("testbed", "gpt")
-    if given.get("parametrization") is not None and testbed != "gpt":
+    if testbed == "gpt":
+        return
+    if testbed != "lm":
         raise ValueError(
-            f"--parametrization: a setting of the gpt testbed's model; the {testbed} testbed "
-            "has none (leave the flag out)"
+            f"--parametrization: a setting of the gpt testbed's model and of a --model source; "
+            f"the {testbed} testbed has none (leave the flag out)"
         )
+    model = merged.get("model")
+    if isinstance(model, dict):
+        model.pop("parametrization", None)
+        if not model:
+            del merged["model"]
+    assert isinstance(lm, dict)
+    lm["parametrization"] = value
 
 
 def check_scale_options(merged: dict[str, Any]) -> None:
