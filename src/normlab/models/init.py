@@ -13,14 +13,9 @@ import math
 
 import torch
 
+from normlab._seeds import parameter_seed
 from normlab.models.gpt import GPT
 from normlab.models.mup import init_std_multipliers
-
-
-def parameter_seed(seed: int, name: str) -> int:
-    """A 63-bit generator seed derived from (``seed``, ``name``)."""
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def init_gpt_paired_(model: GPT, seed: int) -> GPT:
