@@ -30,6 +30,8 @@ from normlab.run_format.folder import create_run, read_fingerprint, read_records
 from normlab.run_format.script import ENV
 
 VOCAB, SEQ, BATCH = 32, 8, 4
+# Lightning's own use of torch's pytree (lightning 2.6 on torch 2.13): not ours to fix
+pytestmark = pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated")
 
 
 @pytest.fixture(autouse=True)
@@ -296,6 +298,13 @@ def test_a_missing_library_names_the_extra_in_one_line(
     with pytest.raises(ImportError) as err:
         importlib.import_module(module)
     assert str(err.value) == f"{module} needs {library}: pip install 'normlab[{extra}]'"
+
+
+def test_a_zero_dimensional_tensor_in_a_batch_has_a_digest() -> None:
+    # the Trainer hands the model num_items_in_batch as a 0-dimensional tensor
+    scalar, vector = track.batch_digest(torch.tensor(3.0)), track.batch_digest(torch.tensor([3.0]))
+    assert scalar != vector and scalar == track.batch_digest(torch.tensor(3.0))
+    assert scalar != track.batch_digest(torch.tensor(4.0))
 
 
 def test_a_given_run_excludes_norm_seed_and_folder(tmp_path: Path) -> None:
