@@ -13,14 +13,9 @@ import math
 
 import torch
 
+from normlab._seeds import parameter_seed
 from normlab.models.gpt import GPT
 from normlab.models.mup import init_std_multipliers
-
-
-def parameter_seed(seed: int, name: str) -> int:
-    """A 63-bit generator seed derived from (``seed``, ``name``)."""
-    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
-    return int.from_bytes(digest[:8], "little") & ((1 << 63) - 1)
 
 
 def init_gpt_paired_(model: GPT, seed: int) -> GPT:
@@ -55,10 +50,10 @@ def init_gpt_paired_(model: GPT, seed: int) -> GPT:
 
 
 def tensor_digest(tensor: torch.Tensor) -> str:
-    """sha256 of a tensor's dtype, shape and bytes."""
+    """sha256 of a tensor's dtype, shape and bytes (a 0-dimensional tensor too)."""
     t = tensor.detach().to("cpu").contiguous()
     h = hashlib.sha256(f"{t.dtype}{tuple(t.shape)}".encode())
-    h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()
 
 

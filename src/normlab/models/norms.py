@@ -26,9 +26,8 @@ from torch import nn
 from normlab.layers.adaptive import AdaLayerNormZero, ZeroLinear
 from normlab.layers.dyt import DynamicTanh
 from normlab.layers.layer_norm import LayerNorm
+from normlab.patching.arm import NO_NORM
 from normlab.registry import available_norms, is_conditional, make_norm, register_norm
-
-NO_NORM = "none"
 
 IN_CONTEXT = "in_context"
 CROSS_ATTENTION = "cross_attention"

@@ -40,6 +40,14 @@ other than a tensor, parametrized parameters, buffers, sub-modules or state dict
 normlab layer lacks. So is one whose function normlab does not implement. A module without
 parameters of its own that holds norm modules (one LayerNorm per head) is left as it is, and
 each norm inside it is handled on its own.
+
+``replace_norms(model, to=kind)`` instead puts *another* norm, the registered kind ``kind`` (or
+``"none"``, the identity), into every norm slot of the model that can take it
+(:func:`~normlab.patching.slots.norm_slots`: the slot's width and ε; :mod:`.swap` and
+:mod:`.arm`, the same code that builds each arm's model for ``normlab compare --model``). Nothing
+is verified against the original's function there (it is meant to change); what is checked is
+that the slot can take a per-vector norm without losing anything else, and the slots that
+cannot are held and reported with the reason.
 """
 
 from normlab.patching.replace import NormReplacement, replace_norms

@@ -1,4 +1,5 @@
-"""replace_norms: walk a model, decide each norm module's replacement, swap them in."""
+"""replace_norms: walk a model, decide each norm module's replacement, swap them in (the same
+function, verified; or, with ``to``, another kind of norm in every norm slot)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 from torch import nn
 
 from normlab._checks import check_bool
-from normlab.audit.model import is_norm_module
+from normlab.patching.arm import ArmNorm, check_slot_norm
 from normlab.patching.candidates import (
     NORMLAB_MODULES,
     Builders,
@@ -21,6 +22,8 @@ from normlab.patching.candidates import (
     short_repr,
 )
 from normlab.patching.refusal import HoldsNorms, Refused
+from normlab.patching.slots import norm_modules
+from normlab.patching.swap import SwappedNorm, plan_swaps, put_norms
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,9 @@ class NormReplacement:
     ``names``: every attribute path that reaches the module (one module may sit in several
     places). ``replacement``: the normlab module that replaced it (or would, with ``dry_run``),
     None when the original is kept, with ``reason`` saying why. ``max_error``: per probe dtype,
-    the largest |y_normlab − y_original| relative to max |y_original|.
+    the largest |y_normlab − y_original| relative to max |y_original| (empty with ``to``: the
+    new norm computes another function). With ``to``: ``dim``, the slot's width D, and
+    ``eps``, the new norm's ε (None when it has no ε attribute); both None otherwise.
     """
 
     names: tuple[str, ...]
@@ -39,6 +44,8 @@ class NormReplacement:
     replaced: bool
     reason: str
     max_error: dict[str, float] = field(default_factory=dict)
+    dim: int | None = None
+    eps: float | None = None
 
     def describe(self) -> str:
         """One line: ``name: Original -> replacement`` or ``name: Original kept (reason)``."""
@@ -52,11 +59,13 @@ class NormReplacement:
 def replace_norms(
     model: nn.Module,
     *,
+    to: str | None = None,
     dry_run: bool = False,
     strict: bool = False,
     names: Iterable[str] | None = None,
 ) -> list[NormReplacement]:
-    """Swap every norm module of ``model`` for the normlab layer that computes the same function.
+    """Swap every norm module of ``model`` for the normlab layer that computes the same function,
+    or, with ``to``, put the norm ``to`` into every norm slot that can take it.
 
     Returns one :class:`NormReplacement` per norm module found, in the order of
     ``model.named_modules()``. ``dry_run``: decide and verify, but change nothing. ``strict``:
@@ -64,13 +73,29 @@ def replace_norms(
     than one that already is normlab's or one that only holds other norm modules (each of those
     is reported on its own). ``names``: only the norm modules at or under these attribute paths
     (``ValueError`` for a path that names no module or holds no norm module).
+
+    ``to``: a registered unconditional norm kind (:func:`normlab.available_norms`, e.g.
+    ``"rmsnorm"`` or ``normlab.track``'s ``run.norm``) or ``"none"`` (the identity). Every norm
+    slot (:func:`normlab.patching.slots.norm_slots`: a per-token norm of one width D, nothing a
+    swap would drop) gets ``make_norm(to, D, eps=ε)`` with the slot's own ε where it has one,
+    in the dtype and device of the slot's parameters, built in a forked random state seeded by
+    the kind and the slot's path (:class:`normlab.patching.arm.ArmNorm`): exactly what
+    ``normlab compare --model`` does to each arm's model, so that, for a seed, every parameter
+    outside the norms stays as it was and the random streams after the call are the same
+    whatever ``to`` is. The other norm modules are kept and reported with the reason (held);
+    ``strict`` refuses any held one. A module that only holds norm modules is not reported
+    (each norm inside it is).
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if to is not None:
+        to = check_slot_norm(to, "to")
     dry_run = check_bool(dry_run, "dry_run")
     strict = check_bool(strict, "strict")
-    found = list(_norm_modules(model))
+    found = list(norm_modules(model))
     wanted = _wanted_modules(model, names, {id(m) for m, _ in found})
+    if to is not None:
+        return _into_slots(model, to, found, dry_run, strict, wanted)
     results: list[tuple[NormReplacement, nn.Module | None, bool]] = []
     cache: dict[tuple, Builders | Refused] = {}
     with _isolated(model):
@@ -109,6 +134,42 @@ def replace_norms(
                 for path in report.names:
                     _put(model, path, candidate)
     return [r for r, _, _ in results]
+
+
+def _into_slots(
+    model: nn.Module,
+    kind: str,
+    found: list[tuple[nn.Module, tuple[str, ...]]],
+    dry_run: bool,
+    strict: bool,
+    wanted: set[int] | None,
+) -> list[NormReplacement]:
+    """``replace_norms(model, to=kind)``: every wanted norm slot gets the kind's norm
+    (:func:`normlab.patching.swap.plan_swaps`), the others are reported as kept."""
+    swapped, held, new_norms = plan_swaps(model, ArmNorm(kind), only=wanted)
+    if strict and held:
+        lines = "; ".join(h.describe() for h in held)
+        raise ValueError(f"model: {len(held)} norm module(s) cannot take {kind!r}: {lines}")
+    if not dry_run:
+        put_norms(model, new_norms)
+    reports = {s.paths: _slot_report(s, not dry_run) for s in swapped}
+    reports.update(
+        {h.paths: NormReplacement(h.paths, h.original, None, False, h.reason) for h in held}
+    )
+    return [reports[paths] for _, paths in found if paths in reports]
+
+
+def _slot_report(slot: SwappedNorm, replaced: bool) -> NormReplacement:
+    eps = "no ε" if slot.eps is None else f"ε = {slot.eps:g}"
+    return NormReplacement(
+        names=slot.paths,
+        original=slot.original,
+        replacement=slot.replacement,
+        replaced=replaced,
+        reason=f"norm slot of width {slot.dim}, {eps}",
+        dim=slot.dim,
+        eps=slot.eps,
+    )
 
 
 @contextlib.contextmanager
@@ -152,22 +213,6 @@ def _wanted_modules(
             raise ValueError(f"names: {name!r} is not a norm module and holds none")
         wanted |= under
     return wanted
-
-
-def _norm_modules(model: nn.Module) -> Iterator[tuple[nn.Module, tuple[str, ...]]]:
-    """Each norm module once, with every path that reaches it ("" paths are left out)."""
-    paths: dict[int, list[str]] = {}
-    order: list[nn.Module] = []
-    for name, module in model.named_modules(remove_duplicate=False):
-        if not is_norm_module(module):
-            continue
-        if id(module) not in paths:
-            paths[id(module)] = []
-            order.append(module)
-        if name:
-            paths[id(module)].append(name)
-    for module in order:
-        yield module, tuple(paths[id(module)])
 
 
 def _kept(module: nn.Module, paths: tuple[str, ...], reason: str) -> NormReplacement:

@@ -24,6 +24,7 @@ held module are held with it, so that a held module keeps its whole function.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +40,6 @@ from normlab.patching.candidates import (
     class_name,
 )
 from normlab.patching.refusal import HoldsNorms, Refused
-from normlab.patching.replace import _norm_modules
 
 PROBE_SEED = 7  # the probe input's generator; torch's global generators are not touched
 
@@ -78,7 +78,7 @@ def norm_slots(model: nn.Module) -> list[NormSlot]:
         raise TypeError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     slots: list[NormSlot] = []
     held_inside: set[int] = set()
-    for module, paths in _norm_modules(model):
+    for module, paths in norm_modules(model):
         eps = _eps_attribute(module)
         if id(module) in held_inside:
             slots.append(
@@ -99,6 +99,23 @@ def norm_slots(model: nn.Module) -> list[NormSlot]:
             continue
         slots.append(NormSlot(paths, class_name(module), dim, eps, None, module))
     return slots
+
+
+def norm_modules(model: nn.Module) -> Iterator[tuple[nn.Module, tuple[str, ...]]]:
+    """Each norm module of ``model`` (:func:`normlab.audit.is_norm_module`) once, in
+    ``named_modules`` order, with every path that reaches it ("" paths are left out)."""
+    paths: dict[int, list[str]] = {}
+    order: list[nn.Module] = []
+    for name, module in model.named_modules(remove_duplicate=False):
+        if not is_norm_module(module):
+            continue
+        if id(module) not in paths:
+            paths[id(module)] = []
+            order.append(module)
+        if name:
+            paths[id(module)].append(name)
+    for module in order:
+        yield module, tuple(paths[id(module)])
 
 
 def slot_width(module: nn.Module) -> int:

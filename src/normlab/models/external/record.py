@@ -1,41 +1,15 @@
-"""What an arm did to a model's norms: which were swapped for the arm's kind, which were held."""
+"""What an arm did to a model's norms: which were swapped for the arm's kind, which were held
+(each one a :class:`~normlab.patching.swap.SwappedNorm` or
+:class:`~normlab.patching.swap.HeldNorm`)."""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from normlab.patching.swap import HeldNorm, SwappedNorm
 
-@dataclass(frozen=True)
-class SwappedNorm:
-    """A norm slot that now holds the arm's norm: ``paths`` (every attribute path of the slot,
-    relative to the user's model), ``original`` (the class it held, ``module.Class``; for a
-    factory, the class the arm's make_norm built), ``kind`` and ``dim`` of the arm's norm, its
-    ``eps`` (None: it has no ε attribute) and ``replacement``, the new module's repr."""
-
-    paths: tuple[str, ...]
-    original: str
-    kind: str
-    dim: int
-    eps: float | None
-    replacement: str
-
-    def describe(self) -> str:
-        eps = "" if self.eps is None else f", ε = {self.eps:g}"
-        return f"{', '.join(self.paths)}: {self.original} → {self.kind} (dim {self.dim}{eps})"
-
-
-@dataclass(frozen=True)
-class HeldNorm:
-    """A norm module kept as it is in every arm (its parameters are then shared by the arms and
-    start equal): ``paths``, ``original`` class and ``reason``."""
-
-    paths: tuple[str, ...]
-    original: str
-    reason: str
-
-    def describe(self) -> str:
-        return f"{', '.join(self.paths)}: {self.original} held ({self.reason})"
+__all__ = ["HeldNorm", "NormSwapRecord", "SwappedNorm"]
 
 
 @dataclass(frozen=True)
