@@ -251,8 +251,9 @@ def test_mup_refuses_what_it_cannot_scale() -> None:
 
 def test_tiny_hf_ladder_is_planned_through_the_command_line(tmp_path: Path) -> None:
     """``compare --model hf:llama --ladder hidden_size=16,32 --parametrization mup --plan``
-    (the flag goes to ``lm.parametrization``): ladder.json records each rung's changed settings, every rung's runs are
-    prepared with the rung's sizes and base width, and the counts are the runs' own."""
+    (the flag goes to ``lm.parametrization``): ladder.json records each rung's changed
+    settings, every rung's runs are prepared with the rung's sizes and base width, and the
+    counts are the runs' own."""
     config = tmp_path / "c.yaml"
     small = llama(num_attention_heads=2, num_key_value_heads=2, intermediate_size=64)
     lm = {"context": 8}
