@@ -2,9 +2,11 @@
 
 W&B keeps a run in a transaction log, ``run-<id>.wandb`` (protobuf records in LevelDB's log
 framing). From wandb 0.31 its Python SDK no longer carries a reader for that file; the reader is
-wandb's own core, which ``wandb leet inspect --json FILE`` runs to print every record as one
-JSON object per line. This module runs that command once per run (a few at a time, with W&B
-kept offline: nothing leaves the machine) and reads its records:
+wandb's own core binary (``wandb.util.get_core_path()``), which ``wandb leet inspect --json
+FILE`` runs to print every record as one JSON object per line. This module runs that core
+command directly, with the arguments ``wandb leet inspect`` gives it for an offline read
+(``leet inspect --json --no-observability --run-file FILE WANDB_DIR``: nothing leaves the
+machine), once per run, and reads its records:
 
 - ``run``: the run's name (``display_name``; its id when it has none) and its config;
 - ``config``: later config updates (``run.config.update``);
@@ -21,13 +23,10 @@ PATH is a ``.wandb`` file, a run folder, or any folder: every ``run-*.wandb`` un
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
-import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +38,7 @@ from normlab.trackers.tracked import (
     TrackedRun,
     TrackerImportError,
     number,
+    require,
     series_from_points,
 )
 
@@ -48,7 +48,6 @@ _NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float
 _ENV = {"WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true"}
 """W&B kept offline, without its own error reports, while it reads."""
 _TIMEOUT_S = 300.0
-_AT_ONCE = 4
 
 
 def wandb_logs(path: Path) -> list[Path]:
@@ -63,9 +62,25 @@ def wandb_logs(path: Path) -> list[Path]:
     return sorted(found)
 
 
-def _records(log: Path, cwd: str) -> list[dict[str, Any]]:
-    """The records of one ``.wandb`` file as wandb prints them (``wandb leet inspect --json``)."""
-    command = [sys.executable, "-m", "wandb", "leet", "inspect", "--json", str(log)]
+def _core() -> str:
+    """The path of wandb's core binary; :class:`TrackerImportError` naming ``--import`` when
+    wandb or its core is missing."""
+    util = require("wandb.util", "wandb")
+    try:
+        return str(util.get_core_path())
+    except Exception as err:  # WandbCoreNotAvailableError, or an older wandb without a core
+        raise TrackerImportError(
+            f"--import: wandb's core binary, which reads .wandb files, is not available ({err}); "
+            f'expected wandb 0.31 or newer: pip install "normlab[{EXTRA}]"'
+        ) from None
+
+
+def _records(core: str, log: Path, cwd: str) -> list[dict[str, Any]]:
+    """The records of one ``.wandb`` file as wandb's core prints them."""
+    command = [
+        core, "leet", "inspect", "--json", "--no-observability",
+        "--run-file", str(log), str(log.parent.parent),
+    ]  # fmt: skip
     try:
         done = subprocess.run(
             command,
@@ -85,8 +100,8 @@ def _records(log: Path, cwd: str) -> list[dict[str, Any]]:
         said = (done.stderr.strip() or done.stdout.strip()).splitlines()
         last = said[-1] if said else f"exit status {done.returncode}"
         raise TrackerImportError(
-            f"--import: wandb could not read {str(log)!r} with `wandb leet inspect --json` "
-            f"({last}); expected a .wandb file and a wandb that has this command (0.31 has)"
+            f"--import: wandb could not read {str(log)!r} ({last}); expected a .wandb file and "
+            "wandb 0.31 or newer (its core prints a run's records: wandb leet inspect --json)"
         )
     records = []
     for line in done.stdout.splitlines():
@@ -145,15 +160,10 @@ def _run(log: Path, records: list[dict[str, Any]]) -> TrackedRun:
 def read_wandb(path: Path) -> list[TrackedRun]:
     """The runs of the W&B run folders under ``path`` (or of the one ``.wandb`` file), sorted by
     name."""
-    if importlib.util.find_spec("wandb") is None:
-        raise TrackerImportError(
-            "--import: reading wandb runs needs wandb; expected it installed: "
-            f'pip install "normlab[{EXTRA}]"'
-        )
     logs = wandb_logs(path)
-    with (  # wandb starts in an empty folder of its own, so nothing lands in the user's
-        tempfile.TemporaryDirectory(prefix="normlab-wandb-") as cwd,
-        ThreadPoolExecutor(max_workers=_AT_ONCE) as pool,
-    ):
-        read = list(pool.map(lambda log: _records(log, cwd), logs))
-    return sorted((_run(log, r) for log, r in zip(logs, read, strict=True)), key=lambda r: r.name)
+    if not logs:
+        return []
+    core = _core()
+    with tempfile.TemporaryDirectory(prefix="normlab-wandb-") as cwd:  # wandb writes nothing here
+        runs = [_run(log, _records(core, log, cwd)) for log in logs]
+    return sorted(runs, key=lambda r: r.name)
