@@ -63,7 +63,11 @@ option}."""
 def report(
     out: Annotated[
         Path | None,
-        typer.Argument(help="The output folder of `normlab compare` (holds experiment.json)."),
+        typer.Argument(
+            metavar="OUT",
+            help="The output folder of `normlab compare` (holds experiment.json); with --import, "
+            "--out gives it instead.",
+        ),
     ] = None,
     source: Annotated[
         str | None,
