@@ -204,13 +204,13 @@ def _import(
         with OutputLock(out):
             check_out(out, kind, path)
             written = write_import(plan, out)
-    except TrackerImportError as err:
-        raise fail(str(err), EXIT_USAGE) from None
     except FolderLockedError as err:
         raise fail(str(err), 1) from None
     except (ValueError, OSError, MemoryError, UnicodeError) as err:
-        if created:
+        if created:  # the lock made the folder; nothing was imported into it
             shutil.rmtree(out, ignore_errors=True)
+        if isinstance(err, TrackerImportError):
+            raise fail(str(err), EXIT_USAGE) from None
         raise fail(describe_error(err) or str(err), 1) from None
     console = Console()
     arms = ", ".join(plan.arms)

@@ -257,6 +257,21 @@ class ImportPlan:
         ]
 
 
+def _read(kind: str, path: Path) -> list[TrackedRun]:
+    """The runs of ``path`` as the ``kind`` reader returns them; an error of the tracker's
+    library on a store it cannot read (damaged or of another version) becomes one line naming
+    ``--import``."""
+    try:
+        return KINDS[kind](path)
+    except TrackerImportError:
+        raise
+    except Exception as err:  # the tracker library's own errors (MlflowException, DecodeError…)
+        raise TrackerImportError(
+            f"--import: {kind} could not read {str(path)!r} ({type(err).__name__}: {err}); "
+            f"expected {_WHAT[kind]}"
+        ) from err
+
+
 def _check_options(metric: str, margin: float | None) -> None:
     if not metric or not metric.strip():
         raise TrackerImportError(
@@ -320,7 +335,7 @@ def plan_import(
     _check_options(metric, margin)
     arm_rule = RunRule.parse("--arm-from", arm_from, kind)
     seed_rule = RunRule.parse("--seed-from", seed_from, kind)
-    found = KINDS[kind](path)
+    found = _read(kind, path)
     if not found:
         raise TrackerImportError(
             f"--import: no {kind} runs found in {str(path)!r}; expected {_WHAT[kind]}"
