@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -139,25 +140,32 @@ def test_mlflow_file_store_with_param_rules(
     _check_imported(out, [STRAY])
 
 
-def test_wandb_offline_runs_with_config_rules(tmp_path: Path) -> None:
+def test_wandb_offline_runs_with_config_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import wandb
 
+    monkeypatch.delenv("WANDB_SERVICE", raising=False)  # wandb.init sets it; undone after
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # wandb.init replaces it
     settings = wandb.Settings(
         silent=True, console="off", x_disable_stats=True, disable_git=True, save_code=False
     )
     runs = [(_name(a, s), {"norm": a, "seed": s}, CURVES[a, s], 0) for a, s in sorted(CURVES)]
     runs.append((STRAY, {}, {"val/loss": [(1, 1.0)]}, 0))
     runs.append(("broken", {"norm": "ln", "seed": 7}, {"val/loss": [(1, 1.0)]}, 3))
-    for name, config, curves, exit_code in runs:
-        run = wandb.init(
-            mode="offline", dir=tmp_path, project="norms", name=name, config=config,
-            settings=settings,
-        )  # fmt: skip
-        for step in STEPS:
-            logged = {m: v for m, points in curves.items() for s, v in points if s == step}
-            if logged:
-                run.log(logged, step=step)
-        run.finish(exit_code=exit_code)
+    try:
+        for name, config, curves, exit_code in runs:
+            run = wandb.init(
+                mode="offline", dir=tmp_path, project="norms", name=name, config=config,
+                settings=settings,
+            )  # fmt: skip
+            for step in STEPS:
+                logged = {m: v for m, points in curves.items() for s, v in points if s == step}
+                if logged:
+                    run.log(logged, step=step)
+            run.finish(exit_code=exit_code)
+    finally:
+        wandb.teardown()  # stops wandb's service process
     out = tmp_path / "out"
     import_runs(
         f"wandb:{tmp_path / 'wandb'}", "config:norm", "config:seed", "val/loss", out, margin=0.05
