@@ -107,6 +107,20 @@ def test_report_names_unpaired_seeds_step_differences_and_broken_runs(tmp_path: 
     assert "runs were trained elsewhere" in import_paragraphs(experiment)[0]
 
 
+def test_an_undecided_import_asks_for_more_logged_seeds_not_until_decided(
+    tmp_path: Path,
+) -> None:
+    rows = []
+    for seed, diff in enumerate((0.05, -0.03, 0.08)):  # spread too wide for the margin
+        rows += _curve(f"ln_s{seed}", 2, 0.1 * seed) + _curve(f"rms_s{seed}", 2, 0.1 * seed + diff)
+    out = tmp_path / "out"
+    import_runs(f"csv:{_write_csv(tmp_path / 'r.csv', rows)}", *RULES, "val_loss", out, margin=0.01)
+    recommendation = analyze(load_compare_folder(out))["recommendation"]
+    assert recommendation["status"] == "undecided", recommendation
+    assert "import them again into the same --out" in recommendation["headline"]
+    assert "--until-decided" not in recommendation["headline"]  # normlab cannot train these
+
+
 def test_out_is_replaced_only_by_an_import_of_the_same_source(tmp_path: Path) -> None:
     rows = [*_curve("a_s0", 2, 0.0), *_curve("b_s0", 2, 0.1)]
     first = _write_csv(tmp_path / "first.csv", rows)
