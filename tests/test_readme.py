@@ -189,7 +189,7 @@ def test_the_main_command_activates_the_venv_before_normlab() -> None:
         (["audit", "nrom"], UsageError),
         (["audit", "model", "gpt", "--placment", "pre"], NoSuchOption),
         (["audit"], UsageError),
-        (["report"], MissingParameter),
+        (["audit", "norm"], MissingParameter),
         (["explain", "1", "two"], BadParameter),
     ],
 )
@@ -204,7 +204,7 @@ def test_the_command_check_accepts_names_in_prose_only() -> None:
     assert parse(["audit"], name_only=True) == (("audit",), None)
     assert parse(["report"], name_only=True) == (("report",), None)
     with pytest.raises(MissingParameter):
-        parse(["report"])
+        parse(["explain"])
 
 
 def test_the_command_extraction_reads_shell_lines() -> None:

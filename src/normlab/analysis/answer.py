@@ -79,8 +79,9 @@ def answer_lines(
     fmt = testbed_format(str(a.get("testbed") or "gpt"))
     unit = fmt.short_unit
     lines = [str(a["recommendation"]["headline"])]
+    better = "lower" if fmt.metric(fmt.quality).lower_is_better else "higher"
     lines.append(
-        f"Verdict per arm on {fmt.quality_name} (arm − {a['baseline_arm']}, lower is better):"
+        f"Verdict per arm on {fmt.quality_name} (arm − {a['baseline_arm']}, {better} is better):"
     )
     for arm in a["arm_order"]:
         if arm == a["baseline_arm"]:

@@ -20,7 +20,7 @@ from normlab.analysis.comparison import PairedComparison
 from normlab.analysis.power import forecast_words
 from normlab.analysis.verdicts import ArmVerdict
 
-__all__ = ["UNDECIDED", "Recommendation", "recommend"]
+__all__ = ["ADD_IMPORTED_SEEDS", "ADD_SEEDS", "UNDECIDED", "Recommendation", "recommend"]
 
 UNDECIDED = "undecided"
 
@@ -53,8 +53,23 @@ def _switch_rank(v: ArmVerdict, quality: PairedComparison, speed: PairedComparis
     return (2, -(speed.ratio or 0.0))
 
 
-def _how_to_settle(verdicts: dict[str, ArmVerdict], arms: list[str]) -> str:
-    """What would settle the open comparisons of ``arms`` (all with a result)."""
+ADD_SEEDS = (
+    "add seeds with --until-decided and the same --out (finished runs are kept; only the new "
+    "seeds train; the terminal's last line gives the exact command)"
+)
+"""How to add seeds to a folder that normlab trained (its own runs, or ``compare --script``)."""
+ADD_IMPORTED_SEEDS = (
+    "train and log more seeds of every arm, then import them again into the same --out "
+    "(normlab report --import)"
+)
+"""How to add seeds to a folder of imported runs, which normlab cannot train."""
+
+
+def _how_to_settle(
+    verdicts: dict[str, ArmVerdict], arms: list[str], add_seeds: str = ADD_SEEDS
+) -> str:
+    """What would settle the open comparisons of ``arms`` (all with a result); ``add_seeds``
+    says how to add seeds."""
     if all(verdicts[a].n_pairs < 2 for a in arms):
         return (
             "fewer than two seeds have a result in both arms, so there is no interval; run at "
@@ -68,23 +83,24 @@ def _how_to_settle(verdicts: dict[str, ArmVerdict], arms: list[str]) -> str:
     most = max(n for n in needs if n is not None)
     most_high = None if None in highs else max(n for n in highs if n is not None)
     words = forecast_words(most, most_high, [v.n_pairs for v in judged])
-    return (
-        f"{words}: add seeds with --until-decided and the same --out "
-        "(finished runs are kept; only the new seeds train; the terminal's last line gives the "
-        "exact command)"
-    )
+    return f"{words}: {add_seeds}"
 
 
 def _undecided_headline(
-    baseline: str, verdicts: dict[str, ArmVerdict], undecided: list[str], problems: dict[str, str]
+    baseline: str,
+    verdicts: dict[str, ArmVerdict],
+    undecided: list[str],
+    problems: dict[str, str],
+    add_seeds: str = ADD_SEEDS,
 ) -> str:
-    """The open arms and how to settle them; the arms without a result and why."""
+    """The open arms and how to settle them (``add_seeds``: how to add seeds); the arms
+    without a result and why."""
     open_arms = [a for a in undecided if a not in problems]
     parts = []
     if open_arms:
         parts.append(
             f"The evidence cannot tell {', '.join(open_arms)} from {baseline} yet; "
-            f"{_how_to_settle(verdicts, open_arms)}"
+            f"{_how_to_settle(verdicts, open_arms, add_seeds)}"
         )
     parts.extend(
         f"The arm {a} has no result ({problems[a]}), so it cannot be compared with {baseline}"
@@ -101,13 +117,15 @@ def recommend(
     throughput: dict[str, PairedComparison],
     baseline_problem: str = "",
     arm_problems: dict[str, str] | None = None,
+    add_seeds: str = ADD_SEEDS,
 ) -> Recommendation:
     """Pick the arm to use (rules in the module docstring).
 
     ``baseline_problem`` (e.g. "3 crashed") marks a baseline without any result: then nothing
     can be compared and the answer is ``undecided``. ``arm_problems`` does the same for other
     arms ({arm: "3 crashed"}): they stay undecided, and the text says why instead of asking
-    for more seeds.
+    for more seeds. ``add_seeds`` says how to add seeds (:data:`ADD_SEEDS`, or
+    :data:`ADD_IMPORTED_SEEDS` for imported runs).
     """
     problems = arm_problems or {}
     if not verdicts:
@@ -140,7 +158,7 @@ def recommend(
         return Recommendation(
             UNDECIDED,
             "undecided",
-            _undecided_headline(baseline, verdicts, undecided, problems),
+            _undecided_headline(baseline, verdicts, undecided, problems, add_seeds),
             details,
         )
     phrases = "; ".join(v.reason for v in verdicts.values())

@@ -7,13 +7,19 @@ from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
 from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
-from normlab.analysis.recommendation import Recommendation, recommend
+from normlab.analysis.recommendation import (
+    ADD_IMPORTED_SEEDS,
+    ADD_SEEDS,
+    Recommendation,
+    recommend,
+)
 from normlab.analysis.rounds import read_state, sequential_comparison
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
 from normlab.analysis.stats import describe, holm_adjust
 from normlab.analysis.verdicts import ArmVerdict, arm_verdict
 from normlab.run_format import MetricSpec, TestbedFormat, testbed_format
+from normlab.run_format.imported import import_record
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
 
@@ -281,6 +287,7 @@ def _recommend(folder: CompareFolder, judged: _ArmResults) -> Recommendation:
         judged.speed,
         baseline_problem=_no_result(folder.runs_of(folder.baseline_arm)),
         arm_problems={arm: why for arm, why in problems.items() if why},
+        add_seeds=ADD_SEEDS if import_record(folder.experiment) is None else ADD_IMPORTED_SEEDS,
     )
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,6 +14,7 @@ from rich.markup import escape
 from normlab.analysis.runs import CompareFolderError
 from normlab.cli.answer import print_answer
 from normlab.cli.app import app
+from normlab.cli.errors import EXIT_USAGE
 from normlab.run_format import (
     ANALYSIS_FILE,
     LADDER_KEY,
@@ -23,33 +25,219 @@ from normlab.run_format import (
 from normlab.run_format import folder as run_folder
 
 REPORT_HELP = (
-    "Rebuild the verdict and report of a compare folder from its files, without training."
+    "Rebuild the verdict and report of a compare folder from its files, without training; or "
+    "judge runs that a tracker already holds (--import)."
     "\n\n"
     "Writes summary.json, runs.csv, report.md, report.html and plots/*.png into OUT, holding the "
     "folder's lock (as `normlab compare` does)."
     "\n\n"
+    "normlab report --import KIND:PATH --arm-from REGEX --seed-from REGEX --metric NAME --margin "
+    "X --out OUT: read the runs of a TensorBoard log folder (tensorboard), an MLflow file store "
+    "(mlflow), W&B offline run folders (wandb), or CSV / JSON Lines files with columns run, "
+    "step and one per metric, or run, step, metric, value (csv, jsonl); take each run's arm and "
+    "seed from its name (the regex's first group; MLflow also param:KEY[=REGEX] and "
+    "tag:KEY[=REGEX], W&B config:KEY[=REGEX]); write them to OUT as a compare folder (replacing "
+    "OUT only when it holds an earlier import of the same source), then build its report, which "
+    "says which pairing checks could be made. See docs/own-loop.md."
+    "\n\n"
     "Exit status: 0 when built; 1 when the folder is locked by a running command, or a file "
     "cannot be read or written (e.g. a full disk, a damaged metrics.jsonl); 2 when OUT is not a "
-    "readable compare folder."
+    "readable compare folder, or an import is refused for its options or its runs."
 )
 """The help of ``normlab report``: one line per paragraph (Typer rewraps each)."""
+
+
+_IMPORT_ONLY = {
+    "arm_from": "--arm-from",
+    "seed_from": "--seed-from",
+    "metric": "--metric",
+    "margin": "--margin",
+    "baseline": "--baseline",
+    "out_dir": "--out",
+}
+"""The options of ``--import`` only (with ``--lower-is-better/--higher-is-better``): {parameter:
+option}."""
 
 
 @app.command(help=REPORT_HELP)
 def report(
     out: Annotated[
-        Path,
-        typer.Argument(help="The output folder of `normlab compare` (holds experiment.json)."),
-    ],
+        Path | None,
+        typer.Argument(
+            metavar="OUT",
+            help="The output folder of `normlab compare` (holds experiment.json); with --import, "
+            "--out gives it instead.",
+        ),
+    ] = None,
+    source: Annotated[
+        str | None,
+        typer.Option(
+            "--import",
+            help="KIND:PATH of runs a tracker holds, KIND one of tensorboard, mlflow, wandb, "
+            "csv, jsonl: import them into --out and report on them.",
+        ),
+    ] = None,
+    arm_from: Annotated[
+        str | None,
+        typer.Option(
+            help="With --import: a regex on each run's name whose first group (or whole match) "
+            "is its arm, e.g. '^(.+)_s\\d+$' (MLflow: or param:KEY[=REGEX], tag:KEY[=REGEX]; "
+            "W&B: or config:KEY[=REGEX])."
+        ),
+    ] = None,
+    seed_from: Annotated[
+        str | None,
+        typer.Option(help="With --import: the same for the seed (an integer), e.g. '_s(\\d+)$'."),
+    ] = None,
+    metric: Annotated[
+        str | None,
+        typer.Option(help="With --import: the logged metric that decides quality."),
+    ] = None,
+    lower_is_better: Annotated[
+        bool,
+        typer.Option(
+            "--lower-is-better/--higher-is-better", help="With --import: the metric's direction."
+        ),
+    ] = True,
+    margin: Annotated[
+        float | None,
+        typer.Option(
+            help="With --import: the difference in the metric that does not matter (the "
+            "equivalence margin, in the metric's unit; needed)."
+        ),
+    ] = None,
+    baseline: Annotated[
+        str | None,
+        typer.Option(
+            help="With --import: the arm the others are compared with (default: the "
+            "first in name order)."
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option("--out", help="With --import: the compare folder to write."),
+    ] = None,
 ) -> None:
     """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
-    from normlab.cli.errors import check_utf8_path, describe_error, print_error
-    from normlab.experiment.execution.lock import FolderLockedError, OutputLock
-    from normlab.report import build_report  # matplotlib is imported only when needed
+    from normlab.cli.errors import print_error
 
     def fail(message: str, code: int) -> typer.Exit:
         print_error("report", message)
         return typer.Exit(code=code)
+
+    flags = {k: v for k, v in locals().items() if k in _IMPORT_ONLY}
+    if source is None:
+        given = [_IMPORT_ONLY[k] for k, v in flags.items() if v is not None]
+        if not lower_is_better:
+            given.append("--higher-is-better")
+        if given:
+            raise fail(
+                f"{given[0]}: an option of --import; expected normlab report OUT, or normlab "
+                "report --import KIND:PATH … --out OUT",
+                EXIT_USAGE,
+            )
+        if out is None:
+            raise fail(
+                "OUT: expected the output folder of normlab compare (normlab report OUT), or "
+                "--import KIND:PATH … --out OUT",
+                EXIT_USAGE,
+            )
+        _build(out, fail)
+        return
+    if out is not None:
+        raise fail(
+            f"OUT: with --import the folder is given by --out; got {str(out)!r} as well",
+            EXIT_USAGE,
+        )
+    written = _import(
+        source,
+        {
+            "arm_from": arm_from,
+            "seed_from": seed_from,
+            "metric": metric,
+            "lower_is_better": lower_is_better,
+            "margin": margin,
+            "baseline": baseline,
+        },
+        out_dir,
+        fail,
+    )
+    _build(written, fail)
+
+
+_IMPORT_NEEDS = {
+    "arm_from": "--arm-from: expected a regex whose first group is each run's arm, e.g. "
+    "--arm-from '^(.+)_s\\d+$'",
+    "seed_from": "--seed-from: expected a regex whose first group is each run's seed, e.g. "
+    "--seed-from '_s(\\d+)$'",
+    "metric": "--metric: expected the name of the logged metric that decides quality, e.g. "
+    "--metric val_loss",
+}
+
+
+def _import(
+    source: str,
+    options: dict[str, Any],
+    out: Path | None,
+    fail: Callable[[str, int], typer.Exit],
+) -> Path:
+    """``--import``: check the options, read and check the tracker's runs, write them to ``out``
+    (holding its lock) and print what was imported and which pairing checks could be made.
+    Returns the folder."""
+    from normlab.cli.errors import check_utf8_path, describe_error
+    from normlab.experiment.execution.lock import FolderLockedError, OutputLock
+    from normlab.report.imported import pairing_lines
+    from normlab.trackers.importing import check_out, parse_source, plan_import, write_import
+    from normlab.trackers.tracked import TrackerImportError
+
+    for key, message in _IMPORT_NEEDS.items():
+        if not options[key]:
+            raise fail(message, EXIT_USAGE)
+    if out is None:
+        raise fail("--out: expected the folder to write the imported runs to", EXIT_USAGE)
+    created = not out.exists()
+    try:
+        check_utf8_path(out, "--out")
+        kind, path = parse_source(source)
+        check_out(out, kind, path)
+        plan = plan_import(source, **options)
+        with OutputLock(out):
+            check_out(out, kind, path)
+            written = write_import(plan, out)
+    except FolderLockedError as err:
+        raise fail(str(err), 1) from None
+    except (ValueError, OSError, MemoryError, UnicodeError) as err:
+        if created:  # the lock made the folder; nothing was imported into it
+            shutil.rmtree(out, ignore_errors=True)
+        if isinstance(err, TrackerImportError):
+            raise fail(str(err), EXIT_USAGE) from None
+        raise fail(describe_error(err) or str(err), 1) from None
+    console = Console()
+    arms = ", ".join(plan.arms)
+    console.print(
+        escape(
+            f"imported {len(plan.runs)} runs from {plan.source} into {written}: arms {arms} "
+            f"(baseline {plan.arms[0]}), seeds {', '.join(map(str, plan.seeds))}, judged on "
+            f"{plan.metric} ({'lower' if plan.lower_is_better else 'higher'} is better)"
+        ),
+        highlight=False,
+        soft_wrap=True,
+    )
+    if plan.skipped:
+        left = "; ".join(f"{s['run']} ({s['reason']})" for s in plan.skipped)
+        console.print(
+            escape(f"left out {len(plan.skipped)} run(s): {left}"), highlight=False, soft_wrap=True
+        )
+    for line in pairing_lines(run_folder.read_experiment(written)):
+        console.print(escape(f"pairing: {line}"), highlight=False, soft_wrap=True)
+    return written
+
+
+def _build(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
+    """Build the report of the compare (or ladder) folder ``out`` and print where it is."""
+    from normlab.cli.errors import check_utf8_path, describe_error
+    from normlab.experiment.execution.lock import FolderLockedError, OutputLock
+    from normlab.report import build_report  # matplotlib is imported only when needed
 
     if run_folder.has_ladder_plan(out):
         _ladder_report(out, fail)

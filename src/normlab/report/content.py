@@ -16,6 +16,7 @@ from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.power import SPREAD_CONFIDENCE, forecast_range
 from normlab.analysis.runs import CompareFolder
 from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
+from normlab.report.imported import import_paragraphs
 from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import TestbedFormat, plot_path, testbed_format
 
@@ -422,10 +423,13 @@ def _environment_table(a: dict[str, Any]) -> Table:
     return Table(["", ""], rows, ["left", "left"])
 
 
-def _method(a: dict[str, Any]) -> list[str]:
+def _method(a: dict[str, Any], note: list[str] | None = None) -> list[str]:
+    """The method section; ``note`` replaces the testbed's own note when given (an imported
+    folder says where its runs came from instead)."""
     alpha = a["alpha"]
     testbed = _testbed(a)
-    note = [testbed.method_note] if testbed.method_note else []
+    if not note:
+        note = [testbed.method_note] if testbed.method_note else []
     return [
         *note,
         "Runs are paired: seed k of every arm starts from the same initial values and sees the "
@@ -609,6 +613,7 @@ def build_content(
             for name in a.get("ignored_runs", [])
         ],
         environment=_environment_table(a),
-        method=_method(a) + norm_swap_paragraphs(folder.experiment),
+        method=_method(a, import_paragraphs(folder.experiment))
+        + norm_swap_paragraphs(folder.experiment),
         sections=list(sections or []),
     )

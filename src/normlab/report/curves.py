@@ -38,10 +38,18 @@ class RunCurves:
     val_bpb: np.ndarray
     anomalies: list[dict[str, Any]] = field(default_factory=list)
     val_loss: np.ndarray = field(default_factory=lambda: np.array([]))
+    """The ``val_loss`` of each eval record (GPT: nats per byte; DiT: the flow-matching MSE)."""
     problem: str | None = None
     """Why the run has no curves (no metrics.jsonl, a damaged one, no training records);
     None when it has them."""
-    """The ``val_loss`` of each eval record (GPT: nats per byte; DiT: the flow-matching MSE)."""
+    eval_series: dict[str, np.ndarray] = field(default_factory=dict)
+    """Every field of the eval records but ``type`` and ``step``, by name, one value per eval
+    step (NaN where a record lacks it or it is not a number): ``val_bpb``, ``val_loss``, and
+    whatever a script or a tracker logged (``acc``, …)."""
+
+    def eval_values(self, name: str) -> np.ndarray:
+        """The eval records' ``name`` at each of :attr:`eval_steps` (all NaN when none has it)."""
+        return self.eval_series.get(name, np.full(self.eval_steps.shape, math.nan))
 
     def value_at(self, step: int, series: str) -> float:
         """``series`` ("train_loss" or "grad_norm") at ``step``, or NaN."""
@@ -52,6 +60,10 @@ class RunCurves:
         """The last step with a finite training loss and that loss (where a divergence shows)."""
         ok = np.flatnonzero(np.isfinite(self.train_loss))
         return (int(self.train_steps[ok[-1]]), float(self.train_loss[ok[-1]])) if ok.size else None
+
+
+_EVAL_KEYS = ("type", "step")
+"""Fields of an eval record that are not in :attr:`RunCurves.eval_series`."""
 
 
 def load_run_curves(run: RunResult) -> RunCurves:
@@ -84,6 +96,11 @@ def load_run_curves(run: RunResult) -> RunCurves:
         anomalies=[r for r in records if r.get("type") == ANOMALY_RECORD],
         val_loss=np.array([_num(r.get("val_loss")) for r in evals]),
         problem=problem,
+        eval_series={
+            name: np.array([_num(r.get(name)) for r in evals])
+            for name in dict.fromkeys(k for r in evals for k in r)
+            if name not in _EVAL_KEYS
+        },
     )
 
 

@@ -205,13 +205,24 @@ def _markers(
     return drawn
 
 
+def _values(c: RunCurves, steps_attr: str, name: str) -> np.ndarray:
+    """The series ``name`` of a run: an eval records' field when ``steps_attr`` is
+    ``eval_steps`` (any metric a script or a tracker logged), else the attribute."""
+    if steps_attr == "eval_steps":
+        return c.eval_values(name)
+    return np.asarray(getattr(c, name))
+
+
 def _series_bands(
     curves: CurvesByArm, steps_attr: str, values_attr: str, window: int = 1
 ) -> dict[str, Band]:
     return {
         arm: band_over_seeds(
             [
-                (getattr(c, steps_attr), moving_average(getattr(c, values_attr), window))
+                (
+                    getattr(c, steps_attr),
+                    moving_average(_values(c, steps_attr, values_attr), window),
+                )
                 for c in runs
                 if getattr(c, steps_attr).size
             ]

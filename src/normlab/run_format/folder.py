@@ -5,9 +5,10 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
 
 - a run folder: :func:`create_run` (empty it, write ``run.json``), :func:`read_run_config`,
   :func:`write_summary` / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
-  and :func:`read_records` (``metrics.jsonl``), :class:`MetricsTail` (the last step logged, read
-  as the file grows), :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths
-  of those files for readers that open them themselves; a script's run
+  and :func:`read_records` (``metrics.jsonl``; :func:`write_records` writes it whole, for an
+  import), :class:`MetricsTail` (the last step logged, read as the file grows),
+  :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths of those files for
+  readers that open them themselves; a script's run
   (:mod:`normlab.run_format.script`): :func:`write_run_config` (a standalone script's own
   ``run.json``), :func:`write_fingerprint` / :func:`read_fingerprint`, :func:`script_log_path`
   and :func:`read_log_tail`;
@@ -19,7 +20,8 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``).
 
 Every file is written to a temporary name and renamed into place (:mod:`normlab._io`), except
-``metrics.jsonl``, which is appended one whole line at a time.
+``metrics.jsonl``, which is appended one whole line at a time (:func:`write_records` writes it
+whole, atomically).
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ import numpy as np
 
 from normlab._io import (
     append_jsonl,
+    json_text,
     read_json_object,
     read_jsonl,
     write_bytes_atomic,
     write_json_atomic,
+    write_text_atomic,
 )
 from normlab.run_format.files import (
     ANALYSIS_FILE,
@@ -87,6 +91,7 @@ __all__ = [
     "write_experiment",
     "write_fingerprint",
     "write_images",
+    "write_records",
     "write_run_config",
     "write_sequential",
     "write_summary",
@@ -235,6 +240,13 @@ def load_summary(run: Path | str) -> dict[str, Any] | None:
 def append_record(run: Path | str, record: dict[str, Any]) -> None:
     """Append one record to the run's ``metrics.jsonl`` as one whole line."""
     append_jsonl(metrics_path(run), record)
+
+
+def write_records(run: Path | str, records: Iterable[dict[str, Any]]) -> Path:
+    """Write the run's whole ``metrics.jsonl`` at once, atomically, one record per line (runs
+    whose records are all known, as in an import; non-finite numbers as null)."""
+    text = "".join(json_text(record, indent=None) for record in records)
+    return write_text_atomic(metrics_path(run), text)
 
 
 def read_records(run: Path | str, kind: str | None = None) -> list[dict[str, Any]]:

@@ -8,4 +8,7 @@ and seed. Each tracker's library is an optional extra (``pip install "normlab[tr
 imported only when it is used.
 """
 
-__all__: list[str] = []
+from normlab.trackers.importing import import_runs
+from normlab.trackers.tracked import TrackerImportError
+
+__all__: list[str] = ["TrackerImportError", "import_runs"]
