@@ -8,4 +8,9 @@ and seed. Each tracker's library is an optional extra (``pip install "normlab[tr
 imported only when it is used.
 """
 
-__all__: list[str] = []
+__all__: list[str] = [
+    "exporting",
+    "write_mlflow",
+    "write_tensorboard",
+    "write_wandb",
+]
