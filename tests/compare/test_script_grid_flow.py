@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from normlab.cli import app
 from normlab.run_format import TRACKERS_DIR, TRACKERS_RECORD_FILE
-from normlab.trackers import write_mlflow
+from normlab.trackers import write_tensorboard
 
 SCRIPT = """
 import json, os, sys
@@ -58,39 +58,61 @@ def test_until_decided_without_margin_exports_as_it_goes(
     args = [
         "--script", script, "--norms", "a,b", "--metric", "val_loss", "--seeds", "2",
         "--until-decided", "--max-seeds", "3", "--threads", "1", "--parallel", "2",
-        "--log-to", "tensorboard,mlflow", "--out", str(out),
+        "--log-to", "tensorboard", "--out", str(out),
     ]  # fmt: skip
+    real = write_tensorboard.write_run
 
     def broken(run: Any, root: Path) -> str:
-        raise RuntimeError("the MLflow store is read-only")
+        if run.name == "b-pre__s1":
+            raise RuntimeError("the event file's folder is read-only")
+        return real(run, root)
 
-    monkeypatch.setattr(write_mlflow, "write_run", broken)
+    monkeypatch.setattr(write_tensorboard, "write_run", broken)
     result = _compare(*args)
     assert result.exit_code == 0, result.output
     assert "no margin" in result.output
-    assert "b-pre__s1: export to mlflow failed" in result.output
+    assert "b-pre__s1: export to tensorboard failed" in result.output
     analysis = json.loads((out / "summary.json").read_text())
     assert analysis["margin"] is None
     assert analysis["verdicts"]["b-pre"]["quality"] == "worse"
-    report = (out / "report.md").read_text()
-    assert "no equivalence margin was given" in report
+    assert "no equivalence margin was given" in (out / "report.md").read_text()
     sequential = json.loads((out / "sequential.json").read_text())
     assert sequential["plan"]["margin"] is None
     record = json.loads((out / TRACKERS_DIR / TRACKERS_RECORD_FILE).read_text())
-    runs = ["a-pre__s0", "a-pre__s1", "b-pre__s0", "b-pre__s1"]
-    assert sorted(record["exported"]["tensorboard"]) == runs
-    assert sorted(record["failed"]["mlflow"]) == runs
+    assert sorted(record["exported"]["tensorboard"]) == ["a-pre__s0", "a-pre__s1", "b-pre__s0"]
+    assert list(record["failed"]["tensorboard"]) == ["b-pre__s1"]
     events = sorted((out / TRACKERS_DIR / "tensorboard").glob("*/events.*"))
-    assert [p.parent.name for p in events] == runs
-    # the same command again: nothing trains, the failed exports are made, nothing is doubled
-    monkeypatch.undo()
-    monkeypatch.setenv("COLUMNS", "400")
+    assert [p.parent.name for p in events] == ["a-pre__s0", "a-pre__s1", "b-pre__s0"]
+    # the same command again: nothing trains, the failed export is made, nothing is doubled
+    monkeypatch.setattr(write_tensorboard, "write_run", real)
     result = _compare(*args, "--no-report")
     assert result.exit_code == 0, result.output
     assert "4 of 4 runs already done" in result.output
     record = json.loads((out / TRACKERS_DIR / TRACKERS_RECORD_FILE).read_text())
-    assert sorted(record["exported"]["mlflow"]) == runs and record["failed"]["mlflow"] == {}
-    assert sorted((out / TRACKERS_DIR / "tensorboard").glob("*/events.*")) == events
+    assert len(record["exported"]["tensorboard"]) == 4 and record["failed"]["tensorboard"] == {}
+    now = sorted((out / TRACKERS_DIR / "tensorboard").glob("*/events.*"))
+    assert [p for p in now if p.parent.name != "b-pre__s1"] == events and len(now) == 4
+
+
+def test_the_executor_hook_follows_each_run(tmp_path: Path, script: str) -> None:
+    """What exports normlab's own runs as each ends: the executor calls the hook once a run's
+    summary is written."""
+    from normlab.experiment.config import ScriptConfig
+    from normlab.experiment.execution.executors import run_grid
+    from normlab.experiment.execution.lock import OutputLock
+    from normlab.experiment.execution.script_grid import plan_script_runs
+
+    cfg = ScriptConfig(command=script, metric="val_loss", norms=["a", "b"], seeds=1)
+    (spec, _) = plan_script_runs(cfg, threads=1)
+    seen: list[tuple[str, str]] = []
+
+    def hook(run: str) -> None:
+        seen.append((run, _summary(tmp_path, run)["status"]))
+
+    with OutputLock(tmp_path):  # a worker trains only while its grid holds the folder
+        summaries = run_grid([spec], tmp_path, show_progress=False, on_result=hook)
+    assert seen == [("a-pre__s0", "finished")], summaries["a-pre__s0"]["error"]
+    assert summaries["a-pre__s0"]["status"] == "finished"
 
 
 def test_planned_runs_trained_one_by_one_pass_the_pairing_guard(

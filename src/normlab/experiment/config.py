@@ -257,7 +257,7 @@ def testbed_defaults(dotted: str) -> dict[str, Any]:
 LOG_TO_HELP = (
     f"Comma list of trackers ({', '.join(TRACKER_KINDS)}) to export each run to, offline, "
     "in OUT/trackers/<tracker>/ as it finishes: its curves, summary, arm and seed "
-    "(extra: normlab[trackers])."
+    "(needs normlab's trackers extra)."
 )
 """What ``log_to`` (``--log-to``) does, in its help and the config's description."""
 
