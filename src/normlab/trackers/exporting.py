@@ -184,7 +184,8 @@ def read_run_export(folder: Path, experiment: str) -> RunExport:
         config = {}
     identity: dict[str, str | int] = {}
     for key in _IDENTITY:
-        value = summary.get(key, config.get(key))
+        value = summary.get(key)
+        value = config.get(key) if value is None else value
         if value is not None:
             identity[key] = value if isinstance(value, int) else str(value)
     identity.setdefault("run_id", folder.name)
@@ -197,6 +198,16 @@ def read_run_export(folder: Path, experiment: str) -> RunExport:
         curves=curve_points(read_records(folder)),
         summary={k: n for k, n in numbers.items() if n is not None},
     )
+
+
+def _usable(record: dict[str, Any]) -> dict[str, Any]:
+    """``exported.json``'s record with only what has its shape ({"exported" | "failed": {kind:
+    {run: …}}}); what does not is dropped (those runs are exported again)."""
+    return {
+        part: {k: v for k, v in record[part].items() if isinstance(v, dict)}
+        for part in ("exported", "failed")
+        if isinstance(record.get(part), dict)
+    }
 
 
 def _writer(kind: str) -> ModuleType:
@@ -241,7 +252,7 @@ class Exporter:
             self.say(f"[red]export: cannot write {escape(str(root))} ({escape(str(err))})[/]")
             return done
         try:
-            record = read_trackers_record(self.out)
+            record = _usable(read_trackers_record(self.out))
             for run in run_ids:
                 self._export_run(run, record, done)
         finally:
