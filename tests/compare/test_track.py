@@ -208,7 +208,7 @@ def test_pairing_check_refuses_a_seed_and_names_what_differs(tmp_path: Path) -> 
     ("args", "words"),
     [
         (["--script", "t {norm}", "--margin", "0.1"], "--metric: expected the name"),
-        (["--script", "t {norm}", "--metric", "val_loss"], "--margin: expected the difference"),
+        (["--script", "t {norm}", "--metric", "m", "--margin", "0"], "greater than 0"),
         (["--script", "t {norm}", "--metric", "m", "--margin", "0.1", "--lr", "0.1"], "--lr: sets"),
         (["--script", "t {nrm}", "--metric", "m", "--margin", "0.1"], "unknown placeholder {nrm}"),
         (["--script", "t", "--metric", "m", "--margin", "0.1", "--norms", "a/b,c"], "'a/b'"),

@@ -334,7 +334,7 @@ def test_until_decided_trains_every_round_with_the_chosen_executor(
             rounds.append([r["run_id"] for r in runs])
             return super().run(runs, *args)
 
-    monkeypatch.setattr(executors, "make_executor", lambda scale: Recording())
+    monkeypatch.setattr(executors, "make_executor", lambda scale, on_result=None: Recording())
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"

@@ -105,9 +105,10 @@ class CompareFolder:
     arms: list[str]
     baseline_arm: str
     seeds: list[int]
-    margin: float
+    margin: float | None
     """The equivalence margin of the testbed's quality metric, in its unit (GPT: bits per byte,
-    ``margin_bpb``; DiT: validation MSE, ``margin_val_loss``)."""
+    ``margin_bpb``; DiT: validation MSE, ``margin_val_loss``; a script's metric, ``margin``);
+    None for a script's runs compared without ``--margin`` (no equivalence test)."""
     runs: list[RunResult]
     ignored_runs: tuple[str, ...] = ()
     """Run folders under ``runs/`` that ``experiment.json`` does not list (left out)."""
@@ -115,7 +116,7 @@ class CompareFolder:
     """``gpt`` or ``dit`` (``experiment.json``'s ``testbed``; absent in older folders: gpt)."""
 
     @property
-    def margin_bpb(self) -> float:
+    def margin_bpb(self) -> float | None:
         """The GPT testbed's margin in bits per byte (:attr:`margin`)."""
         return self.margin
 
@@ -136,7 +137,7 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 
 def _experiment_fields(
     experiment: dict[str, Any], where: Path
-) -> tuple[list[str], str, list[int], float, str]:
+) -> tuple[list[str], str, list[int], float | None, str]:
     arms = experiment.get("arms")
     if not (isinstance(arms, list) and arms and all(isinstance(a, str) for a in arms)):
         raise CompareFolderError(
@@ -161,7 +162,9 @@ def _experiment_fields(
     key, default = fmt.margin_key, fmt.margin_default
     margin = experiment.get(key)
     if margin is None:
-        margin = default
+        margin = default or None  # a script's runs without --margin: no equivalence test
+    if margin is None:
+        return list(arms), baseline, list(seeds), None, testbed
     if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not margin > 0:
         raise CompareFolderError(f"{where}: {key!r} must be a number > 0, got {margin!r}")
     return list(arms), baseline, list(seeds), float(margin), testbed

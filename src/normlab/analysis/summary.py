@@ -93,15 +93,16 @@ def compare_metric(
     spec: MetricSpec,
     arm_runs: list[RunResult],
     base_runs: list[RunResult],
-    margin: float,
+    margin: float | None,
     alpha: float = 0.05,
     power: float = 0.8,
 ) -> PairedComparison:
     """Pair ``arm_runs`` with ``base_runs`` by seed on ``spec`` and compare them.
 
     Only seeds with a usable value in both arms are paired. ``margin`` is the experiment's
-    equivalence margin in its testbed's quality unit (GPT: bits per byte; DiT: validation MSE);
-    the metric's margin is ``margin · spec.margin_factor`` (None when it has none). Counts
+    equivalence margin in its testbed's quality unit (GPT: bits per byte; DiT: validation MSE;
+    None: a script's runs without ``--margin``); the metric's margin is
+    ``margin · spec.margin_factor`` (None when either is None). Counts
     (``spec.discrete``) are decided by the sign test; for a censored metric, seeds where only
     one arm reached the target are counted by the sign test on who reached it first.
     """
@@ -110,7 +111,9 @@ def compare_metric(
         xs = {s: v for s, v in xs.items() if v > 0}
         ys = {s: v for s, v in ys.items() if v > 0}
     seeds = sorted(set(xs) & set(ys))
-    metric_margin = None if spec.margin_factor is None else margin * spec.margin_factor
+    metric_margin = (
+        None if spec.margin_factor is None or margin is None else margin * spec.margin_factor
+    )
     c = compare_paired(
         [xs[s] for s in seeds],
         [ys[s] for s in seeds],

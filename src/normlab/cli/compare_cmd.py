@@ -33,6 +33,7 @@ from normlab.run_format import (
     REPORT_MD_FILE,
 )
 from normlab.run_format import folder as run_folder
+from normlab.trackers.exporting import Exporter, check_installed, parse_kinds
 
 DEFAULT_OUT = Path("normlab-out/compare")
 EXIT_REFUSED = 1
@@ -103,6 +104,7 @@ FLAG_KEYS = {
     "device": "device",
     "threads": "threads",
     "parallel": "parallel",
+    "log_to": "log_to",
     "data": "data.path",
     "model": "lm.model",
     "model_set": "lm.model_set",
@@ -213,6 +215,9 @@ def compare(
     device: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["device"]))] = None,
     threads: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["threads"]))] = None,
     parallel: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["parallel"]))] = None,
+    log_to: Annotated[
+        str | None, typer.Option(help=config_field(FLAG_KEYS["log_to"]).description)
+    ] = None,
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
     model: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model"]))] = None,
     model_set: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model_set"]))] = None,
@@ -278,7 +283,8 @@ def compare(
         float | None,
         typer.Option(
             help="With --script: the difference in the metric that does not matter (the "
-            "equivalence margin, in the metric's unit; needed with --script)."
+            "equivalence margin, in the metric's unit). Without it no arm can be called "
+            "equivalent: a quality verdict is better, worse or not determined."
         ),
     ] = None,
     run_timeout: Annotated[
@@ -332,6 +338,10 @@ def _compare(flags: dict[str, Any]) -> None:
         args = compare_args(
             {"config": config, **given, **{k: flags[k] for k in _RECORDED_AS_GIVEN}}
         )
+    try:
+        check_installed(cfg.log_to)
+    except ValueError as err:
+        raise fail("compare", err, EXIT_REFUSED) from None
     if isinstance(cfg, ExperimentConfig) and cfg.ladder is not None:
         if until_decided:
             raise fail(
@@ -365,7 +375,7 @@ _SCRIPT_FLAGS = ("script", "metric", "margin", "run_timeout")
 """The options of ``--script`` only (with ``--lower-is-better/--higher-is-better``)."""
 _SCRIPT_CONFIG_FLAGS = (
     "norms", "placements", "precision", "seeds", "steps", "threads", "parallel", "executor",
-    "ray_address",
+    "ray_address", "log_to",
 )  # fmt: skip
 """The compare options that also apply with ``--script``; the others set normlab's own training
 and are refused with it."""
@@ -399,13 +409,6 @@ def _script_config(
             "run.log_eval(step, NAME=value), e.g. --metric val_loss",
             EXIT_BAD_CONFIG,
         )
-    if flags["margin"] is None:
-        raise fail(
-            "compare",
-            f"--margin: expected the difference in {flags['metric']} that does not matter to you "
-            "(the equivalence margin, in its unit, e.g. --margin 0.01)",
-            EXIT_BAD_CONFIG,
-        )
     values = {
         "command": flags["script"],
         "metric": flags["metric"],
@@ -417,6 +420,7 @@ def _script_config(
         "seeds": given["seeds"],
         "parallel": given["parallel"],
         "threads": given["threads"],
+        "log_to": given["log_to"],
         "run_timeout": flags["run_timeout"],
         "steps": given["steps"],
         "cwd": os.getcwd(),
@@ -430,7 +434,7 @@ def _script_config(
         raise fail("compare", err, EXIT_BAD_CONFIG) from None
 
 
-_LIST_FLAGS = ("norms", "placements", "precision")
+_LIST_FLAGS = ("norms", "placements", "precision", "log_to")
 """Flags given as comma-separated lists."""
 _RECORDED_AS_GIVEN = ("seeds", "norms", "placements", "ladder")
 """Flags whose text, not its parsed value, is recorded for the settling command."""
@@ -443,6 +447,11 @@ def _config_flags(flags: dict[str, Any]) -> dict[str, Any]:
     for flag in _LIST_FLAGS:
         given[flag] = _split(given[flag])
     given["seeds"] = parse_seeds(given["seeds"])
+    if given["log_to"] is not None:
+        try:
+            given["log_to"] = list(parse_kinds(given["log_to"]))
+        except ValueError as err:
+            raise fail("compare", err, EXIT_BAD_CONFIG) from None
     if given["ladder"] is not None:
         from normlab.experiment.execution.ladder import parse_ladder
 
@@ -494,8 +503,12 @@ def _train(
     from normlab.experiment.execution.script_grid import run_script_experiment
 
     grid = run_script_experiment if isinstance(cfg, ScriptConfig) else run_experiment
+    script = isinstance(cfg, ScriptConfig)
+    exporter = Exporter(out, tuple(cfg.log_to), console.print) if cfg.log_to else None
+    # normlab's own runs are exported as each ends; a script's once its seed's pairing is checked
+    on_result = exporter.export_one if exporter is not None and not script else None
     try:
-        grid_executor = make_executor(cfg.scale)
+        grid_executor = make_executor(cfg.scale, on_result=on_result)
     except ValueError as err:
         raise fail("compare", err, EXIT_REFUSED) from None
     try:
@@ -504,6 +517,7 @@ def _train(
             if isinstance(cfg, ExperimentConfig):
                 check_utf8_path(cfg.data.path, "data")
             after = _build_report_step(console) if report else None
+            after = _export_step(exporter, after, script=script)
             after = _record_command_step(args, after, sequential=rounds is not None)
             if rounds is not None:
                 return _run_rounds(cfg, out, console, after, *rounds, grid_executor)
@@ -517,6 +531,32 @@ def _train(
         kept = f"finished runs are kept in {out}; run the same command to continue"
         print_error("compare", f"{how}: {kept}")
         raise typer.Exit(interrupt_exit_code(err)) from None
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _export_step(
+    exporter: Exporter | None,
+    after: Callable[[Path, dict[str, dict[str, Any]]], None] | None,
+    *,
+    script: bool,
+) -> Callable[[Path, dict[str, dict[str, Any]]], None] | None:
+    """``after`` preceded by exporting the grid's runs to the trackers of ``--log-to`` (those
+    not yet exported: runs of an earlier command, or a script's runs, whose seed's pairing is
+    only checked once every arm has trained; :func:`settled_runs`); ``after`` as it is
+    without ``--log-to``."""
+    if exporter is None:
+        return after
+
+    def step(out: Path, summaries: dict[str, dict[str, Any]]) -> None:
+        from normlab.experiment.execution.script_grid import settled_runs
+
+        exporter.export(settled_runs(summaries) if script else list(summaries))
+        if after is not None:
+            after(out, summaries)
+
+    return step
 
 
 def _check_results(
@@ -647,9 +687,10 @@ def _run_rounds(
         fmt.short_unit,
         max_time,
     )
+    margin = f"margin ±{cfg.margin():g} {fmt.short_unit}" if cfg.margin() else "no margin"
     console.print(
         f"until decided: looks after {', '.join(map(str, looks))} seeds on {fmt.quality}, "
-        f"margin ±{cfg.margin():g} {fmt.short_unit}, at most {max_time:g} s"
+        f"{margin}, at most {max_time:g} s"
     )
     from normlab.experiment.execution.script_grid import run_script_experiment
 
@@ -764,8 +805,39 @@ def _run_one(
         summary = run_planned(out, run_id, console=console)
     except (FolderLockedError, ValueError) as err:
         raise fail("compare", err, EXIT_REFUSED) from None
+    summary = _after_planned_run(out, run_id, summary, console)
     if summary.get("status") not in DONE_STATUSES:
         raise typer.Exit(EXIT_NO_RESULT)
+
+
+def _after_planned_run(
+    out: Path, run_id: str, summary: dict[str, Any], console: Console
+) -> dict[str, Any]:
+    """What follows a planned run (``--run``) in the folder ``out``: for a script's run, the
+    pairing guard of its seed once every arm of the seed has a result
+    (:func:`normlab.experiment.execution.script_grid.check_planned_seed`); then the export of
+    what is settled to the trackers that the planning command's ``--log-to`` recorded. Returns
+    the run's summary as it now stands."""
+    from normlab.experiment.execution.script_grid import check_planned_seed
+    from normlab.run_format.testbeds import parse_script_testbed
+
+    try:
+        experiment = run_folder.read_experiment(out)
+    except (OSError, ValueError):
+        return summary
+    settled = [run_id]
+    if parse_script_testbed(experiment.get("testbed")) is not None:
+        settled = check_planned_seed(out, run_id, console)
+        summary = run_folder.read_summary(run_folder.run_dir(out, run_id)) or summary
+    config = experiment.get("config")
+    kinds = config.get("log_to") if isinstance(config, dict) else None
+    if kinds and settled:
+        exporter = Exporter(out, tuple(kinds), console.print)
+        try:
+            exporter.export(settled)
+        finally:
+            exporter.close()
+    return summary
 
 
 def _ladder(

@@ -49,6 +49,7 @@ from normlab.models.config import ConfigModel
 from normlab.run_format import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
 from normlab.run_format.script import check_script_command
 from normlab.run_format.testbeds import script_testbed
+from normlab.trackers.exporting import TRACKER_KINDS, parse_kinds
 
 __all__ = [
     "DEFAULT_STEPS",
@@ -253,6 +254,22 @@ def testbed_defaults(dotted: str) -> dict[str, Any]:
     return found
 
 
+LOG_TO_HELP = (
+    f"Comma list of trackers ({', '.join(TRACKER_KINDS)}) to export each run to, offline, "
+    "in OUT/trackers/<tracker>/ as it finishes: its curves, summary, arm and seed "
+    "(needs normlab's trackers extra)."
+)
+"""What ``log_to`` (``--log-to``) does, in its help and the config's description."""
+
+
+def check_log_to(value: Any) -> Any:
+    """``log_to`` as a list of known trackers, each once (a comma-separated string is split);
+    ``ValueError`` naming the unknown one. Any other type is left to the field's validation."""
+    if isinstance(value, (str, list, tuple)):
+        return list(parse_kinds(value))
+    return value
+
+
 class ExperimentBase(Section):
     """The whole experiment: the factors under study and everything held equal (the fields
     every testbed shares; :func:`config_class` adds the testbeds' sections).
@@ -272,6 +289,7 @@ class ExperimentBase(Section):
     equivalence margin in bits per byte; ``margin_val_loss`` (DiT) the equivalence margin of the
     validation flow-matching loss, an absolute difference in its own unit (mean squared error of
     the velocity).
+    ``log_to``: trackers each run is exported to (:mod:`normlab.trackers.exporting`).
     ``imports`` are modules imported before norms are resolved, in this process and in every
     worker (e.g. a module that calls ``normlab.register_norm``). ``threads``: torch threads per
     worker (default: half the CPUs this process may use, at least 1). ``parallel``: runs trained
@@ -319,6 +337,7 @@ class ExperimentBase(Section):
         description="Torch threads per worker (default: half the CPUs, at least 1).",
     )
     parallel: int = Field(1, ge=1, description="Runs trained at once (1 keeps timings clean).")
+    log_to: list[str] = Field(default_factory=list, description=LOG_TO_HELP)
     train: TrainSettings = Field(default_factory=TrainSettings)
     anomaly: AnomalySettings = Field(default_factory=AnomalySettings)
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
@@ -367,6 +386,11 @@ class ExperimentBase(Section):
         if v not in cls.testbeds:
             raise ValueError(f"expected one of {', '.join(cls.testbeds)}")
         return v
+
+    @field_validator("log_to", mode="before")
+    @classmethod
+    def _check_log_to(cls, v: Any) -> Any:
+        return check_log_to(v)
 
     @field_validator("seeds")
     @classmethod
@@ -825,7 +849,8 @@ class ScriptConfig(ConfigModel):
     ``command`` is the script's command line with placeholders (checked by
     :func:`normlab.experiment.execution.script_run.check_script_command`); ``metric`` the
     ``eval`` metric that decides quality, ``lower_is_better`` its direction and
-    ``equivalence_margin`` the difference in its unit that does not matter (> 0). ``norms``,
+    ``equivalence_margin`` the difference in its unit that does not matter (> 0; None: no
+    equivalence test, a quality verdict is better, worse or not determined). ``norms``,
     ``placements`` and ``precisions`` are the factors
     (any names the script understands; the arms are their product, named as
     :func:`arm_name` says), ``seeds`` a count or a list, ``baseline`` the arm the others are
@@ -834,13 +859,14 @@ class ScriptConfig(ConfigModel):
     which a run is killed and recorded as timed out (None: no limit), ``steps`` the steps the
     script trains (only for the progress bar), ``cwd`` the folder the script starts in;
     ``scale`` chooses the executor (``local`` or ``ray``; the script starts its own processes,
-    so a launch on several is its command's, e.g. ``torchrun …``).
+    so a launch on several is its command's, e.g. ``torchrun …``); ``log_to`` the trackers each
+    run is exported to.
     """
 
     command: str
     metric: str
     lower_is_better: bool = True
-    equivalence_margin: float = Field(gt=0)
+    equivalence_margin: float | None = Field(None, gt=0)
     norms: list[str] = Field(min_length=1)
     placements: list[str] = Field(default_factory=lambda: ["pre"], min_length=1)
     precisions: list[str] = Field(default_factory=lambda: [DEFAULT_PRECISION], min_length=1)
@@ -852,6 +878,12 @@ class ScriptConfig(ConfigModel):
     steps: int | None = Field(None, ge=1)
     cwd: str = "."
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
+    log_to: list[str] = Field(default_factory=list, description=LOG_TO_HELP)
+
+    @field_validator("log_to", mode="before")
+    @classmethod
+    def _check_log_to(cls, v: Any) -> Any:
+        return check_log_to(v)
 
     @field_validator("norms", "placements", "precisions")
     @classmethod
@@ -920,8 +952,8 @@ class ScriptConfig(ConfigModel):
     def baseline_arm(self) -> str:
         return self.baseline or self.arm_names()[0]
 
-    def margin(self) -> float:
-        """The equivalence margin, in the metric's unit."""
+    def margin(self) -> float | None:
+        """The equivalence margin, in the metric's unit (None when none was given)."""
         return self.equivalence_margin
 
     def dump(self) -> dict[str, Any]:

@@ -203,12 +203,17 @@ def _plots(
     if clip is None:
         clip = _find_number(folder.experiment.get("config"), _CLIP_KEYS)
     ci, ci_tost = confidence_pct(analysis), tost_pct(analysis)
+    band = (
+        "inside the green band the arms are equivalent"
+        if analysis.get(testbed.margin_key)
+        else "no margin was given, so there is no band of equivalence"
+    )
     verdict = Plot(
         "paired_comparison",
         "Each arm against the baseline, seed by seed",
         f"Left: {testbed.quality_label} minus {base}'s, per paired seed (dots), their mean (◆), "
-        f"the {ci}% t-interval (thin) and the {ci_tost}% interval that TOST uses (thick); inside "
-        "the green band the arms are equivalent. Middle and right: throughput and peak-memory "
+        f"the {ci}% t-interval (thin) and the {ci_tost}% interval that TOST uses (thick); "
+        f"{band}. Middle and right: throughput and peak-memory "
         f"ratios to the baseline with {ci}% intervals of the paired log ratio.",
         figure_png(plot_paired_comparison(analysis, colors)),
     )

@@ -36,8 +36,19 @@ def _testbed(a: dict[str, Any]) -> TestbedFormat:
     return testbed_format(a.get("testbed"))
 
 
-def _margin(a: dict[str, Any]) -> float:
-    return a[_testbed(a).margin_key]
+def _margin(a: dict[str, Any]) -> float | None:
+    """The equivalence margin of the analysis; None when none was given (``compare --script``
+    without ``--margin``: no equivalence test)."""
+    return a.get(_testbed(a).margin_key)
+
+
+NO_MARGIN = "no equivalence margin was given (--margin), so no arm can be called equivalent"
+"""What the report says in place of the margin when there is none."""
+
+
+def _margin_text(a: dict[str, Any], unit: str) -> str:
+    margin = _margin(a)
+    return f"equivalence margin ±{margin:g} {unit}" if margin else NO_MARGIN
 
 
 @dataclass(frozen=True)
@@ -437,11 +448,16 @@ def _method(a: dict[str, Any], note: list[str] | None = None) -> list[str]:
         f"Intervals are Student-t intervals of the mean difference, d̄ ± t(1 − α/2, n − 1)·s/√n "
         f"with α = {alpha:g}. Throughput and memory use the log ratio ln(arm / baseline), "
         "reported as a geometric-mean ratio.",
-        f"Equivalence: two one-sided t-tests (TOST) against the margin ±{_margin(a):g} "
-        f"{testbed.unit}; equivalent when both reject at α = {alpha:g}, i.e. when the "
-        f"{tost_pct(a)}% interval lies inside the margin. Equivalence is "
-        "checked before superiority, so a detectable but negligible difference reads "
-        "'equivalent'.",
+        (
+            f"Equivalence: two one-sided t-tests (TOST) against the margin ±{_margin(a):g} "
+            f"{testbed.unit}; equivalent when both reject at α = {alpha:g}, i.e. when the "
+            f"{tost_pct(a)}% interval lies inside the margin. Equivalence is "
+            "checked before superiority, so a detectable but negligible difference reads "
+            "'equivalent'."
+            if _margin(a)
+            else f"Equivalence: not tested, since {NO_MARGIN}: a quality difference is better "
+            "or worse, or not determined."
+        ),
         f"Better / worse: the {confidence_pct(a)}% interval of the difference excludes zero. "
         "Otherwise the result "
         f"is inconclusive and 'seeds needed' is the smallest n at which, if the observed "
@@ -507,7 +523,8 @@ def _smallest_words(a: dict[str, Any]) -> str:
         spec = smallest_for(name, testbed)
         if spec.value is None:
             factor = f" × {spec.margin_factor:.3g}" if spec.margin_factor != 1 else ""
-            delta = f"the margin ±{_margin(a):g}{factor}"
+            margin = _margin(a)
+            delta = f"the margin ±{margin:g}{factor}" if margin else "none (no margin)"
         elif spec.kind == "relative":
             delta = f"{100 * spec.value:g}%"
         else:
@@ -589,8 +606,8 @@ def build_content(
         ).strip()
     subtitle = (
         f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
-        f"runs with a result · baseline {a['baseline_arm']} · equivalence margin "
-        f"±{_margin(a):g} {testbed.short_unit} · folder {folder.path.resolve().name}"
+        f"runs with a result · baseline {a['baseline_arm']} · "
+        f"{_margin_text(a, testbed.short_unit)} · folder {folder.path.resolve().name}"
     )
     return ReportContent(
         title=_title(folder),

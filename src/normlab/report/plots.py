@@ -626,14 +626,15 @@ def _paired_limits(axes: Sequence[Axes], margin: float) -> None:
 
 
 def _paired_legend(margin: float, alpha: float, testbed: TestbedFormat) -> list[Patch | Line2D]:
-    """The legend's entries: the margin band, the 100·(1 − 2α) % and 100·(1 − α) % intervals,
-    the mean and one seed's pair."""
+    """The legend's entries: the margin band (none when ``margin`` is 0: no margin was given),
+    the 100·(1 − 2α) % and 100·(1 − α) % intervals, the mean and one seed's pair."""
+    band = Patch(
+        color="#2e7d32",
+        alpha=0.2,
+        label=f"equivalence margin ±{margin:g} {testbed.short_unit}",
+    )
     return [
-        Patch(
-            color="#2e7d32",
-            alpha=0.2,
-            label=f"equivalence margin ±{margin:g} {testbed.short_unit}",
-        ),
+        *([band] if margin else []),
         Line2D(
             [],
             [],
@@ -674,11 +675,12 @@ def plot_paired_comparison(analysis: Mapping[str, Any], colors: Mapping[str, str
     base = analysis["baseline_arm"]
     alpha = float(analysis.get("alpha", 0.05))
     arms = [a for a in analysis["arm_order"] if a != base]
-    margin = float(analysis[testbed.margin_key])
+    margin = float(analysis.get(testbed.margin_key) or 0.0)  # 0: no margin (--script)
     with plot_style():
         fig, axes = _figure(10.0, 1.6 + 0.8 * max(1, len(arms)), 3, [1.5, 1, 1])
         q_ax, t_ax, m_ax = axes
-        q_ax.axvspan(-margin, margin, color="#2e7d32", alpha=0.10, linewidth=0)
+        if margin:
+            q_ax.axvspan(-margin, margin, color="#2e7d32", alpha=0.10, linewidth=0)
         q_ax.axvline(0.0, color="#444", linewidth=0.9)
         t_ax.axvline(1.0, color="#444", linewidth=0.9)
         m_ax.axvline(1.0, color="#444", linewidth=0.9)

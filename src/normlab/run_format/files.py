@@ -6,6 +6,7 @@ The layout (docs/run-format.md)::
         runs/<arm>__s<seed>/{run.json, metrics.jsonl, summary.json, samples.npy, reference.npy}
         summary.json  runs.csv  report.md  report.html  plots/<name>.png
         command.json  sequential.json (--until-decided)
+        trackers/{exported.json, tensorboard/, mlflow/, wandb/} (--log-to)
 
 The training side writes everything up to the runs' files; the report side writes the rest
 from those files alone. Both take the names from here.
@@ -37,6 +38,8 @@ __all__ = [
     "SEQUENTIAL_FILE",
     "SUMMARY_FILE",
     "TOKENS_FILE",
+    "TRACKERS_DIR",
+    "TRACKERS_RECORD_FILE",
     "parse_run_id",
     "plot_path",
     "run_dir",
@@ -83,6 +86,13 @@ RUNS_CSV_FILE = "runs.csv"
 REPORT_MD_FILE = "report.md"
 REPORT_HTML_FILE = "report.html"
 PLOTS_DIR = "plots"
+
+TRACKERS_DIR = "trackers"
+"""``compare --log-to``: each tracker's offline store, one folder per kind
+(``trackers/tensorboard``, ``trackers/mlflow``, ``trackers/wandb``)."""
+TRACKERS_RECORD_FILE = "exported.json"
+"""In :data:`TRACKERS_DIR`: which runs were exported to which tracker, and the exports that
+failed (retried by the next command on the folder)."""
 
 RUN_ID_PATTERN = re.compile(r"^(?P<arm>.+)__s(?P<seed>-?\d+)$")
 """A run folder's name: ``<arm>__s<seed>``."""

@@ -14,7 +14,8 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   and :func:`read_log_tail`;
 - the output folder: :func:`write_experiment` / :func:`read_experiment`,
   :func:`write_sequential`, :func:`write_command` / :func:`read_command`,
-  :func:`read_analysis`, :func:`run_folders`;
+  :func:`read_analysis`, :func:`run_folders`; the trackers' stores of ``compare --log-to``:
+  :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
 - a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
   (``ladder.json``), :func:`rung_path` (each rung's compare folder) and :func:`ladder_run_id` /
   :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``).
@@ -57,6 +58,8 @@ from normlab.run_format.files import (
     SAMPLES_FILE,
     SEQUENTIAL_FILE,
     SUMMARY_FILE,
+    TRACKERS_DIR,
+    TRACKERS_RECORD_FILE,
     run_dir,
 )
 from normlab.run_format.records import TRAIN_RECORD
@@ -80,6 +83,7 @@ __all__ = [
     "read_records",
     "read_run_config",
     "read_summary",
+    "read_trackers_record",
     "reference_path",
     "run_dir",
     "run_folders",
@@ -87,6 +91,7 @@ __all__ = [
     "samples_path",
     "script_log_path",
     "summary_path",
+    "trackers_path",
     "write_command",
     "write_experiment",
     "write_fingerprint",
@@ -95,6 +100,7 @@ __all__ = [
     "write_run_config",
     "write_sequential",
     "write_summary",
+    "write_trackers_record",
 ]
 
 
@@ -353,6 +359,28 @@ def read_analysis(out: Path | str) -> dict[str, Any]:
     """The report's analysis of every run, ``out/summary.json``; ``OSError`` or ``ValueError``
     when absent or damaged."""
     return read_json_object(Path(out) / ANALYSIS_FILE)
+
+
+def trackers_path(out: Path | str) -> Path:
+    """The folder of the trackers' offline stores (``compare --log-to``): ``out/trackers``."""
+    return Path(out) / TRACKERS_DIR
+
+
+def write_trackers_record(out: Path | str, record: dict[str, Any]) -> Path:
+    """Write the record of what was exported to the trackers, ``out/trackers/exported.json``,
+    atomically."""
+    return write_json_atomic(trackers_path(out) / TRACKERS_RECORD_FILE, record)
+
+
+def read_trackers_record(out: Path | str) -> dict[str, Any]:
+    """``out/trackers/exported.json``, or {} when there is none or it cannot be read as a JSON
+    object (every run is then exported again, which replaces what an earlier export of it
+    left)."""
+    try:
+        record = json.loads((trackers_path(out) / TRACKERS_RECORD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
 
 
 def has_ladder_plan(out: Path | str) -> bool:

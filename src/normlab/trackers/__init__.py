@@ -11,4 +11,11 @@ imported only when it is used.
 from normlab.trackers.importing import import_runs
 from normlab.trackers.tracked import TrackerImportError
 
-__all__: list[str] = ["TrackerImportError", "import_runs"]
+__all__: list[str] = [
+    "TrackerImportError",
+    "exporting",
+    "import_runs",
+    "write_mlflow",
+    "write_tensorboard",
+    "write_wandb",
+]

@@ -23,7 +23,7 @@ import os
 import socket
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,6 +69,7 @@ __all__ = [
     "Executor",
     "GridStopped",
     "LocalExecutor",
+    "OnResult",
     "RayExecutor",
     "finished_runs",
     "is_done",
@@ -160,19 +161,26 @@ def _outcome(summary: dict[str, Any]) -> str:
     return f"[red]crashed[/] {escape(str(summary.get('error', '')))}"
 
 
+OnResult = Callable[[str], None]
+"""Called with a run's id as soon as the run has ended and its summary is written (``compare
+--log-to`` exports it there); it must not raise."""
+
+
 def run_grid(
     runs: list[dict[str, Any]],
     out: Path,
     parallel: int = 1,
     console: Console | None = None,
     show_progress: bool = True,
+    on_result: OnResult | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Train every run of ``runs`` that is not done, each in its own worker process
     (:class:`normlab.experiment.execution.worker_process.WorkerProcess`, bound to this process's
     lifetime; a run on several processes starts torchrun from there), at most ``parallel`` at a time
     (plus one in standby, see the module docstring). Returns {run_id: summary} for the whole
-    grid. Any exit stops every worker first; a system error while training (``OSError``,
-    ``MemoryError``) is raised as :class:`GridStopped`."""
+    grid; ``on_result(run_id)`` follows each run trained here. Any exit stops every worker
+    first; a system error while training (``OSError``, ``MemoryError``) is raised as
+    :class:`GridStopped`."""
     console = console or Console()
     out = Path(out)
     summaries = finished_runs(runs, out)
@@ -230,6 +238,8 @@ def run_grid(
             progress.console.print(
                 f"{a.spec['run_id']}: {_outcome(summary)} ({time.perf_counter() - a.started:.1f} s)"
             )
+            if on_result is not None:
+                on_result(a.spec["run_id"])
 
         try:
             while todo or active:
@@ -307,9 +317,12 @@ class Executor(Protocol):
 
 
 class LocalExecutor:
-    """Worker processes on this machine (:func:`run_grid`)."""
+    """Worker processes on this machine (:func:`run_grid`); ``on_result`` as there."""
 
     name: ClassVar[str] = "local"
+
+    def __init__(self, on_result: OnResult | None = None) -> None:
+        self.on_result = on_result
 
     def run(
         self,
@@ -319,7 +332,7 @@ class LocalExecutor:
         console: Console,
         show_progress: bool,
     ) -> dict[str, dict[str, Any]]:
-        return run_grid(runs, out, parallel, console, show_progress)
+        return run_grid(runs, out, parallel, console, show_progress, self.on_result)
 
 
 RAY_EXTRA = "pip install 'normlab[ray]'"
@@ -358,9 +371,10 @@ class RayExecutor:
 
     name: ClassVar[str] = "ray"
 
-    def __init__(self, address: str | None = None) -> None:
+    def __init__(self, address: str | None = None, on_result: OnResult | None = None) -> None:
         """Check that Ray can be imported and, when given, that ``address`` can be reached;
-        raises ``ValueError`` naming the option otherwise."""
+        raises ``ValueError`` naming the option otherwise. ``on_result(run_id)`` follows each
+        run's end (:func:`run_grid`)."""
         try:
             import ray  # noqa: F401
         except ImportError:
@@ -370,6 +384,7 @@ class RayExecutor:
         if address is not None:
             _check_address(address)
         self.address = address
+        self.on_result = on_result
 
     def _init(self) -> bool:
         """Join the cluster (or start a local instance); True when this call started Ray."""
@@ -446,6 +461,8 @@ class RayExecutor:
                             f"{spec['run_id']}: {_outcome(summary)} "
                             f"({time.perf_counter() - begun:.1f} s)"
                         )
+                        if self.on_result is not None:
+                            self.on_result(spec["run_id"])
         except BaseException:
             for ref in pending:
                 ray.cancel(ref, force=True)
@@ -474,10 +491,11 @@ class RayExecutor:
             return summary
 
 
-def make_executor(scale: ScaleSettings) -> Executor:
-    """The executor ``scale.executor`` names (checked: ``ValueError`` naming the option)."""
+def make_executor(scale: ScaleSettings, on_result: OnResult | None = None) -> Executor:
+    """The executor ``scale.executor`` names (checked: ``ValueError`` naming the option), which
+    calls ``on_result(run_id)`` as each run ends."""
     if scale.executor == "local":
-        return LocalExecutor()
+        return LocalExecutor(on_result)
     if scale.executor == "ray":
-        return RayExecutor(scale.ray_address)
+        return RayExecutor(scale.ray_address, on_result)
     raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {scale.executor!r}")

@@ -26,7 +26,12 @@ from rich.markup import escape
 
 from normlab.experiment.config import ScriptConfig
 from normlab.experiment.execution.environment import default_threads, environment
-from normlab.experiment.execution.executors import Executor, LocalExecutor, finished_runs
+from normlab.experiment.execution.executors import (
+    Executor,
+    LocalExecutor,
+    finished_runs,
+    is_done,
+)
 from normlab.experiment.execution.lock import OutputLock
 from normlab.experiment.execution.runner import (
     AfterTraining,
@@ -39,7 +44,11 @@ from normlab.experiment.execution.summaries import crashed_summary
 from normlab.run_format import FACTORS, run_id
 from normlab.run_format.folder import (
     create_run,
+    has_run_config,
+    read_experiment,
     read_fingerprint,
+    read_run_config,
+    read_summary,
     run_dir,
     runs_path,
     write_experiment,
@@ -48,11 +57,13 @@ from normlab.run_format.folder import (
 
 __all__ = [
     "PAIRING_ERROR",
+    "check_planned_seed",
     "check_script_pairing",
     "fingerprint_difference",
     "plan_script_experiment",
     "plan_script_runs",
     "run_script_experiment",
+    "settled_runs",
 ]
 
 PAIRING_ERROR = "pairing guard"
@@ -241,3 +252,37 @@ def check_script_pairing(
             f"batch) was not called), so their pairing was not checked: {', '.join(unchecked)}"
         )
     return refused
+
+
+def settled_runs(summaries: dict[str, dict[str, Any]]) -> list[str]:
+    """The runs of ``summaries`` ({run_id: summary}) whose result is final: every run of their
+    seed has a result (finished or diverged), so the seed's pairing check has been made on all
+    its arms and a later command cannot refuse it. In the order of ``summaries``."""
+    complete: dict[Any, bool] = {}
+    for summary in summaries.values():
+        seed = summary.get("seed")
+        complete[seed] = complete.get(seed, True) and is_done(summary)
+    return [r for r, s in summaries.items() if complete.get(s.get("seed")) and is_done(s)]
+
+
+def check_planned_seed(out: Path, run: str, console: Console) -> list[str]:
+    """After ``normlab compare --out OUT --run RUN`` trained the planned script run ``run``:
+    once every run of its seed that ``experiment.json`` lists has a result, apply the pairing
+    guard to that seed (:func:`check_script_pairing`, which refuses it if its arms' fingerprints
+    disagree) and return the seed's runs that keep a result (:func:`settled_runs`); [] while
+    another run of the seed has none. So the guard holds for runs trained one by one from any
+    scheduler: the last run of each seed to end checks it."""
+    out = Path(out)
+    seed = read_run_config(run_dir(out, run)).get("seed")
+    specs = []
+    for other in read_experiment(out).get("runs", []):
+        folder = run_dir(out, other)
+        if has_run_config(folder):
+            spec = read_run_config(folder)
+            if spec.get("seed") == seed:
+                specs.append(spec)
+    summaries = {s["run_id"]: read_summary(run_dir(out, s["run_id"])) or {} for s in specs}
+    if not all(is_done(s) for s in summaries.values()):
+        return []
+    summaries.update(check_script_pairing(specs, out, console))
+    return settled_runs(summaries)
