@@ -168,7 +168,8 @@ _ROWS = [*_curve("ln_s0", 2, 0.0), *_curve("rms_s0", 2, 0.1), *_curve("ln_s1", 2
             {"--arm-from": "^(.+)_s"},
             "--arm-from: the arms 'LN' and 'ln' differ only in case",
         ),
-        (_ROWS, {"--margin": None}, "--margin: expected the difference in val_loss"),
+        (_ROWS, {"--margin": "0"}, "--margin: expected the difference in val_loss"),
+        (_ROWS, {"--margin": "nan"}, "--margin: expected the difference in val_loss"),
         (_ROWS, {"--baseline": "gn"}, "--baseline: 'gn' is not an arm"),
         (_ROWS, {"--out": None}, "--out: expected the folder"),
         (_ROWS, {"--import": None}, "--arm-from: an option of --import"),
@@ -219,3 +220,22 @@ def test_a_metric_of_any_name_is_plotted_and_its_direction_kept(tmp_path: Path) 
     assert any(d == pytest.approx([0.6, 0.7]) for d in drawn), drawn
     lines = answer_lines(analyze(folder))
     assert "(arm − a, higher is better)" in lines[1]
+
+
+def test_without_a_margin_tight_pairs_are_never_called_equivalent(tmp_path: Path) -> None:
+    """``--margin`` left out: experiment.json records none, and paired differences that a margin
+    of 0.1 would call equivalent get no equivalence verdict (the report builds all the same)."""
+    rows = []
+    for seed, diff in enumerate((0.001, -0.001, 0.002, 0.0)):
+        rows += _curve(f"ln_s{seed}", 2, 0.1 * seed) + _curve(f"rms_s{seed}", 2, 0.1 * seed + diff)
+    csv = _write_csv(tmp_path / "r.csv", rows)
+    with_margin, without = tmp_path / "with", tmp_path / "without"
+    import_runs(f"csv:{csv}", *RULES, "val_loss", with_margin, margin=0.1)
+    import_runs(f"csv:{csv}", *RULES, "val_loss", without)
+    assert read_experiment(without)["margin"] is None
+    judged = analyze(load_compare_folder(with_margin))["comparisons"]["rms"]["final_val_loss"]
+    assert judged["verdict"] == "equivalent", judged
+    unjudged = analyze(load_compare_folder(without))["comparisons"]["rms"]["final_val_loss"]
+    assert unjudged["verdict"] != "equivalent", unjudged
+    result = CliRunner().invoke(app, ["report", str(without)])
+    assert result.exit_code == 0, result.output

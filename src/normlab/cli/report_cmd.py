@@ -103,7 +103,8 @@ def report(
         float | None,
         typer.Option(
             help="With --import: the difference in the metric that does not matter (the "
-            "equivalence margin, in the metric's unit; needed)."
+            "equivalence margin, in the metric's unit). Without it the verdict is better, "
+            "worse or not determined, never equivalent."
         ),
     ] = None,
     baseline: Annotated[

@@ -224,7 +224,7 @@ class ImportPlan:
     path: Path
     metric: str
     lower_is_better: bool
-    margin: float
+    margin: float | None
     arm_rule: RunRule
     seed_rule: RunRule
     arms: list[str]
@@ -278,11 +278,10 @@ def _check_options(metric: str, margin: float | None) -> None:
             "--metric: expected the name of the metric that decides quality, as the tracker "
             "logged it (e.g. --metric val_loss)"
         )
-    if margin is None or not math.isfinite(margin) or margin <= 0:
-        got = "" if margin is None else f", got {margin!r}"
+    if margin is not None and (not math.isfinite(margin) or margin <= 0):
         raise TrackerImportError(
             f"--margin: expected the difference in {metric} that does not matter to you (the "
-            f"equivalence margin, in its unit, e.g. --margin 0.01; a number > 0){got}"
+            f"equivalence margin, in its unit, e.g. --margin 0.01; a number > 0), got {margin!r}"
         )
 
 
@@ -394,7 +393,7 @@ def plan_import(
         path=path,
         metric=metric,
         lower_is_better=lower_is_better,
-        margin=float(margin),  # type: ignore[arg-type]
+        margin=None if margin is None else float(margin),
         arm_rule=arm_rule,
         seed_rule=seed_rule,
         arms=[base, *(a for a in arms if a != base)],
