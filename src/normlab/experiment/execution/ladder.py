@@ -195,10 +195,16 @@ def check_ladder_out(out: Path) -> None:
         )
 
 
-def prepare_ladder(plan: LadderPlan, out: Path) -> None:
-    """Create ``out`` and write ``ladder.json`` (after :func:`check_ladder_out`)."""
+def prepare_ladder(plan: LadderPlan, out: Path, sweep: dict[str, Any] | None = None) -> None:
+    """Create ``out`` and write ``ladder.json`` (after :func:`check_ladder_out`), with the
+    learning-rate sweep's plan under ``lr_sweep`` when there is one (``rates``,
+    ``tuning_seeds``, ``swept``: the rungs swept, ``chosen_at``: {rung: the swept rung whose
+    best rates it runs}; :mod:`normlab.experiment.execution.lr_sweep`)."""
     out.mkdir(parents=True, exist_ok=True)
-    run_folder.write_ladder_plan(out, plan.record())
+    record = plan.record()
+    if sweep is not None:
+        record["lr_sweep"] = sweep
+    run_folder.write_ladder_plan(out, record)
 
 
 def for_each_rung(
