@@ -36,6 +36,7 @@ __all__ = [
     "optimum_alignment",
     "select_learning_rates",
     "sweep_lines",
+    "tuning_seed_words",
     "tuning_seeds",
 ]
 
@@ -215,6 +216,11 @@ def _rates(values: Sequence[float]) -> str:
     return ", ".join(f"{v:g}" for v in values)
 
 
+def tuning_seed_words(seeds: Sequence[int]) -> str:
+    """``tuning seed 3`` or ``tuning seeds 3, 4``."""
+    return f"tuning seed{'' if len(seeds) == 1 else 's'} {', '.join(map(str, seeds))}"
+
+
 def sweep_lines(record: Mapping[str, Any], metric: str = "loss") -> list[str]:
     """The sweep record (:func:`lr_sweep_record`, as summary.json holds it) in words, one
     sentence a line: per swept setting each arm's best rate and its mean ``metric`` on the
@@ -229,8 +235,8 @@ def sweep_lines(record: Mapping[str, Any], metric: str = "loss") -> list[str]:
         )
         rates = sorted({p["rate"] for c in by_arm.values() for p in c["points"]})
         lines.append(
-            f"learning-rate sweep at {setting} (rates {_rates(rates)}; tuning seeds "
-            f"{', '.join(map(str, seeds))}): {best}"
+            f"learning-rate sweep at {setting} (rates {_rates(rates)}; "
+            f"{tuning_seed_words(seeds)}): {best}"
         )
         for arm, c in by_arm.items():
             if c["edge"] is not None:
@@ -254,5 +260,6 @@ def sweep_lines(record: Mapping[str, Any], metric: str = "loss") -> list[str]:
         for a in record.get("alignment", []):
             at = ", ".join(f"{r:g} at {s}" for s, r in a["best"].items())
             verdict = "lines up" if a["aligned"] else "does not line up (more than one sweep step)"
-            lines.append(f"optimum of {a['arm']}: {at}, {a['steps']} sweep steps apart: {verdict}")
+            apart = f"{a['steps']} sweep step{'' if a['steps'] == 1 else 's'} apart"
+            lines.append(f"optimum of {a['arm']}: {at}, {apart}: {verdict}")
     return lines
