@@ -169,8 +169,15 @@ def test_tiny_ladder_with_a_sweep_end_to_end_and_resumed(
     out = tmp_path / "out"
     args = ["--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2", "--out", str(out)]
     sweep = ["--lr-sweep", "0.001,0.03", "--tuning-seeds", "1"]
+    code, first = _invoke(tmp_path, corpus, *args, *sweep, "--no-report")
+    assert code == 0, first
+    assert "the sweep's highest" in first or "the sweep's lowest" in first  # 2 rates: an edge
+    assert len(in_process.trained) == 2 * 2 * 2 + 2 * 2 * 2  # tuning + evaluation runs
+
+    in_process.trained.clear()  # the same command again: every run is reused, reports built
     code, output = _invoke(tmp_path, corpus, *args, *sweep)
     assert code == 0, output
+    assert in_process.trained == []
     ladder = json.loads((out / ANALYSIS_FILE).read_text())[LADDER_KEY]
     check_ladder(ladder)
     lr = ladder["learning_rates"]
@@ -183,7 +190,7 @@ def test_tiny_ladder_with_a_sweep_end_to_end_and_resumed(
             assert all(p["n"] + p["n_diverged"] == 1 for p in curve["points"])
             best = min((p for p in curve["points"] if not p["n_diverged"]), key=lambda p: p["mean"])
             assert curve["best"] == best["rate"] == lr["chosen"][setting][arm]
-            assert curve["edge"] is not None  # two rates: the best is always at an edge
+            assert curve["edge"] is not None
             tuning = run_folder.sweep_path(out, best["rate"], setting) / "runs" / f"{arm}__s2"
             assert (tuning / "summary.json").is_file()
         experiment = run_folder.read_experiment(out / setting)
@@ -194,19 +201,11 @@ def test_tiny_ladder_with_a_sweep_end_to_end_and_resumed(
                 spec = run_folder.read_run_config(out / setting / "runs" / f"{arm}__s{seed}")
                 assert spec["train"]["lr"] == lr["chosen"][setting][arm]
         assert "each arm at its own best rate" in (out / setting / "report.md").read_text()
-    assert "the sweep's highest" in output or "the sweep's lowest" in output
     assert (out / plot_path("lr_sweep")).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "## Learning rates" in report and "extend --lr-sweep" in report
     last = output.strip().splitlines()[-1]
     assert last == ladder["arms"]["rmsnorm-pre"]["prediction"]["sentence"]
-    assert len(in_process.trained) == 2 * 2 * 2 + 2 * 2 * 2  # tuning + evaluation runs
-
-    in_process.trained.clear()  # the same command again: every run is reused
-    code, again = _invoke(tmp_path, corpus, *args, *sweep)
-    assert code == 0, again
-    assert in_process.trained == []
-    assert json.loads((out / ANALYSIS_FILE).read_text())[LADDER_KEY]["learning_rates"] == lr
 
 
 def test_tuning_seeds_stay_clear_of_every_seed_the_rounds_may_add() -> None:
@@ -217,3 +216,26 @@ def test_tuning_seeds_stay_clear_of_every_seed_the_rounds_may_add() -> None:
     assert _tuning_seeds(cfg, (8, 60.0)) == [8, 9]
     listed = validate_config({"seeds": [5, 1], "lr_sweep": [1e-3, 1e-2]})
     assert _tuning_seeds(listed, (4, 60.0)) == [6, 7]  # seeds 5, 1, 0, 2 evaluate
+
+
+def test_a_ladder_until_decided_runs_the_rounds_in_each_rung(
+    tmp_path: Path, corpus: Path, in_process: InProcess
+) -> None:
+    from normlab.analysis.ladder_folder import analyze_ladder
+    from normlab.run_format import SEQUENTIAL_FILE
+
+    out = tmp_path / "out"
+    code, output = _invoke(
+        tmp_path, corpus, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2",
+        "--until-decided", "--max-seeds", "3", "--no-report", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    seeds = {}
+    for setting in ("d_model=8", "d_model=16"):
+        state = json.loads((out / setting / SEQUENTIAL_FILE).read_text())
+        assert state["looks"][0]["n_seeds"] == 2
+        seeds[setting] = run_folder.read_experiment(out / setting)["seeds"]
+        assert seeds[setting] in ([0, 1], [0, 1, 2])
+        assert seeds[setting] == list(range(state["looks"][-1]["n_seeds"]))
+    rungs = analyze_ladder(out, n_boot=200)["arms"]["rmsnorm-pre"]["rungs"]
+    assert {r["setting"]: r["n"] for r in rungs} == {s: len(v) for s, v in seeds.items()}
