@@ -239,3 +239,26 @@ def test_a_ladder_until_decided_runs_the_rounds_in_each_rung(
         assert seeds[setting] == list(range(state["looks"][-1]["n_seeds"]))
     rungs = analyze_ladder(out, n_boot=200)["arms"]["rmsnorm-pre"]["rungs"]
     assert {r["setting"]: r["n"] for r in rungs} == {s: len(v) for s, v in seeds.items()}
+
+
+def test_a_sweep_without_a_ladder_compares_each_arm_at_its_best_rate(
+    tmp_path: Path, corpus: Path, in_process: InProcess
+) -> None:
+    out = tmp_path / "out"
+    code, output = _invoke(
+        tmp_path, corpus, "--seeds", "1", "--steps", "2", "--lr-sweep", "0.001,0.03",
+        "--tuning-seeds", "1", "--no-report", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    assert len(in_process.trained) == 2 * 2 + 2
+    chosen = run_folder.read_experiment(out)["learning_rates"]
+    for arm, rate in chosen.items():
+        assert run_folder.read_run_config(out / "runs" / f"{arm}__s0")["train"]["lr"] == rate
+        tuning = {
+            r: run_folder.read_summary(run_folder.sweep_path(out, r) / "runs" / f"{arm}__s1")
+            for r in (0.001, 0.03)
+        }
+        finished = {r: s["final_val_bpb"] for r, s in tuning.items() if s["status"] == "finished"}
+        assert rate == min(finished, key=finished.__getitem__)
+    shown = ", ".join(f"{a} {r:g}" for a, r in chosen.items())
+    assert f"this size: each arm at its own best rate: {shown}" in output

@@ -394,7 +394,8 @@ def paired_description(
     cfg: ExperimentConfig, runs: list[dict[str, Any]], device: str, threads: int
 ) -> str:
     """The line that says what the grid varies and what it costs: only the factors with more
-    than one value differ (the norm, the placement, or both), each count with its plural."""
+    than one value differ (the norm, the placement, or both), and each arm's own learning rate
+    when the config gives per-arm rates, each count with its plural."""
     values = {
         "norm": list(cfg.norms),
         "placement": list(cfg.placements),
@@ -410,6 +411,9 @@ def paired_description(
         and (f, values[f]) != ("precision", [DEFAULT_PRECISION])
     ]  # float32, the default precision, goes without saying
     fixed_text = f" ({', '.join(fixed)} for all)" if fixed else ""
+    if cfg.train.arm_lr:
+        shown = ", ".join(f"{a} {cfg.arm_lr(a):g}" for a in cfg.arm_names())
+        fixed_text += f", each arm at its own peak learning rate ({shown})"
     steps = runs[0]["train"]["steps"]
     seeds = len({r["seed"] for r in runs})
     return (
