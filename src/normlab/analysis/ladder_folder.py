@@ -7,7 +7,10 @@ testbed's quality metric (arm − baseline; only runs whose status counts for th
 by seed), at N = the rung's baseline parameter count (``experiment.json``'s
 ``parameter_counts``). Then :func:`normlab.analysis.ladder.ladder_record` per arm (the fit
 d = a + b·log₁₀ N and the calibrated prediction interval at the target) and
-:func:`normlab.analysis.ladder.ladder_summary`.
+:func:`normlab.analysis.ladder.ladder_summary`. With a learning-rate sweep (``ladder.json``'s
+``lr_sweep``: the rates, the tuning seeds, the swept rungs and the rung each one's rates were
+chosen at), each swept rung's curves are read from its tuning folders
+(:mod:`normlab.analysis.lr_sweep_folder`) into the record's ``learning_rates``.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from normlab.analysis.ladder import Rung, ladder_record, ladder_summary, paired_rung
+from normlab.analysis.lr_sweep import lr_sweep_record
+from normlab.analysis.lr_sweep_folder import read_sweep
 from normlab.analysis.runs import CompareFolder, load_compare_folder
 from normlab.run_format import folder as run_folder
 from normlab.run_format import testbed_format
 
-__all__ = ["analyze_ladder", "load_rungs"]
+__all__ = ["analyze_ladder", "ladder_sweep", "load_rungs"]
 
 
 def load_rungs(out: Path) -> tuple[dict[str, Any], dict[str, CompareFolder]]:
@@ -55,6 +60,23 @@ def _rung_size(folder: CompareFolder) -> float:
             "experiment.json"
         )
     return float(entry["n_params"])
+
+
+def ladder_sweep(out: Path, plan: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``learning_rates`` record (:func:`normlab.analysis.lr_sweep.lr_sweep_record`) of
+    the ladder folder ``out`` from its tuning folders, or None when ``plan`` (ladder.json) has
+    no ``lr_sweep``."""
+    sweep = plan.get("lr_sweep")
+    if not sweep:
+        return None
+    curves = {}
+    for setting in sweep["swept"]:
+        folders = {float(r): run_folder.sweep_path(out, float(r), setting) for r in sweep["rates"]}
+        try:
+            curves[setting] = read_sweep(folders)[1]
+        except ValueError as err:
+            raise ValueError(f"ladder: learning-rate sweep at {setting}: {err}") from None
+    return lr_sweep_record(curves, sweep["tuning_seeds"], sweep["chosen_at"])
 
 
 def analyze_ladder(out: Path, n_boot: int | None = None) -> dict[str, Any]:
@@ -97,4 +119,4 @@ def analyze_ladder(out: Path, n_boot: int | None = None) -> dict[str, Any]:
                 **extra,
             )
         )
-    return ladder_summary(records)
+    return ladder_summary(records, ladder_sweep(out, plan))

@@ -14,6 +14,7 @@ its best rate. For one arm, with L_ir the loss of tuning seed i at rate r:
 
 Under μP the optimum found at one width should hold at every width; :func:`optimum_alignment`
 reports each arm's r* per width and how many sweep steps apart they lie.
+:func:`sweep_lines` says all of it in words (the terminal and the ladder report print them).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ __all__ = [
     "lr_sweep_record",
     "optimum_alignment",
     "select_learning_rates",
+    "sweep_lines",
+    "tuning_seed_words",
     "tuning_seeds",
 ]
 
@@ -176,13 +179,23 @@ def tuning_seeds(count: int, evaluation_seeds: Iterable[int]) -> list[int]:
 
 
 def lr_sweep_record(
-    curves: Mapping[str, Mapping[str, LrCurve]], seeds: Sequence[int] = ()
+    curves: Mapping[str, Mapping[str, LrCurve]],
+    seeds: Sequence[int] = (),
+    chosen_at: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The sweep as a JSON-ready dict: ``tuning_seeds``, ``settings``: {setting: {arm: {best,
-    best_mean, edge, points: [{rate, n, n_diverged, mean, sd, low, high}]}}}, and
-    ``alignment``: [{arm, best: {setting: rate}, steps, aligned}]."""
+    best_mean, edge, points: [{rate, n, n_diverged, mean, sd, low, high}]}}}, ``alignment``:
+    [{arm, best: {setting: rate}, steps, aligned}], ``chosen_at``: {rung: the setting whose
+    best rates it runs} (``chosen_at`` given, else every swept setting its own) and ``chosen``:
+    {rung: {arm: the rate its comparison runs the arm at}}."""
+    where = dict(chosen_at) if chosen_at is not None else {s: s for s in curves}
+    missing = [f"{r} ← {s}" for r, s in where.items() if s not in curves]
+    if missing:
+        raise ValueError(f"chosen_at: expected swept settings, got {', '.join(missing)}")
     return {
         "tuning_seeds": [int(s) for s in seeds],
+        "chosen_at": where,
+        "chosen": {r: {a: c.best for a, c in curves[s].items()} for r, s in where.items()},
         "settings": {
             s: {
                 arm: {
@@ -197,3 +210,56 @@ def lr_sweep_record(
         },
         "alignment": [asdict(a) for a in optimum_alignment(curves)],
     }
+
+
+def _rates(values: Sequence[float]) -> str:
+    return ", ".join(f"{v:g}" for v in values)
+
+
+def tuning_seed_words(seeds: Sequence[int]) -> str:
+    """``tuning seed 3`` or ``tuning seeds 3, 4``."""
+    return f"tuning seed{'' if len(seeds) == 1 else 's'} {', '.join(map(str, seeds))}"
+
+
+def sweep_lines(record: Mapping[str, Any], metric: str = "loss") -> list[str]:
+    """The sweep record (:func:`lr_sweep_record`, as summary.json holds it) in words, one
+    sentence a line: per swept setting each arm's best rate and its mean ``metric`` on the
+    tuning seeds; a best rate at the sweep's edge, with the way to extend it; a rate where a
+    tuning seed diverged; the rates each rung runs at; and, when the same arm was swept at
+    several settings, whether its optimum lines up (:func:`optimum_alignment`)."""
+    seeds = record.get("tuning_seeds", [])
+    lines = []
+    for setting, by_arm in record["settings"].items():
+        best = "; ".join(
+            f"{arm} best {c['best']:g} ({metric} {c['best_mean']:.4f})" for arm, c in by_arm.items()
+        )
+        rates = sorted({p["rate"] for c in by_arm.values() for p in c["points"]})
+        lines.append(
+            f"learning-rate sweep at {setting} (rates {_rates(rates)}; "
+            f"{tuning_seed_words(seeds)}): {best}"
+        )
+        for arm, c in by_arm.items():
+            if c["edge"] is not None:
+                way = "lower" if c["edge"] == "lowest" else "higher"
+                lines.append(
+                    f"warning: at {setting} the best rate of {arm} ({c['best']:g}) is the "
+                    f"sweep's {c['edge']}; its optimum may lie beyond it: extend --lr-sweep to "
+                    f"{way} rates"
+                )
+            diverged = [p["rate"] for p in c["points"] if p["n_diverged"]]
+            if diverged:
+                lines.append(
+                    f"note: at {setting} a tuning seed of {arm} diverged at {_rates(diverged)}"
+                )
+    for rung, setting in record.get("chosen_at", {}).items():
+        rates = record["chosen"][rung]
+        source = "" if rung == setting else f" (chosen at {setting})"
+        shown = ", ".join(f"{a} {r:g}" for a, r in rates.items())
+        lines.append(f"{rung}: each arm at its own best rate{source}: {shown}")
+    if len(record["settings"]) > 1:
+        for a in record.get("alignment", []):
+            at = ", ".join(f"{r:g} at {s}" for s, r in a["best"].items())
+            verdict = "lines up" if a["aligned"] else "does not line up (more than one sweep step)"
+            apart = f"{a['steps']} sweep step{'' if a['steps'] == 1 else 's'} apart"
+            lines.append(f"optimum of {a['arm']}: {at}, {apart}: {verdict}")
+    return lines

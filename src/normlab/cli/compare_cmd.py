@@ -56,7 +56,16 @@ LADDER_HELP = (
     "size, each in OUT/KEY=v/, with the same arms, seeds, data and fixed --steps in every rung "
     "(the steps do not follow the size); then the difference against the parameter count, a "
     "line in log N and its prediction interval at --target-params. Under --parametrization mup "
-    "the base width is the smallest rung."
+    "the base width is the smallest rung. With --until-decided each rung adds seeds in rounds "
+    "until decided (--max-time per rung), and the fit uses the seeds each rung has."
+)
+LR_SWEEP_HELP = (
+    "Learning rates to try, e.g. 1e-3,3e-3,1e-2: each arm is trained at each rate on "
+    "--tuning-seeds seeds after the evaluation seeds (in OUT/lr-sweep/), its best rate (lowest "
+    "mean quality metric, no tuning seed diverged) is chosen, and the comparison runs each arm "
+    "at its own best rate; a best rate at the sweep's edge is flagged. With --ladder: per rung "
+    "under sp; under --parametrization mup at the smallest rung (the choice) and the largest "
+    "(the check that the optimum lines up). Not with --lr or --plan."
 )
 MAX_SEEDS_HELP = "With --until-decided: the most seeds per arm (the last planned look)."
 MAX_TIME_HELP = (
@@ -111,6 +120,8 @@ FLAG_KEYS = {
     "parametrization": "model.parametrization",
     "ladder": "ladder",
     "target_params": "target_params",
+    "lr_sweep": "lr_sweep",
+    "tuning_seeds": "tuning_seeds",
     "tokenizer": "data.tokenizer",
     "text_field": "data.text_field",
     "bpe_merges": "data.bpe_merges",
@@ -228,6 +239,10 @@ def compare(
     target_params: Annotated[
         float | None, typer.Option(help=flag_help(FLAG_KEYS["target_params"]))
     ] = None,
+    lr_sweep: Annotated[str | None, typer.Option(help=LR_SWEEP_HELP)] = None,
+    tuning_seeds: Annotated[
+        int | None, typer.Option(help=flag_help(FLAG_KEYS["tuning_seeds"]))
+    ] = None,
     tokenizer: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["tokenizer"]))] = None,
     text_field: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["text_field"]))] = None,
     bpe_merges: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["bpe_merges"]))] = None,
@@ -342,23 +357,26 @@ def _compare(flags: dict[str, Any]) -> None:
         check_installed(cfg.log_to)
     except ValueError as err:
         raise fail("compare", err, EXIT_REFUSED) from None
+    if isinstance(cfg, ExperimentConfig) and cfg.lr_sweep is not None and plan:
+        raise fail(
+            "compare",
+            "--plan: not available with --lr-sweep (the comparison's rates come from the tuning "
+            "runs' results); run without --plan",
+            EXIT_BAD_CONFIG,
+        )
+    if until_decided:
+        args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
+    rounds = (max_seeds, max_time) if until_decided else None
     if isinstance(cfg, ExperimentConfig) and cfg.ladder is not None:
-        if until_decided:
-            raise fail(
-                "compare",
-                "--until-decided: not available with --ladder (each rung trains the --seeds given)",
-                EXIT_BAD_CONFIG,
-            )
-        _ladder(cfg, out, console, args, plan=plan, report=report, started=started)
+        _ladder(cfg, out, console, args, plan=plan, report=report, started=started, rounds=rounds)
         return
     if isinstance(cfg, ExperimentConfig) and cfg.target_params is not None:
         raise fail("compare", "--target-params: only with --ladder", EXIT_BAD_CONFIG)
-    if until_decided:
-        args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
     if plan:
         _plan(cfg, out)
         return
-    rounds = (max_seeds, max_time) if until_decided else None
+    if isinstance(cfg, ExperimentConfig) and cfg.lr_sweep is not None:
+        cfg = _plain_sweep(cfg, out, console, args, rounds)
     summaries = _train(cfg, out, console, args, report=report, rounds=rounds)
     _check_results(console, summaries, out, started)
     if report:
@@ -436,7 +454,7 @@ def _script_config(
 
 _LIST_FLAGS = ("norms", "placements", "precision", "log_to")
 """Flags given as comma-separated lists."""
-_RECORDED_AS_GIVEN = ("seeds", "norms", "placements", "ladder")
+_RECORDED_AS_GIVEN = ("seeds", "norms", "placements", "ladder", "lr_sweep")
 """Flags whose text, not its parsed value, is recorded for the settling command."""
 
 
@@ -459,7 +477,25 @@ def _config_flags(flags: dict[str, Any]) -> dict[str, Any]:
             given["ladder"] = parse_ladder(given["ladder"])
         except ValueError as err:
             raise fail("compare", err, EXIT_BAD_CONFIG) from None
+    if given["lr_sweep"] is not None:
+        given["lr_sweep"] = parse_rates(given["lr_sweep"])
     return given
+
+
+def parse_rates(text: str) -> list[float]:
+    """``"1e-3,3e-3,1e-2"`` → [0.001, 0.003, 0.01]; exits with :data:`EXIT_BAD_CONFIG` and one
+    line naming ``--lr-sweep`` when an item is not a number (the rates' own rules are
+    :func:`normlab.experiment.config.check_lr_sweep`'s)."""
+    items = [t.strip() for t in text.split(",") if t.strip()]
+    try:
+        return [float(t) for t in items]
+    except ValueError:
+        raise fail(
+            "compare",
+            f"--lr-sweep: expected comma-separated learning rates (e.g. 1e-3,3e-3,1e-2), got "
+            f"{text!r}",
+            EXIT_BAD_CONFIG,
+        ) from None
 
 
 def _validated_config(
@@ -474,6 +510,7 @@ def _validated_config(
         merged = build_config_dict(config, overrides)
         check_scale_options(merged)
         route_parametrization(merged, given)
+        check_lr_sweep_options(merged)
         return validate_config(merged)
     except (ConfigError, ValueError) as err:
         raise fail("compare", err, EXIT_BAD_CONFIG) from None
@@ -727,6 +764,21 @@ def route_parametrization(merged: dict[str, Any], given: dict[str, Any]) -> None
     lm["parametrization"] = value
 
 
+def check_lr_sweep_options(merged: dict[str, Any]) -> None:
+    """Raise ``ValueError`` with one line naming the option (``--lr-sweep``,
+    ``--tuning-seeds``, ``--lr``) when the merged config (file and flags) asks for a sweep that
+    :func:`normlab.experiment.config.check_lr_sweep` refuses; values of the wrong type are left
+    to the config's validation."""
+    from normlab.experiment.config import check_lr_sweep
+
+    rates, seeds = merged.get("lr_sweep"), merged.get("tuning_seeds")
+    if not (rates is None or isinstance(rates, list)):
+        return
+    train = merged.get("train")
+    lr_given = isinstance(train, dict) and train.get("lr") is not None
+    check_lr_sweep(rates, seeds, lr_given)
+
+
 def check_scale_options(merged: dict[str, Any]) -> None:
     """Raise ``ValueError`` with one line naming the option (``--nproc-per-node``, ``--fsdp``,
     ``--executor``, …) when the ``scale`` section of the merged config (file and flags) does not
@@ -849,13 +901,18 @@ def _ladder(
     plan: bool,
     report: bool,
     started: float,
+    rounds: tuple[int, float] | None = None,
 ) -> None:
     """``--ladder``: check the ladder (:func:`normlab.experiment.execution.ladder.plan_ladder`)
-    and ``--out`` before anything is written, write ``ladder.json``, then per rung what a
-    compare does (``--plan``: prepare and list its runs as ``<setting>/<run_id>``; else train
-    it and build its report), and last the ladder's report, whose prediction sentence is the
-    terminal's last line."""
+    and ``--out`` before anything is written, write ``ladder.json``, then with ``--lr-sweep``
+    the tuning runs of the swept rungs and each arm's choice
+    (:mod:`normlab.experiment.execution.lr_sweep`), then per rung what a compare does
+    (``--plan``: prepare and list its runs as ``<setting>/<run_id>``; else train it, in
+    ``--until-decided`` rounds when ``rounds`` holds (max seeds, max time), and build its
+    report), and last the ladder's report, whose prediction sentence is the terminal's last
+    line."""
     from normlab.experiment.execution.ladder import check_ladder_out, plan_ladder, prepare_ladder
+    from normlab.experiment.execution.lr_sweep import sweep_plan
 
     if len(cfg.seed_list()) < 2:
         raise fail(
@@ -868,6 +925,17 @@ def _ladder(
         ladder_plan = plan_ladder(cfg)
     except ValueError as err:
         raise fail("compare", err, EXIT_BAD_CONFIG) from None
+    sweep = sweep_plan(ladder_plan) if cfg.lr_sweep is not None else None
+    sweep_record = None
+    if sweep is not None:
+        assert cfg.lr_sweep is not None
+        seeds = _tuning_seeds(cfg, rounds)
+        sweep_record = {
+            "rates": sorted(cfg.lr_sweep),
+            "tuning_seeds": seeds,
+            "swept": list(sweep.swept),
+            "chosen_at": sweep.chosen_at,
+        }
     try:
         check_ladder_out(out)
         if not plan:
@@ -876,8 +944,11 @@ def _ladder(
             make_executor(cfg.scale)
     except ValueError as err:
         raise fail("compare", err, EXIT_REFUSED) from None
-    prepare_ladder(ladder_plan, out)
-    rungs = zip(ladder_plan.settings, ladder_plan.configs, ladder_plan.n_params, strict=True)
+    prepare_ladder(ladder_plan, out, sweep_record)
+    configs = list(ladder_plan.configs)
+    if sweep is not None and sweep_record is not None:
+        configs = _ladder_sweep(ladder_plan, out, console, args, sweep_record)
+    rungs = zip(ladder_plan.settings, configs, ladder_plan.n_params, strict=True)
     if plan:
         err_console = Console(stderr=True)
         ids: list[str] = []
@@ -903,11 +974,109 @@ def _ladder(
     for setting, rung_cfg, n in rungs:
         console.print(f"rung {setting}: {n:,} parameters")
         rung_out = run_folder.rung_path(out, setting)
-        done = _train(rung_cfg, rung_out, console, args, report=report, rounds=None)
+        done = _train(rung_cfg, rung_out, console, args, report=report, rounds=rounds)
         summaries.update({run_folder.ladder_run_id(setting, k): v for k, v in done.items()})
     _check_results(console, summaries, out, started)
     if report:
         _ladder_report(out, console)
+
+
+def _tuning_seeds(cfg: ExperimentConfig, rounds: tuple[int, float] | None) -> list[int]:
+    """The sweep's tuning seeds (:func:`normlab.analysis.lr_sweep.tuning_seeds`): after the
+    evaluation seeds, which under ``--until-decided`` are every seed the rounds may add (up to
+    ``--max-seeds``, :func:`normlab.experiment.execution.rounds.seed_sequence`)."""
+    from normlab.analysis.lr_sweep import tuning_seeds
+    from normlab.experiment.execution.rounds import seed_sequence
+
+    evaluation = cfg.seed_list()
+    if rounds is not None:
+        evaluation = seed_sequence(cfg, max(rounds[0], len(evaluation)))
+    return tuning_seeds(cfg.tuning_seed_count(), evaluation)
+
+
+def _sweep(
+    cfg: ExperimentConfig,
+    folders: dict[float, Path],
+    seeds: list[int],
+    console: Console,
+    args: list[str],
+    where: str,
+) -> tuple[str, dict[str, Any]]:
+    """Train every rate's tuning runs of ``cfg`` (each arm at that rate, on ``seeds``) into
+    ``folders`` ({rate: folder}; finished runs are kept) and read each arm's curve and best
+    rate: (the quality metric, {arm: :class:`normlab.analysis.lr_sweep.LrCurve`})."""
+    from normlab.analysis.lr_sweep_folder import read_sweep
+    from normlab.experiment.execution.lr_sweep import tuning_config
+
+    for rate, folder in folders.items():
+        console.print(
+            f"learning-rate sweep at {where}: every arm at {rate:g} on tuning seeds "
+            f"{', '.join(map(str, seeds))}"
+        )
+        _train(tuning_config(cfg, rate, seeds), folder, console, args, report=False, rounds=None)
+    try:
+        return read_sweep(folders)
+    except ValueError as err:
+        raise fail("compare", err, EXIT_STOPPED) from None
+
+
+def _print_sweep(console: Console, record: dict[str, Any], metric: str) -> None:
+    from normlab.analysis.lr_sweep import sweep_lines
+
+    for line in sweep_lines(record, metric):
+        console.print(escape(line), soft_wrap=True, highlight=False)
+
+
+def _ladder_sweep(
+    ladder_plan: Any, out: Path, console: Console, args: list[str], record: dict[str, Any]
+) -> list[ExperimentConfig]:
+    """The tuning runs of every swept rung (``record``: ladder.json's ``lr_sweep``), the words
+    of the choice, and each rung's config with its arms at their chosen rates."""
+    from normlab.analysis.lr_sweep import lr_sweep_record
+    from normlab.experiment.execution.lr_sweep import sweep_folders, with_arm_rates
+
+    by_setting = dict(zip(ladder_plan.settings, ladder_plan.configs, strict=True))
+    curves, metric = {}, ""
+    for setting in record["swept"]:
+        folders = sweep_folders(out, record["rates"], setting)
+        metric, curves[setting] = _sweep(
+            by_setting[setting], folders, record["tuning_seeds"], console, args, setting
+        )
+    choice = lr_sweep_record(curves, record["tuning_seeds"], record["chosen_at"])
+    _print_sweep(console, choice, metric)
+    return [with_arm_rates(by_setting[s], choice["chosen"][s]) for s in ladder_plan.settings]
+
+
+PLAIN_SWEEP_SETTING = "this size"
+"""How the words of a sweep without a ladder name its one setting."""
+
+
+def _plain_sweep(
+    cfg: ExperimentConfig,
+    out: Path,
+    console: Console,
+    args: list[str],
+    rounds: tuple[int, float] | None,
+) -> ExperimentConfig:
+    """``--lr-sweep`` without ``--ladder``: check ``--out`` (before anything is written), train
+    the tuning runs into ``OUT/lr-sweep/lr=<rate>/``, say the choice, and return ``cfg`` with
+    each arm at its best rate."""
+    from normlab.analysis.lr_sweep import lr_sweep_record
+    from normlab.experiment.execution.lr_sweep import sweep_folders, with_arm_rates
+    from normlab.experiment.execution.runner import check_out_contents, check_out_path
+
+    assert cfg.lr_sweep is not None
+    try:
+        check_out_path(out)
+        check_out_contents(out)
+    except ValueError as err:
+        raise fail("compare", err, EXIT_REFUSED) from None
+    seeds = _tuning_seeds(cfg, rounds)
+    metric, curves = _sweep(
+        cfg, sweep_folders(out, cfg.lr_sweep), seeds, console, args, PLAIN_SWEEP_SETTING
+    )
+    _print_sweep(console, lr_sweep_record({PLAIN_SWEEP_SETTING: curves}, seeds), metric)
+    return with_arm_rates(cfg, {arm: c.best for arm, c in curves.items()})
 
 
 def _ladder_report(out: Path, console: Console) -> None:

@@ -53,6 +53,7 @@ from normlab.trackers.exporting import TRACKER_KINDS, parse_kinds
 
 __all__ = [
     "DEFAULT_STEPS",
+    "DEFAULT_TUNING_SEEDS",
     "EXECUTORS",
     "AnomalySettings",
     "ConfigError",
@@ -61,6 +62,7 @@ __all__ = [
     "ScriptConfig",
     "TrainSettings",
     "arm_name",
+    "check_lr_sweep",
     "check_scale",
     "config_class",
     "describe_errors",
@@ -75,9 +77,13 @@ __all__ = [
 DEFAULT_STEPS = 600
 """Training steps when a config gives neither ``train.steps`` nor ``train.tokens`` (and its
 testbed has no default of its own)."""
-LADDER_FIELDS = ("ladder", "target_params")
-"""Fields of a ladder of compares (:mod:`normlab.experiment.execution.ladder`), not of one
-compare: each rung's config has them unset, and :meth:`ExperimentBase.dump` leaves them out."""
+LADDER_FIELDS = ("ladder", "target_params", "lr_sweep", "tuning_seeds")
+"""Fields of a ladder of compares (:mod:`normlab.experiment.execution.ladder`) and of a
+learning-rate sweep (:mod:`normlab.experiment.execution.lr_sweep`), not of one compare: each
+rung's and each tuning folder's config has them unset, and :meth:`ExperimentBase.dump` leaves
+them out."""
+DEFAULT_TUNING_SEEDS = 2
+"""Tuning seeds per arm and rate of a learning-rate sweep when ``tuning_seeds`` is left out."""
 
 
 class Section(ConfigModel):
@@ -107,6 +113,45 @@ def check_scale(
     Layout(nproc_per_node, nnodes, 0, rdzv_endpoint, fsdp)
     if executor not in EXECUTORS:
         raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
+
+
+def check_lr_sweep(
+    rates: list[float] | None, tuning_seeds: int | None = None, lr_given: bool = False
+) -> None:
+    """Raise ``ValueError`` naming the option (``--lr-sweep``, ``--tuning-seeds``, ``--lr``)
+    unless the values describe a learning-rate sweep, or none: at least two distinct positive
+    finite rates, ``tuning_seeds`` (an integer >= 1) only with a sweep, and no single
+    ``train.lr`` beside it (the sweep gives each arm its own rate)."""
+    if rates is None:
+        if tuning_seeds is not None:
+            raise ValueError(
+                f"--tuning-seeds: only with --lr-sweep (the seeds each rate is tried on), got "
+                f"--tuning-seeds {tuning_seeds!r} without a sweep"
+            )
+        return
+    shown = ",".join(f"{r:g}" if isinstance(r, float) else repr(r) for r in rates)
+    if any(isinstance(r, bool) or not isinstance(r, (int, float)) for r in rates):
+        raise ValueError(f"--lr-sweep: expected learning rates (numbers), got {shown}")
+    if not all(math.isfinite(r) and r > 0 for r in rates):
+        raise ValueError(f"--lr-sweep: expected positive finite learning rates, got {shown}")
+    if len(rates) < 2:
+        raise ValueError(
+            f"--lr-sweep: expected at least two learning rates to choose from, got {shown}"
+        )
+    if len({float(r) for r in rates}) != len(rates):
+        raise ValueError(f"--lr-sweep: a learning rate is listed twice in {shown}")
+    if tuning_seeds is not None and (
+        isinstance(tuning_seeds, bool) or not isinstance(tuning_seeds, int) or tuning_seeds < 1
+    ):
+        raise ValueError(
+            f"--tuning-seeds: expected an integer >= 1 (tuning seeds per arm and rate), got "
+            f"{tuning_seeds!r}"
+        )
+    if lr_given:
+        raise ValueError(
+            "--lr: one learning rate for every arm, but --lr-sweep chooses each arm's own; "
+            "expected one of the two"
+        )
 
 
 class ScaleSettings(Section):
@@ -162,6 +207,8 @@ class TrainSettings(Section):
     validation flow-matching MSE) is the level for time- and tokens-to-target.
     ``throughput_warmup`` steps are left out of tokens/s. ``eval_windows`` (GPT only): the
     validation windows; the DiT validates on every image of ``shapes.n_val``.
+    ``arm_lr`` ({arm: rate}) trains the arms it names at their own peak rate, everything else
+    equal (each run's ``run.json`` holds its own ``train.lr``).
     A testbed may have its own defaults for some keys (its ``TestbedConfig.train_defaults``).
     """
 
@@ -183,6 +230,11 @@ class TrainSettings(Section):
     )
     batch_size: int = Field(16, ge=1, description="Sequences (dit: images) per step.")
     lr: float = Field(5e-3, gt=0, description="Peak learning rate.")
+    arm_lr: dict[str, float] | None = Field(
+        None,
+        description="Per-arm peak learning rates {arm: rate} (an arm not named trains at lr); "
+        "set by --lr-sweep to each arm's best rate.",
+    )
     min_lr_ratio: float = Field(0.1, ge=0, le=1)
     warmup: int = Field(30, ge=0, description="Linear warm-up steps: 0, or fewer than the steps.")
     weight_decay: float = Field(0.1, ge=0)
@@ -351,6 +403,16 @@ class ExperimentBase(Section):
         None,
         gt=0,
         description="With --ladder: the size to predict at (default: 100× the largest rung).",
+    )
+    lr_sweep: list[float] | None = Field(
+        None,
+        description="Learning rates to try each arm at, on tuning seeds apart from the "
+        "evaluation seeds; each arm is then compared at its best (e.g. 1e-3,3e-3,1e-2).",
+    )
+    tuning_seeds: int | None = Field(
+        None,
+        description=f"With --lr-sweep: tuning seeds per arm and rate (default: "
+        f"{DEFAULT_TUNING_SEEDS}), the seeds after the evaluation seeds.",
     )
 
     @model_validator(mode="before")
@@ -524,6 +586,26 @@ class ExperimentBase(Section):
         return self
 
     @model_validator(mode="after")
+    def _check_learning_rates(self) -> ExperimentBase:
+        """A sweep (:func:`check_lr_sweep`; ``train.lr`` counts as given unless it is the
+        testbed's own default), and per-arm rates only for arms of the experiment."""
+        lr_given = "lr" in self.train.model_fields_set and "lr" not in (
+            self.testbeds[self.testbed].config.train_defaults
+        )
+        check_lr_sweep(self.lr_sweep, self.tuning_seeds, lr_given)
+        rates = self.train.arm_lr or {}
+        unknown = [a for a in rates if a not in self.arm_names()]
+        if unknown:
+            raise ValueError(
+                f"train.arm_lr: {unknown[0]!r} is not an arm; expected rates for arms among "
+                f"{', '.join(self.arm_names())}"
+            )
+        bad = [f"{a}={r!r}" for a, r in rates.items() if not (math.isfinite(r) and r > 0)]
+        if bad:
+            raise ValueError(f"train.arm_lr: expected positive learning rates, got {bad[0]}")
+        return self
+
+    @model_validator(mode="after")
     def _check_baseline(self) -> ExperimentBase:
         if self.baseline is not None and self.baseline not in self.arm_names():
             raise ValueError(
@@ -570,6 +652,15 @@ class ExperimentBase(Section):
             return t.steps
         assert t.tokens is not None  # TrainSettings guarantees one of the two
         return math.ceil(t.tokens / (t.batch_size * self.tokens_per_sample()))
+
+    def tuning_seed_count(self) -> int:
+        """Tuning seeds per arm and rate of the learning-rate sweep (``tuning_seeds``, or
+        :data:`DEFAULT_TUNING_SEEDS`)."""
+        return self.tuning_seeds if self.tuning_seeds is not None else DEFAULT_TUNING_SEEDS
+
+    def arm_lr(self, arm: str) -> float:
+        """The peak learning rate of ``arm``: ``train.arm_lr[arm]``, else ``train.lr``."""
+        return float((self.train.arm_lr or {}).get(arm, self.train.lr))
 
     def margin(self) -> float:
         """The equivalence margin of the testbed's quality metric (in that metric's unit)."""

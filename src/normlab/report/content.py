@@ -13,12 +13,14 @@ from typing import Any
 
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.lr_sweep import tuning_seed_words
 from normlab.analysis.power import SPREAD_CONFIDENCE, forecast_range
 from normlab.analysis.runs import CompareFolder
 from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
 from normlab.report.imported import import_paragraphs
 from normlab.report.norm_swaps import norm_swap_paragraphs
-from normlab.run_format import TestbedFormat, plot_path, testbed_format
+from normlab.run_format import LR_SWEEP_DIR, TestbedFormat, plot_path, testbed_format
+from normlab.run_format import folder as run_folder
 
 __all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
 
@@ -227,6 +229,37 @@ def _quality_interval(a: dict[str, Any]) -> str:
     if a.get("sequential"):
         return "repeated interval, see Method"
     return f"{confidence_pct(a)}% CI"
+
+
+def learning_rate_row(folder: CompareFolder) -> tuple[str, str] | None:
+    """The row "learning rate" of what was varied when the arms trained at their own rates
+    (experiment.json's ``learning_rates``), saying where the rates were chosen when a
+    learning-rate sweep did it: the sweep beside the folder (``lr-sweep/``), or the sweep of
+    the ladder the folder is a rung of (its ladder.json's ``lr_sweep``); None otherwise."""
+    rates = folder.experiment.get("learning_rates")
+    if not isinstance(rates, dict) or not rates:
+        return None
+    shown = ", ".join(f"{arm} {_fmt_value(r)}" for arm, r in rates.items())
+    ladder_out, setting = folder.path.parent, folder.path.name
+    sweep = None
+    if run_folder.has_ladder_plan(ladder_out):
+        sweep = run_folder.read_ladder_plan(ladder_out).get("lr_sweep")
+    if isinstance(sweep, dict) and setting in sweep.get("chosen_at", {}):
+        at = sweep["chosen_at"][setting]
+        seeds = tuning_seed_words(sweep.get("tuning_seeds", []))
+        where = "this rung" if at == setting else at
+        text = (
+            f"each arm at its own best rate ({shown}), chosen at {where} by the learning-rate "
+            f"sweep on {seeds} (see the ladder's report)"
+        )
+    elif (folder.path / LR_SWEEP_DIR).is_dir():
+        text = (
+            f"each arm at its own best rate ({shown}), chosen by the learning-rate sweep in "
+            f"{LR_SWEEP_DIR}/ on tuning seeds apart from these"
+        )
+    else:
+        text = f"each arm at its own rate ({shown})"
+    return "learning rate", text
 
 
 def _fixed_table(folder: CompareFolder) -> Table:
@@ -591,6 +624,9 @@ def build_content(
         if isinstance(varied, dict)
         else []
     )
+    rate_row = learning_rate_row(folder)
+    if rate_row is not None:
+        varied_rows.append(rate_row)
     n_done = sum(r.done for r in folder.runs)
     curve_names = {p.name for p in plots}
     testbed = _testbed(a)

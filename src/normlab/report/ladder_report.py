@@ -1,7 +1,9 @@
 """``build_ladder_report``: a ladder folder on disk → its summary.json (under ``ladder``),
 ``plots/ladder.png`` (and ``plots/lr_sweep.png`` when the ladder holds a learning-rate sweep),
 report.md and report.html, all written atomically. Each rung keeps its own compare report in
-its own folder; nothing is trained."""
+its own folder; nothing is trained. With a sweep, the report says in words which rate each arm
+ran at in each rung, flags a best rate at the sweep's edge and, when an arm was swept at several
+widths (μP), whether its optimum lines up (:func:`normlab.analysis.lr_sweep.sweep_lines`)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Any
 
 from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.analysis.ladder_folder import analyze_ladder
+from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
 from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
 from normlab.report.style import arm_colors
 from normlab.run_format import (
@@ -48,6 +51,29 @@ def _rung_table(ladder: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _rate_lines(ladder: dict[str, Any], plan: dict[str, Any]) -> list[str]:
+    """The sweep in words (:func:`normlab.analysis.lr_sweep.sweep_lines`) after one line on how
+    the rates were chosen; [] without a sweep."""
+    record = ladder.get("learning_rates")
+    if not record:
+        return []
+    first = next(iter(ladder["arms"].values()))
+    sweep = plan.get("lr_sweep") or {}
+    rates = ", ".join(f"{r:g}" for r in sweep.get("rates", []))
+    how = (
+        "under μP the rates are chosen at the smallest rung and checked at the largest"
+        if len(set(record["chosen_at"].values())) == 1 and len(record["chosen_at"]) > 1
+        else "each rung's rates are chosen at that rung"
+    )
+    head = (
+        f"Each arm at its own best rate: every arm was trained at each rate of {rates} on "
+        f"{tuning_seed_words(record['tuning_seeds'])} (apart from the evaluation seeds); its "
+        f"best rate has the lowest mean {first['metric']} among the rates where no tuning seed "
+        f"diverged; {how}."
+    )
+    return [head, *sweep_lines(record, first["metric"])]
+
+
 def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]:
     """Analyse the ladder folder ``out`` (:func:`normlab.analysis.ladder_folder.analyze_ladder`)
     and write summary.json ({``ladder``: …, ``plan``: ladder.json}), the figures, report.md and
@@ -73,6 +99,7 @@ def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]
     )
     sentences = prediction_lines(ladder)
     rungs = ", ".join(plan["rungs"])
+    rates = _rate_lines(ladder, plan)
     md = [
         "# normlab compare --ladder",
         "",
@@ -83,6 +110,7 @@ def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]
         "",
         *_rung_table(ladder),
         "",
+        *(["## Learning rates", "", *(f"- {line}" for line in rates), ""] if rates else []),
         *(f"![{name}]({plot_path(name)})" for name in figures),
         "",
     ]
@@ -93,10 +121,17 @@ def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]
         for name, png in pngs.items()
     )
     body = "".join(f"<p>{html.escape(s)}</p>" for s in sentences)
+    rate_html = (
+        "<h2>Learning rates</h2><ul>"
+        + "".join(f"<li>{html.escape(line)}</li>" for line in rates)
+        + "</ul>"
+        if rates
+        else ""
+    )
     page = (
         '<!doctype html><html><head><meta charset="utf-8"><title>normlab ladder</title>'
         f"</head><body><h1>normlab compare --ladder</h1>{body}"
-        f"<p>Rungs: {html.escape(rungs)}</p>{images}</body></html>\n"
+        f"<p>Rungs: {html.escape(rungs)}</p>{rate_html}{images}</body></html>\n"
     )
     written[REPORT_HTML_FILE] = write_text_atomic(out / REPORT_HTML_FILE, page)
     return written

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import math
 import re
+import textwrap
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -1009,11 +1010,17 @@ def plot_ladder(ladder: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
     return fig
 
 
+_EDGE_NOTE_CHARS = 40
+"""Characters per line of a learning-rate panel's edge note (a 4-inch panel's width at the
+title's size, with room to spare)."""
+
+
 def plot_lr_sweep(learning_rates: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
     """A learning-rate sweep (summary.json's ``ladder.learning_rates``): one panel per setting
     (width), per arm the mean loss over tuning seeds against the rate (log axis) with its
     t-interval as a band, the chosen best rate starred, and rates where a tuning seed diverged
-    marked with an x at the top of the panel."""
+    marked with an x at the top of the panel; a panel whose best rate lies at the sweep's edge
+    names those arms under its title."""
     settings = list(learning_rates["settings"])
     n = max(1, len(settings))
     ncols = min(3, n)
@@ -1049,8 +1056,11 @@ def plot_lr_sweep(learning_rates: Mapping[str, Any], colors: Mapping[str, str]) 
                 diverged += [(p["rate"], color) for p in curve["points"] if p["n_diverged"]]
             ax.set_xscale("log")
             edges = [a for a, c in by_arm.items() if c["edge"]]
-            note = f" (best at the sweep's edge: {', '.join(edges)})" if edges else ""
-            ax.set_title(f"{setting}{note}", loc="left", fontsize=9.5)
+            title = setting
+            if edges:  # wrapped under the setting, so that neighbouring titles never meet
+                note = "best at the sweep's edge: " + ", ".join(edges)
+                title += "\n" + textwrap.fill(note, width=_EDGE_NOTE_CHARS)
+            ax.set_title(title, loc="left", fontsize=9.5)
             ax.set_xlabel("learning rate")
             if diverged:
                 top = ax.get_ylim()[1]

@@ -7,6 +7,7 @@ The layout (docs/run-format.md)::
         summary.json  runs.csv  report.md  report.html  plots/<name>.png
         command.json  sequential.json (--until-decided)
         trackers/{exported.json, tensorboard/, mlflow/, wandb/} (--log-to)
+        lr-sweep/lr=<rate>/ (--lr-sweep: a compare folder per rate, on the tuning seeds)
 
 The training side writes everything up to the runs' files; the report side writes the rest
 from those files alone. Both take the names from here.
@@ -25,6 +26,7 @@ __all__ = [
     "EXPERIMENT_FILE",
     "LADDER_FILE",
     "LOCK_FILE",
+    "LR_SWEEP_DIR",
     "METRICS_FILE",
     "PLOTS_DIR",
     "REFERENCE_FILE",
@@ -53,6 +55,11 @@ LADDER_FILE = "ladder.json"
 """A ladder folder's plan (``compare --ladder``): the key, the rungs (each a compare folder
 ``<key>=<value>/`` beside it) and the target; the folder has no ``experiment.json``."""
 """The resolved experiment, written once every check has passed, before any run starts."""
+LR_SWEEP_DIR = "lr-sweep"
+"""``compare --lr-sweep``: the tuning runs, one compare folder per learning rate on the tuning
+seeds: ``OUT/lr-sweep/lr=<rate>/`` beside a compare's own files, and in a ladder folder
+``OUT/lr-sweep/<setting>/lr=<rate>/`` per rung swept
+(:func:`normlab.run_format.folder.sweep_path`)."""
 DATA_DIR = "data"
 """The data cache's folder."""
 DATA_INFO_FILE = "data.json"

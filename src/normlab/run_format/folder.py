@@ -18,7 +18,9 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
 - a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
   (``ladder.json``), :func:`rung_path` (each rung's compare folder) and :func:`ladder_run_id` /
-  :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``).
+  :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``);
+- a learning-rate sweep (``compare --lr-sweep``): :func:`sweep_path` (each rate's compare
+  folder of tuning runs).
 
 Every file is written to a temporary name and renamed into place (:mod:`normlab._io`), except
 ``metrics.jsonl``, which is appended one whole line at a time (:func:`write_records` writes it
@@ -51,6 +53,7 @@ from normlab.run_format.files import (
     EXPERIMENT_FILE,
     LADDER_FILE,
     LOCK_FILE,
+    LR_SWEEP_DIR,
     METRICS_FILE,
     REFERENCE_FILE,
     RUN_FILE,
@@ -91,6 +94,7 @@ __all__ = [
     "samples_path",
     "script_log_path",
     "summary_path",
+    "sweep_path",
     "trackers_path",
     "write_command",
     "write_experiment",
@@ -406,6 +410,17 @@ def rung_path(out: Path | str, setting: str) -> Path:
 def ladder_run_id(setting: str, run: str) -> str:
     """A ladder's id of a rung's run: ``<setting>/<run_id>`` (``d_model=64/layernorm-pre__s0``)."""
     return f"{setting}/{run}"
+
+
+def sweep_path(out: Path | str, rate: float, setting: str | None = None) -> Path:
+    """The compare folder of the tuning runs at ``rate`` of a learning-rate sweep in ``out``:
+    ``out/lr-sweep/lr=<rate>/``, or for the rung ``setting`` of a ladder folder
+    ``out/lr-sweep/<setting>/lr=<rate>/``; the rate is written as Python's shortest repr of the
+    float (``0.003``, ``1e-05``), so distinct rates have distinct folders."""
+    folder = Path(out) / LR_SWEEP_DIR
+    if setting is not None:
+        folder = folder / setting
+    return folder / f"lr={float(rate)!r}"
 
 
 def split_ladder_run_id(run: str) -> tuple[str, str] | None:

@@ -131,6 +131,19 @@ _LR_CURVE = (
 
 _LR = (
     Key("tuning_seeds", "list", "seeds of the sweep (not evaluation seeds)", item="integer"),
+    Key(
+        "chosen_at",
+        "map",
+        "{rung: the swept setting whose best rates it runs (itself under sp; the smallest "
+        "width under mup)}",
+        item="string",
+    ),
+    Key(
+        "chosen",
+        "map",
+        "{rung: {arm: the rate its comparison runs the arm at}}",
+        (Key("*", "map", "{arm: rate}", item="number"),),
+    ),
     Key("settings", "map", "{setting: {arm: curve}}", (Key("*", "map", "{arm}", _LR_CURVE),)),
     Key(
         "alignment",

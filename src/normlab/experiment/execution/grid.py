@@ -5,6 +5,10 @@ model for every seed and checks that the parameters they share start from equal 
 (3) compares the resolved configs of the arms and refuses, naming the field, if anything other
 than the norm, the placement and the training precision differs. Precision is not part of
 initialisation: arms that differ only in precision must start from equal parameters.
+
+With per-arm learning rates (``train.arm_lr``, set by ``compare --lr-sweep``) each run's
+``train.lr`` is its arm's rate, and ``train.lr`` is the one more field the arms may differ in;
+initialisation, data order and seeds stay shared.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from normlab.run_format import FACTORS, run_id
 IDENTITY_FIELDS = ("run_id", "arm", *FACTORS)
 PER_ARM_FIELDS = ("n_params", "n_norm_params")
 PER_SEED_FIELDS = ("seed", "init_digest")
+PER_ARM_LR = "train.lr"
+"""The field arms may differ in when the config gives per-arm rates (``train.arm_lr``)."""
 _MISSING = object()
 
 
@@ -86,6 +92,7 @@ def shared_settings(
     testbed = TESTBEDS[cfg.testbed].run_settings(cfg, data_info)
     steps = cfg.resolved_steps()
     train = cfg.dump()["train"]
+    train.pop("arm_lr", None)  # per arm: each run's own train.lr (plan_runs)
     train.update(steps=steps, tokens=steps * cfg.train.batch_size * cfg.tokens_per_sample())
     data = testbed.pop("data")
     return {
@@ -112,12 +119,16 @@ def plan_runs(
     """The resolved config of every run, seed-major (all arms of seed 0, then seed 1, …), with
     ``init_digest`` (digest of the shared initial parameters) and parameter counts filled in.
 
+    Each run trains at its arm's peak rate (:meth:`ExperimentConfig.arm_lr`: ``train.arm_lr``,
+    else ``train.lr``), recorded as its ``train.lr``.
+
     Raises ``ValueError`` if the arms do not share their non-norm parameters with equal initial
-    values, or if their configs differ in anything but the factors under study.
+    values, or if their configs differ in anything but the factors under study (and, with
+    per-arm rates, ``train.lr``).
     """
     settings = shared_settings(cfg, device, threads, data_info)
     testbed = TESTBEDS[cfg.testbed]
-    arm_keys: set[str] = set()
+    arm_keys: set[str] = {PER_ARM_LR} if cfg.train.arm_lr else set()
     runs: list[dict[str, Any]] = []
     for seed in cfg.seed_list():
         models = {}
@@ -129,18 +140,18 @@ def plan_runs(
             n_params, n_norm_params = model.count_parameters()
             extra = testbed.arm_fields(model)
             arm_keys.update(extra)
-            seed_runs.append(
-                {
-                    "run_id": run_id(arm, seed),
-                    "arm": arm,
-                    "seed": seed,
-                    **factors,
-                    **copy.deepcopy(settings),
-                    "n_params": n_params,
-                    "n_norm_params": n_norm_params,
-                    **extra,
-                }
-            )
+            run = {
+                "run_id": run_id(arm, seed),
+                "arm": arm,
+                "seed": seed,
+                **factors,
+                **copy.deepcopy(settings),
+                "n_params": n_params,
+                "n_norm_params": n_norm_params,
+                **extra,
+            }
+            run["train"]["lr"] = cfg.arm_lr(arm)
+            seed_runs.append(run)
         digest = check_paired(models)
         for run in seed_runs:
             run["init_digest"] = digest

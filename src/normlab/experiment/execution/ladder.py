@@ -68,6 +68,9 @@ class LadderPlan:
     changes: tuple[dict[str, Any], ...] = ()
     rule: str = ""
     parametrization: str = "sp"
+    carries_rates: bool = False
+    """Under μP, a width ladder (its rungs set the testbed's base width to the smallest
+    rung): one learning rate holds across its rungs."""
 
     def record(self) -> dict[str, Any]:
         """The content of ``ladder.json``."""
@@ -171,6 +174,8 @@ def plan_ladder(cfg: ExperimentConfig) -> LadderPlan:
         changes=tuple(c for _, c in rungs),
         rule=rule.rule,
         parametrization=rule.parametrization(cfg),
+        carries_rates=rule.parametrization(cfg) == "mup"
+        and all(rule.base_width_key in c for _, c in rungs),
     )
 
 
@@ -194,10 +199,16 @@ def check_ladder_out(out: Path) -> None:
         )
 
 
-def prepare_ladder(plan: LadderPlan, out: Path) -> None:
-    """Create ``out`` and write ``ladder.json`` (after :func:`check_ladder_out`)."""
+def prepare_ladder(plan: LadderPlan, out: Path, sweep: dict[str, Any] | None = None) -> None:
+    """Create ``out`` and write ``ladder.json`` (after :func:`check_ladder_out`), with the
+    learning-rate sweep's plan under ``lr_sweep`` when there is one (``rates``,
+    ``tuning_seeds``, ``swept``: the rungs swept, ``chosen_at``: {rung: the swept rung whose
+    best rates it runs}; :mod:`normlab.experiment.execution.lr_sweep`)."""
     out.mkdir(parents=True, exist_ok=True)
-    run_folder.write_ladder_plan(out, plan.record())
+    record = plan.record()
+    if sweep is not None:
+        record["lr_sweep"] = sweep
+    run_folder.write_ladder_plan(out, record)
 
 
 def for_each_rung(

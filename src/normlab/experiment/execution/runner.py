@@ -45,6 +45,7 @@ from normlab.run_format import (
     EXPERIMENT_FILE,
     FACTORS,
     LOCK_FILE,
+    LR_SWEEP_DIR,
     TOKENS_FILE,
     testbed_format,
 )
@@ -100,6 +101,10 @@ def experiment_record(
         "data",
     )
     fixed.update(flatten({k: first[k] for k in keys if k in first}))
+    rates: dict[str, Any] = {}
+    if cfg.train.arm_lr:  # each arm at its own rate: not a fixed setting
+        fixed.pop("train.lr", None)
+        rates = {"learning_rates": {a: cfg.arm_lr(a) for a in cfg.arm_names()}}
     margin_key = testbed_format(cfg.testbed).margin_key
     return {
         "testbed": cfg.testbed,
@@ -118,6 +123,7 @@ def experiment_record(
             r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs
         },
         **norm_swaps(runs),
+        **rates,
     }
 
 
@@ -173,13 +179,16 @@ def check_out_path(out: Path) -> Path | None:
 def foreign_entries(out: Path) -> list[str]:
     """What in the existing folder ``out`` a compare did not write, sorted; empty if ``out`` is a
     compare folder (it holds ``experiment.json``) or holds at most what a compare writes before
-    ``experiment.json``: the lock file and the data cache (see :data:`_CACHE_ENTRY`)."""
+    ``experiment.json``: the lock file, the data cache (see :data:`_CACHE_ENTRY`) and the
+    tuning runs of ``--lr-sweep`` (``lr-sweep/``)."""
     out = Path(out)
     if has_experiment(out):
         return []
     foreign = []
     for entry in sorted(out.iterdir(), key=lambda p: p.name):
         if entry.name == LOCK_FILE and entry.is_file():
+            continue
+        if entry.name == LR_SWEEP_DIR and entry.is_dir() and not entry.is_symlink():
             continue
         if _EXPERIMENT_TMP.match(entry.name):  # left by a kill while writing experiment.json
             continue
@@ -385,7 +394,8 @@ def paired_description(
     cfg: ExperimentConfig, runs: list[dict[str, Any]], device: str, threads: int
 ) -> str:
     """The line that says what the grid varies and what it costs: only the factors with more
-    than one value differ (the norm, the placement, or both), each count with its plural."""
+    than one value differ (the norm, the placement, or both), and each arm's own learning rate
+    when the config gives per-arm rates, each count with its plural."""
     values = {
         "norm": list(cfg.norms),
         "placement": list(cfg.placements),
@@ -401,6 +411,9 @@ def paired_description(
         and (f, values[f]) != ("precision", [DEFAULT_PRECISION])
     ]  # float32, the default precision, goes without saying
     fixed_text = f" ({', '.join(fixed)} for all)" if fixed else ""
+    if cfg.train.arm_lr:
+        shown = ", ".join(f"{a} {cfg.arm_lr(a):g}" for a in cfg.arm_names())
+        fixed_text += f", each arm at its own peak learning rate ({shown})"
     steps = runs[0]["train"]["steps"]
     seeds = len({r["seed"] for r in runs})
     return (

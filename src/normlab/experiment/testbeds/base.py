@@ -64,7 +64,10 @@ class LadderRule:
     smallest value, μP's base width for a width key), validated, and {setting: value} of every
     model setting the rung changes; ValueError naming ``--ladder`` for a rung that is no valid
     model. ``n_params(rung)``: the parameter count of a rung config's baseline arm, nothing
-    written. ``parametrization(cfg)``: ``sp`` or ``mup``, as the config sets it."""
+    written. ``parametrization(cfg)``: ``sp`` or ``mup``, as the config sets it.
+    ``base_width_key``: the setting a width ladder's rungs get under μP (the base width, set to
+    the smallest rung); a rung that changes it is a μP width ladder, whose rates carry across
+    its rungs."""
 
     keys: str
     rule: str
@@ -72,6 +75,7 @@ class LadderRule:
     rung: Callable[[Any, str, int, int], tuple[dict[str, BaseModel], dict[str, Any]]]
     n_params: Callable[[Any], int]
     parametrization: Callable[[Any], str]
+    base_width_key: str
 
 
 @dataclass(frozen=True)

@@ -154,6 +154,7 @@ GPT_LADDER = LadderRule(
     rung=gpt_rung,
     n_params=gpt_n_params,
     parametrization=lambda cfg: str(cfg.model.parametrization),
+    base_width_key="base_d_model",
 )
 """How a size ladder varies the GPT (:class:`LadderRule`)."""
 

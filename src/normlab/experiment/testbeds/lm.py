@@ -287,6 +287,7 @@ LM_LADDER = LadderRule(
     rung=lm_rung,
     n_params=lm_n_params,
     parametrization=lambda cfg: str(cfg.lm.parametrization),
+    base_width_key="base_hidden_size",
 )
 """How a size ladder varies an ``hf:`` model (:class:`LadderRule`)."""
 
