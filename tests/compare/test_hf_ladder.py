@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 from normlab.cli import app
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.ladder import plan_ladder
+from normlab.experiment.execution.lr_sweep import sweep_plan
 from normlab.experiment.testbeds.lm import lm_source
 from normlab.experiment.training.schedule import make_optimizer
 from normlab.models.external import load_model_source
@@ -110,6 +111,13 @@ def test_ladder_rungs_follow_the_rule_and_record_it() -> None:
     depth = plan_ladder(lm_config({"num_hidden_layers": [1, 2]}, parametrization="mup"))
     assert depth.changes == ({"num_hidden_layers": 1}, {"num_hidden_layers": 2})
     assert all(c.lm.base_hidden_size is None for c in depth.configs)  # depth is not μP's
+    # --lr-sweep: a μP width ladder is swept at its ends and runs the smallest rung's rates;
+    # a depth ladder (and any sp ladder) is swept at every rung
+    assert sweep_plan(plan).swept == ("hidden_size=16", "hidden_size=64")
+    assert set(sweep_plan(plan).chosen_at.values()) == {"hidden_size=16"}
+    assert sweep_plan(depth).swept == ("num_hidden_layers=1", "num_hidden_layers=2")
+    sp = plan_ladder(lm_config({"hidden_size": [16, 32]}))
+    assert sweep_plan(sp).swept == ("hidden_size=16", "hidden_size=32")
 
 
 @pytest.mark.parametrize(
