@@ -70,7 +70,7 @@ def in_process(monkeypatch: pytest.MonkeyPatch) -> InProcess:
     from normlab.experiment.testbeds.gpt import GPTTestbed
 
     executor = InProcess()
-    monkeypatch.setattr(executors, "make_executor", lambda scale: executor)
+    monkeypatch.setattr(executors, "make_executor", lambda scale, on_result=None: executor)
     monkeypatch.setattr(GPTTestbed, "posttrain", lambda *a: dict.fromkeys(POSTTRAIN_FIELDS))
     return executor
 
