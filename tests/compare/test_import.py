@@ -68,6 +68,8 @@ def test_tensorboard_import_gives_the_same_verdict_as_normlabs_own_format(
     assert "imported from TensorBoard" in report
     assert "Initial parameters and first batch: not recorded by the tracker, not checked" in report
     assert "pairing was checked from each run's fingerprint" not in report.lower()
+    assert "starts from the same initial values" not in report  # assumed, not claimed
+    assert "started alike is assumed" in report
 
 
 def _write_csv(path: Path, rows: list[tuple[str, int, str, str]]) -> Path:

@@ -472,12 +472,21 @@ def _method(a: dict[str, Any], note: list[str] | None = None) -> list[str]:
     folder says where its runs came from instead)."""
     alpha = a["alpha"]
     testbed = _testbed(a)
-    if not note:
+    paired = (
+        "Runs are paired: seed k of every arm starts from the same initial values and sees the "
+        "same batches, so each comparison uses the per-seed differences d_k = arm − baseline."
+    )
+    if note:  # imported: the pairing is the seed rule's, its start was not seen
+        paired = (
+            "Runs are paired by seed: each comparison uses the per-seed differences d_k = arm − "
+            "baseline, with seed k as the import's seed rule read it; that the runs of a seed "
+            "started alike is assumed (see the pairing checks above)."
+        )
+    else:
         note = [testbed.method_note] if testbed.method_note else []
     return [
         *note,
-        "Runs are paired: seed k of every arm starts from the same initial values and sees the "
-        "same batches, so each comparison uses the per-seed differences d_k = arm − baseline.",
+        paired,
         f"Intervals are Student-t intervals of the mean difference, d̄ ± t(1 − α/2, n − 1)·s/√n "
         f"with α = {alpha:g}. Throughput and memory use the log ratio ln(arm / baseline), "
         "reported as a geometric-mean ratio.",
