@@ -26,7 +26,7 @@ from torch import nn
 from normlab.layers.adaptive import AdaLayerNormZero, ZeroLinear
 from normlab.layers.dyt import DynamicTanh
 from normlab.layers.layer_norm import LayerNorm
-from normlab.patching.arm import NO_NORM
+from normlab.patching.arm import NO_NORM, check_slot_norm, slot_norm_kinds
 from normlab.registry import available_norms, is_conditional, make_norm, register_norm
 
 IN_CONTEXT = "in_context"
@@ -147,27 +147,18 @@ if "adaln_zero_unit" not in available_norms():
 
 
 def model_norm_kinds() -> list[str]:
-    """Kinds a testbed accepts: the unconditional registered kinds, plus ``"none"``."""
-    return sorted([k for k in available_norms() if not is_conditional(k)] + [NO_NORM])
+    """Kinds a testbed accepts: the unconditional registered kinds, plus ``"none"`` (the kinds
+    a norm slot takes, :func:`normlab.patching.arm.slot_norm_kinds`)."""
+    return slot_norm_kinds()
 
 
 def check_model_norm(kind: object) -> str:
-    """``kind`` must name an unconditional registered norm or ``"none"``."""
+    """``kind`` must name an unconditional registered norm or ``"none"``
+    (:func:`normlab.patching.arm.check_slot_norm` with errors naming ``norm``; TypeError for a
+    value that is not a string)."""
     if not isinstance(kind, str):
         raise TypeError(f"norm: expected a norm name (str), got {type(kind).__name__} {kind!r}")
-    if kind == NO_NORM:
-        return kind
-    if kind not in available_norms():
-        raise ValueError(
-            f"norm: unknown norm {kind!r}; expected one of {', '.join(model_norm_kinds())} "
-            "(register your own with normlab.register_norm)"
-        )
-    if is_conditional(kind):
-        raise ValueError(
-            f"norm: {kind!r} is a conditional norm (it needs a condition vector); the GPT "
-            f"testbed has none. Expected one of {', '.join(model_norm_kinds())}"
-        )
-    return kind
+    return check_slot_norm(kind, "norm")
 
 
 def dit_norm_kinds() -> list[str]:
