@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
+from in_process import use_in_process_workers
 from typer.testing import CliRunner
 
 from normlab.cli import app
@@ -82,11 +83,30 @@ def _invoke(tmp_path: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_tiny_ladder_end_to_end(tmp_path: Path) -> None:
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def _skip_rendering_the_rungs_figures(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rung's report draws its figures but writes only a PNG signature for each: drawing
+    them as pixels is the compare report's (tests/compare/test_report.py, test_figures.py), and
+    it cost most of this test. The ladder's own plot is rendered."""
+    import normlab.report.build
+    import normlab.report.sections
+
+    for module in (normlab.report.build, normlab.report.sections):
+        monkeypatch.setattr(module, "figure_png", lambda fig: PNG_SIGNATURE)
+
+
+def test_tiny_ladder_end_to_end(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_in_process_workers(monkeypatch)  # the ladder's grids, not the worker processes
+    _skip_rendering_the_rungs_figures(monkeypatch)
     out = tmp_path / "out"
     code, output = _invoke(
-        tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2", "--out", str(out)
-    )
+        tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2",
+        "--data", str(corpus), "--out", str(out),
+    )  # fmt: skip
     assert code == 0, output
     summary = json.loads((out / ANALYSIS_FILE).read_text())
     check_ladder(summary[LADDER_KEY])
@@ -95,7 +115,8 @@ def test_tiny_ladder_end_to_end(tmp_path: Path) -> None:
     assert all(r["n"] == 2 for r in rec["rungs"])
     assert rec["rungs"][0]["n_params"] < rec["rungs"][1]["n_params"]
     assert rec["target"]["extrapolation"] == pytest.approx(100.0)
-    assert (out / plot_path("ladder")).stat().st_size > 0
+    assert (out / plot_path("ladder")).read_bytes()[:8] == PNG_SIGNATURE
+    assert (out / plot_path("ladder")).stat().st_size > 1000  # rendered, not a stand-in
     for setting in ("d_model=8", "d_model=16"):
         assert (out / setting / ANALYSIS_FILE).is_file()  # each rung's own report
     last = output.strip().splitlines()[-1]
