@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from in_process import use_in_process_workers
 from typer.testing import CliRunner
 
+from in_process import use_in_process_workers
 from normlab.cli import app
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.ladder import plan_ladder

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 from faultlib import cli_env
-from in_process import use_in_process_workers
 from typer.testing import CliRunner
 
+from in_process import use_in_process_workers
 from normlab.cli import app
 
 SCRIPT = """
