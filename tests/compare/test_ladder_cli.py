@@ -19,6 +19,7 @@ from normlab.experiment.training.schedule import lr_at, make_optimizer
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.mup import hidden_names, set_lr
 from normlab.run_format import ANALYSIS_FILE, LADDER_KEY, check_ladder, plot_path
+from report_figures import PNG_SIGNATURE, skip_rendering
 
 
 def _gpt(d_model: int, parametrization: str) -> torch.nn.Module:
@@ -83,25 +84,11 @@ def _invoke(tmp_path: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-def _skip_rendering_the_rungs_figures(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each rung's report draws its figures but writes only a PNG signature for each: drawing
-    them as pixels is the compare report's (tests/compare/test_report.py, test_figures.py), and
-    it cost most of this test. The ladder's own plot is rendered."""
-    import normlab.report.build
-    import normlab.report.sections
-
-    for module in (normlab.report.build, normlab.report.sections):
-        monkeypatch.setattr(module, "figure_png", lambda fig: PNG_SIGNATURE)
-
-
 def test_tiny_ladder_end_to_end(
     tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     use_in_process_workers(monkeypatch)  # the ladder's grids, not the worker processes
-    _skip_rendering_the_rungs_figures(monkeypatch)
+    skip_rendering(monkeypatch)  # each rung's report: figures drawn, not rendered
     out = tmp_path / "out"
     code, output = _invoke(
         tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2",
@@ -147,7 +134,7 @@ def test_bad_ladders_are_refused_in_one_line_before_anything_is_written(
     assert not out.exists()
 
 
-def test_plan_lists_every_rungs_runs(tmp_path: Path) -> None:
+def test_plan_lists_every_rungs_runs(tmp_path: Path, corpus: Path) -> None:
     out = tmp_path / "out"
     code, output = _invoke(
         tmp_path,
@@ -158,6 +145,8 @@ def test_plan_lists_every_rungs_runs(tmp_path: Path) -> None:
         "--steps",
         "2",
         "--plan",
+        "--data",
+        str(corpus),
         "--out",
         str(out),
     )

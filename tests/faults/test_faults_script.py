@@ -7,7 +7,8 @@ start from different parameters at one seed (the pairing guard) and have hostile
 
 The scripts are processes of their own; the command runs in this process (through Typer's
 runner) and each run's worker is a thread of it (:mod:`in_process`): neither boundary is what
-these tests are about, and a fresh interpreter for each cost most of their time.
+these tests are about, and a fresh interpreter for each cost most of their time. The report's
+figures are drawn, not rendered (:mod:`report_figures`): its text is what is checked.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typer.testing import CliRunner
 
 from in_process import use_in_process_workers
 from normlab.cli import app
+from report_figures import skip_rendering
 
 SCRIPT = """
 import sys, time
@@ -59,8 +61,10 @@ RUN_TIMEOUT = 30
 
 def _compare(monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
     """``normlab compare ARGS`` in this process (with the environment a ``normlab`` child gets,
-    which the scripts inherit), its runs' workers in threads; its output."""
+    which the scripts inherit), its runs' workers in threads, its report's figures not
+    rendered; its output."""
     use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
     return CliRunner().invoke(app, ["compare", *args], env=cli_env()).output
 
 
