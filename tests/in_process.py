@@ -1,8 +1,9 @@
 """A stand-in for a run's worker process that trains the run in a thread of the test's process.
 
 A worker process costs a fresh interpreter that imports torch (seconds per run); a test of what
-the grid does with its runs (the ladder, a user's script failing) does not need that process
-boundary, which tests/faults and tests/compare/test_runner.py check with real workers.
+the grid does with its runs (a ladder's rungs, until-decided rounds, a user's failing script, a
+damaged token cache) does not need that process boundary, which tests/faults (a killed command,
+a full disk) and tests/compare/test_runner.py check with real workers.
 :func:`use_in_process_workers` puts :class:`InProcessWorker` in the place of
 :class:`normlab.experiment.execution.worker_process.WorkerProcess` for one test: the runner's own
 loop (:func:`normlab.experiment.execution.executors.run_grid`: standby, release, progress,
