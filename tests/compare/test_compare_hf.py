@@ -1,7 +1,13 @@
 """``normlab compare`` on the user's own model, data and tokenizer (the ``lm`` testbed):
 transformers Llama, Qwen3 and GPT-2 sources and a factory train end to end with a report, a BPE
 run reports bits per byte computed from the token losses and byte counts, resume and the config
-guard, and every bad input gives a one-line error naming its option with nothing written."""
+guard, and every bad input gives a one-line error naming its option with nothing written.
+
+The transformers sources and the BPE run train in workers that are threads of this process
+(:mod:`in_process`: a worker process would import torch and transformers for each run), with
+their reports' figures drawn but not rendered (:mod:`report_figures`); the factory source
+keeps real worker processes, which import its module by name.
+"""
 
 from __future__ import annotations
 
@@ -15,12 +21,14 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from in_process import use_in_process_workers
 from normlab.cli import app
 from normlab.data import load_tokens, window_bytes
 from normlab.data.batches import validation_windows
 from normlab.experiment.config import ConfigError, validate_config
 from normlab.experiment.testbeds.lm import LMTestbed, lm_source
 from normlab.run_format import testbed_format as format_of
+from report_figures import skip_rendering
 
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
@@ -119,8 +127,15 @@ def test_config_selects_the_lm_testbed_and_guards_its_options() -> None:
     ],
 )
 def test_hf_sources_train_end_to_end_with_a_report(
-    tmp_path: Path, corpus: Path, model_type: str, settings: str, original: str
+    tmp_path: Path,
+    corpus: Path,
+    model_type: str,
+    settings: str,
+    original: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
     out = tmp_path / "out"
     code, output = invoke(
         "--config", str(tiny_config(tmp_path / "c.yaml")), "--model", f"hf:{model_type}",
@@ -170,6 +185,8 @@ def test_factory_source_lists_swapped_and_held_norms(tmp_path: Path, corpus: Pat
 def test_bpe_run_reports_bits_per_byte_and_resumes(
     tmp_path: Path, records: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
     out = tmp_path / "out"
     config = tiny_config(tmp_path / "c.yaml", data={"bpe_merges": 40, "text_field": "body"})
     args = [

@@ -11,6 +11,7 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from in_process import use_in_process_workers
 from normlab.cli import app
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.ladder import plan_ladder
@@ -18,6 +19,7 @@ from normlab.experiment.training.schedule import lr_at, make_optimizer
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.mup import hidden_names, set_lr
 from normlab.run_format import ANALYSIS_FILE, LADDER_KEY, check_ladder, plot_path
+from report_figures import PNG_SIGNATURE, skip_rendering
 
 
 def _gpt(d_model: int, parametrization: str) -> torch.nn.Module:
@@ -82,11 +84,16 @@ def _invoke(tmp_path: Path, *args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_tiny_ladder_end_to_end(tmp_path: Path) -> None:
+def test_tiny_ladder_end_to_end(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_in_process_workers(monkeypatch)  # the ladder's grids, not the worker processes
+    skip_rendering(monkeypatch)  # each rung's report: figures drawn, not rendered
     out = tmp_path / "out"
     code, output = _invoke(
-        tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2", "--out", str(out)
-    )
+        tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2",
+        "--data", str(corpus), "--out", str(out),
+    )  # fmt: skip
     assert code == 0, output
     summary = json.loads((out / ANALYSIS_FILE).read_text())
     check_ladder(summary[LADDER_KEY])
@@ -95,7 +102,8 @@ def test_tiny_ladder_end_to_end(tmp_path: Path) -> None:
     assert all(r["n"] == 2 for r in rec["rungs"])
     assert rec["rungs"][0]["n_params"] < rec["rungs"][1]["n_params"]
     assert rec["target"]["extrapolation"] == pytest.approx(100.0)
-    assert (out / plot_path("ladder")).stat().st_size > 0
+    assert (out / plot_path("ladder")).read_bytes()[:8] == PNG_SIGNATURE
+    assert (out / plot_path("ladder")).stat().st_size > 1000  # rendered, not a stand-in
     for setting in ("d_model=8", "d_model=16"):
         assert (out / setting / ANALYSIS_FILE).is_file()  # each rung's own report
     last = output.strip().splitlines()[-1]
@@ -125,7 +133,7 @@ def test_bad_ladders_are_refused_in_one_line_before_anything_is_written(
     assert not out.exists()
 
 
-def test_plan_lists_every_rungs_runs(tmp_path: Path) -> None:
+def test_plan_lists_every_rungs_runs(tmp_path: Path, corpus: Path) -> None:
     out = tmp_path / "out"
     code, output = _invoke(
         tmp_path,
@@ -136,6 +144,8 @@ def test_plan_lists_every_rungs_runs(tmp_path: Path) -> None:
         "--steps",
         "2",
         "--plan",
+        "--data",
+        str(corpus),
         "--out",
         str(out),
     )

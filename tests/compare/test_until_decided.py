@@ -2,8 +2,9 @@
 the settling command, and the descriptions the terminal prints.
 
 The rounds loop is driven by a stand-in for ``run_experiment`` that makes up each run's summary
-from a rule (no training), except one test that trains a tiny model twice to check that the
-second command reuses the finished runs.
+from a rule (no training), except two tests that train a tiny model (the second command of one
+reuses the finished runs), their runs' workers threads of this process (:mod:`in_process`) and
+their reports' figures drawn but not rendered (:mod:`report_figures`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from in_process import use_in_process_workers
 from normlab.analysis.rounds import SequentialTracker, paired_differences, read_state
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_schedule
 from normlab.cli import app
@@ -27,6 +29,7 @@ from normlab.experiment.config import validate_config
 from normlab.experiment.execution.rounds import round_seconds, run_until_decided
 from normlab.experiment.execution.runner import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
+from report_figures import skip_rendering
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
 BASE, ARM = "layernorm-pre", "rmsnorm-pre"
@@ -299,7 +302,11 @@ TINY = {
 }
 
 
-def test_until_decided_trains_in_rounds_and_resumes(tmp_path: Path, corpus: Path) -> None:
+def test_until_decided_trains_in_rounds_and_resumes(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"
@@ -335,6 +342,8 @@ def test_until_decided_trains_every_round_with_the_chosen_executor(
             return super().run(runs, *args)
 
     monkeypatch.setattr(executors, "make_executor", lambda scale, on_result=None: Recording())
+    use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
     config = tmp_path / "tiny.yaml"
     config.write_text(yaml.safe_dump(TINY))
     out = tmp_path / "out"

@@ -71,6 +71,19 @@ def run_cli(*args: str | bytes, timeout: float = 180) -> subprocess.CompletedPro
     )
 
 
+def invoke(*args: str) -> tuple[int, str]:
+    """``normlab ARGS`` in this process (wide lines, no colour): its exit status and output;
+    fails the test on an uncaught exception."""
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+
+    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "400", "NO_COLOR": "1"})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise AssertionError(f"uncaught {result.exception!r}:\n{result.output}")
+    return result.exit_code, result.output
+
+
 STARTED: list[subprocess.Popen[str]] = []
 """Every process :func:`start_cli` started (killed after each test if still running)."""
 

@@ -9,8 +9,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-from faultlib import TINY, run_cli, write_config
+from faultlib import TINY, invoke, write_config
 
+from in_process import use_in_process_workers
 from normlab.data.cache import load_tokens, prepare_tokens
 from normlab.data.verify import HASHES_KEY, cache_problem
 
@@ -43,20 +44,21 @@ def test_a_same_size_damaged_cache_is_refused_by_a_run_and_rebuilt_by_prepare(
 
 
 def test_a_compare_over_a_damaged_cache_rebuilds_it_and_gets_identical_numbers(
-    tmp_path: Path, corpus: Path
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    use_in_process_workers(monkeypatch)  # the cache is the subject, not the processes
     config = write_config(tmp_path / "tiny.yaml", TINY)
     out = tmp_path / "out"
     args = ("compare", "--config", str(config), "--data", str(corpus), "--out", str(out))
-    first = run_cli(*args, "--no-report")
-    assert first.returncode == 0, first.stdout
+    code, output = invoke(*args, "--no-report")
+    assert code == 0, output
     run = sorted((out / "runs").iterdir())[0]
     before = json.loads((run / "summary.json").read_text(encoding="utf-8"))
 
     _scramble(out / "data" / "tokens.u8")
     shutil.rmtree(run)  # this run is redone, on the cache as it is now
-    second = run_cli(*args, "--no-report")
-    assert second.returncode == 0, second.stdout
+    code, output = invoke(*args, "--no-report")
+    assert code == 0, output
     after = json.loads((run / "summary.json").read_text(encoding="utf-8"))
     assert after["status"] == "finished"
     for key in ("final_val_loss", "final_val_bpb", "data_fingerprint"):

@@ -9,21 +9,12 @@ import time
 from pathlib import Path
 
 import pytest
-from faultlib import TINY, make_corpus, run_cli, write_config
-from typer.testing import CliRunner
+from faultlib import TINY, invoke, make_corpus, run_cli, write_config
 
+from in_process import use_in_process_workers
 from normlab._io import read_jsonl
-from normlab.cli import app
 from normlab.data.cache import read_corpus
 from normlab.experiment.config import ConfigError, load_config_file
-
-
-def invoke(*args: str) -> tuple[int, str]:
-    """``normlab ARGS`` in this process; fails the test on an uncaught exception."""
-    result = CliRunner().invoke(app, list(args), env={"COLUMNS": "400", "NO_COLOR": "1"})
-    if result.exception is not None and not isinstance(result.exception, SystemExit):
-        raise AssertionError(f"uncaught {result.exception!r}:\n{result.output}")
-    return result.exit_code, result.output
 
 
 def error_lines(output: str) -> list[str]:
@@ -173,14 +164,18 @@ def test_a_non_utf8_file_name_in_the_data_folder_is_read(tmp_path: Path) -> None
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A finished tiny compare folder (no report), built once for this module."""
+    """A finished tiny compare folder (no report), built once for this module (its runs
+    trained in this process: the folder is what these tests damage, not the workers)."""
     root = tmp_path_factory.mktemp("finished")
     config = write_config(root / "tiny.yaml", TINY)
     corpus = make_corpus(root)
     out = root / "out"
-    code, output = invoke(
-        "compare", "--config", str(config), "--data", str(corpus), "--out", str(out), "--no-report"
-    )
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        use_in_process_workers(monkeypatch)
+        code, output = invoke(
+            "compare", "--config", str(config), "--data", str(corpus), "--out", str(out),
+            "--no-report",
+        )  # fmt: skip
     assert code == 0, output
     return out
 

@@ -63,6 +63,7 @@ def test_kill_9_at_every_phase_leaves_no_worker_and_a_rerun_records_each_step_on
     config = write_config(tmp_path / "long.yaml", LONG)
     out = tmp_path / "out"
     args = ("compare", "--config", str(config), "--data", str(corpus), "--out", str(out))
+    args += ("--no-report",)  # the runs are the subject; a report would only add its figures
 
     # 1. while preparing (the lock is taken, no worker yet)
     proc = start_cli(*args)

@@ -4,6 +4,11 @@ named in the terminal and the report; none of them yields a silent verdict.
 One grid holds every fault as an arm (the script reads its behaviour from ``{norm}``): exits
 non-zero, hangs past ``--run-timeout``, never calls ``finish``, logs NaN; a second grid's arms
 start from different parameters at one seed (the pairing guard) and have hostile names.
+
+The scripts are processes of their own; the command runs in this process (through Typer's
+runner) and each run's worker is a thread of it (:mod:`in_process`): neither boundary is what
+these tests are about, and a fresh interpreter for each cost most of their time. The report's
+figures are drawn, not rendered (:mod:`report_figures`): its text is what is checked.
 """
 
 from __future__ import annotations
@@ -12,7 +17,13 @@ import json
 import sys
 from pathlib import Path
 
-from faultlib import run_cli
+import pytest
+from faultlib import cli_env
+from typer.testing import CliRunner
+
+from in_process import use_in_process_workers
+from normlab.cli import app
+from report_figures import skip_rendering
 
 SCRIPT = """
 import sys, time
@@ -44,26 +55,39 @@ if norm != "nofinish":
 """
 
 
+RUN_TIMEOUT = 30
+"""Seconds: long enough for a healthy script (torch's import included) on a busy machine."""
+
+
+def _compare(monkeypatch: pytest.MonkeyPatch, *args: str) -> str:
+    """``normlab compare ARGS`` in this process (with the environment a ``normlab`` child gets,
+    which the scripts inherit), its runs' workers in threads, its report's figures not
+    rendered; its output."""
+    use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
+    return CliRunner().invoke(app, ["compare", *args], env=cli_env()).output
+
+
 def _summaries(out: Path) -> dict[str, dict]:
     return {p.name: json.loads((p / "summary.json").read_text()) for p in (out / "runs").iterdir()}
 
 
-def test_every_failing_script_is_recorded_and_named(tmp_path: Path) -> None:
+def test_every_failing_script_is_recorded_and_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "out"
-    result = run_cli(
-        "compare",
+    text = _compare(
+        monkeypatch,
         "--script",
         f"{sys.executable} {script} {{norm}} {{seed}} {{run_dir}}",
         "--metric", "val_loss", "--margin", "0.01",
         "--norms", "ok,exits,hangs,nofinish,nan",
         "--seeds", "1", "--parallel", "3", "--threads", "1",
-        "--run-timeout", "60",
+        "--run-timeout", str(RUN_TIMEOUT),
         "--out", str(out),
-        timeout=600,
     )  # fmt: skip
-    text = result.stdout
     s = _summaries(out)
     assert s["ok-pre__s0"]["status"] == "finished"
     assert s["nan-pre__s0"]["status"] == "diverged" and s["nan-pre__s0"]["diverged_at"] == 3
@@ -72,7 +96,7 @@ def test_every_failing_script_is_recorded_and_named(tmp_path: Path) -> None:
     assert "no such shard: shard-7" in exits["error"] + exits["traceback"]
     hangs = s["hangs-pre__s0"]
     assert hangs["status"] == "crashed" and "timed out" in hangs["error"]
-    assert "--run-timeout 60" in hangs["error"]
+    assert f"--run-timeout {RUN_TIMEOUT}" in hangs["error"]
     nofinish = s["nofinish-pre__s0"]
     assert nofinish["status"] == "crashed" and "without calling finish()" in nofinish["error"]
     for run_id in ("exits-pre__s0", "hangs-pre__s0", "nofinish-pre__s0"):
@@ -87,22 +111,22 @@ def test_every_failing_script_is_recorded_and_named(tmp_path: Path) -> None:
         assert verdicts.get(arm, {}).get("quality") not in ("equivalent", "better", "worse")
 
 
-def test_unpaired_seed_is_refused_and_hostile_names_stay_literal(tmp_path: Path) -> None:
+def test_unpaired_seed_is_refused_and_hostile_names_stay_literal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "out"
     hostile_a, hostile_b = "a;touch PWNED", "b$(touch PWNED2)"
-    result = run_cli(
-        "compare",
+    text = _compare(
+        monkeypatch,
         "--script",
         f"{sys.executable} {script} {{norm}} {{seed}} {{run_dir}}",
         "--metric", "val_loss", "--margin", "0.01",
         "--norms", f"{hostile_a},{hostile_b}",
         "--seeds", "2", "--parallel", "2", "--threads", "1",
         "--out", str(out),
-        timeout=600,
     )  # fmt: skip
-    text = result.stdout
     assert not list(tmp_path.rglob("PWNED*")) and not list(Path.cwd().glob("PWNED*"))
     s = _summaries(out)
     run_a0 = out / "runs" / f"{hostile_a}-pre__s0"
