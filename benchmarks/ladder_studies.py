@@ -20,9 +20,9 @@ models trained briefly, so that the whole set runs in well under an hour on two 
   and the seeds a decision within the default margin would need there (``spread``).
 - ``coord``: ``normlab coord-check`` at d_model 32/64/128 under mup and sp.
 - ``transfer``: the learning-rate optimum across d_model 32/64/128 under mup and sp: one
-  ``compare --ladder`` per rate of :data:`RATES` (2 seeds, 150 steps), then
+  ``compare --ladder`` per rate of :data:`RATES` (2 seeds, 120 steps), then
   :func:`select_learning_rates` per width and :func:`optimum_alignment`.
-- ``own_rate``: LayerNorm, RMSNorm and DyT (the DyT study's recipe, d_model 64, 150 steps) at
+- ``own_rate``: LayerNorm, RMSNorm and DyT (the DyT study's recipe, d_model 32, 120 steps) at
   every rate of :data:`RATES` on seeds 0–4; each arm's best rate is chosen on the tuning seeds
   3, 4 (:func:`tuning_seeds`), and the paired comparisons on the evaluation seeds 0, 1, 2 are
   made at the arms' own rates and at a shared rate.
@@ -86,10 +86,10 @@ WIDTHS = (32, 64, 128)
 
 SMALL_MODEL: dict[str, Any] = {"n_layers": 2, "n_heads": 2, "context": 64}
 SMALL_TRAIN: dict[str, Any] = {
-    "steps": 150,
+    "steps": 120,
     "batch_size": 8,
-    "warmup": 15,
-    "eval_interval": 75,
+    "warmup": 12,
+    "eval_interval": 60,
     "eval_windows": 64,
 }
 TRANSFER_CONFIG: dict[str, Any] = {
@@ -107,7 +107,7 @@ OWN_RATE_CONFIG: dict[str, Any] = {
     "margin_bpb": MARGIN,
     "model": {
         **SMALL_MODEL,
-        "d_model": 64,
+        "d_model": 32,
         "mlp": "swiglu",
         "tie_embeddings": False,
         "dyt_alpha_attn": 2.0,
@@ -450,6 +450,13 @@ def _ci(lo: float | None, hi: float | None, digits: int = 3) -> str:
     return f"[{_n(lo, digits)}, {_n(hi, digits)}]"
 
 
+def _flow(config: Mapping[str, Any]) -> str:
+    """A config as one line of YAML (flow style)."""
+    return yaml.safe_dump(
+        dict(config), default_flow_style=True, sort_keys=False, width=10**6
+    ).strip()
+
+
 def _cmds(commands: Sequence[Sequence[str]]) -> list[str]:
     return ["```", *(shown(c) for c in commands), "```"]
 
@@ -570,10 +577,10 @@ def render_holdout(
         "## Ladder: paired spread per rung",
         "",
         f"From the same ladder: the sd of the paired differences {d} per rung ({n} seeds, so "
-        f"its 95 % χ² interval spans {lo_f:.2f}× to {hi_f:.1f}× the estimate), and the paired "
-        "seeds that "
-        f"showing equivalence within margin_bpb = {MARGIN} would take at that sd if the true "
-        "difference were 0 (fixed-sample TOST, 80 % power, `normlab.analysis.seeds_needed`).",
+        f"its 95 % χ² interval spans {lo_f:.2f}× to {hi_f:.1f}× the estimate), and how many "
+        f"paired seeds it would take to show equivalence within margin_bpb = {MARGIN} at that "
+        "sd if the true difference were 0 (fixed-sample TOST, 80 % power, "
+        "`normlab.analysis.seeds_needed`).",
         "",
         "| rung | N | paired sd (bpb) | 95 % interval of the sd | seeds needed |",
         "|---|---:|---:|---|---:|",
@@ -646,10 +653,12 @@ def render_transfer(
         "Under μP a rate tuned at the base width should stay best at every width; under sp "
         "(Adam) the best rate should fall as the width grows. The same small GPT as the "
         f"hold-out (2 layers, 2 heads), d_model {'/'.join(map(str, WIDTHS))}, base width "
-        f"{WIDTHS[0]}; the sweep trains LayerNorm and RMSNorm for 150 steps at each rate, 2 "
+        f"{WIDTHS[0]}; the sweep trains LayerNorm and RMSNorm for 120 steps at each rate, 2 "
         "seeds (the quality is the final validation bpb).",
         "",
         *_header(commands, folders, {**ctx, "study": "coord transfer"}),
+        f"- `transfer.yaml`, written by the script (`TRANSFER_CONFIG`): "
+        f"`{_flow(TRANSFER_CONFIG)}`.",
         "",
         "Coordinate check (`normlab coord-check`, 10 Adam steps at lr 0.01, 2 seeds): the "
         "largest judged slope of log mean|x| against log d_model, and each layer's slope at "
@@ -715,10 +724,26 @@ def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]])
         parts.append(part)
     if not parts:
         return "Reading: the sweep has not finished."
+    aligned = {
+        p: all(a.aligned for a in optimum_alignment(c)) for p, c in curves.items() if len(c) >= 2
+    }
+    if aligned.get("mup") and aligned.get("sp") is False:
+        verdict = "As μP predicts, the optimum lines up across widths under mup and moves under sp."
+    elif aligned.get("mup") and aligned.get("sp"):
+        verdict = (
+            "The optimum lines up under mup, but under sp too, so at these widths, this budget "
+            "and this sweep's resolution the runs cannot show what μP adds for the rate."
+        )
+    elif aligned.get("mup") is False:
+        verdict = "**This did not hold**: under mup the optimum moves across widths."
+    else:
+        verdict = "Only part of the sweep has finished."
     return (
-        "Reading: " + "; ".join(parts) + ". `optimum_alignment` calls two optima aligned when "
+        "Reading: "
+        + "; ".join(parts)
+        + f". {verdict} `optimum_alignment` calls two optima aligned when "
         "they lie at most one sweep step apart (a factor 2 here), since neighbouring rates are "
-        "within the sweep's resolution; with 2 seeds and 150 steps the differences between "
+        "within the sweep's resolution; with 2 seeds and 120 steps the differences between "
         "neighbouring rates are often smaller than the seed spread, so a best rate moving by "
         "one step is noise, and the contrast between mup and sp is what to read."
     )
@@ -737,17 +762,20 @@ def render_own_rate(
         "",
         "A comparison at one shared learning rate is partly a comparison of learning rates. "
         "LayerNorm, RMSNorm and DyT (the DyT study's recipe for all three: SwiGLU, untied head, "
-        "DyT α0 2 / 1 / 1, embedding scale 50), d_model 64, 2 layers, 150 steps, every rate on "
+        "DyT α0 2 / 1 / 1 and embedding scale 50, chosen at d_model 64), d_model 32, 2 "
+        "layers, 120 steps, every rate on "
         f"seeds 0–4. Each arm's best rate is chosen on the tuning seeds "
         f"{', '.join(map(str, o['tuning_seeds']))} (`select_learning_rates`); the comparisons use "
         f"the evaluation seeds {', '.join(map(str, EVAL_SEEDS))}, disjoint from them, so the "
         "choice does not bias them.",
         "",
         *_header(commands, folders, {**ctx, "study": "own_rate"}),
+        f"- `own_rate.yaml`, written by the script (`OWN_RATE_CONFIG`): "
+        f"`{_flow(OWN_RATE_CONFIG)}`.",
         "",
         "Tuning curves (final validation bpb, mean ± sd over the tuning seeds; bold: best):",
         "",
-        *_curve_table({"d_model=64": curves}, "width"),
+        *_curve_table({"d_model=32": curves}, "width"),
         "",
         f"Paired comparisons on the evaluation seeds (arm − baseline, bpb, 95 % CI; the "
         f"report's verdict with margin_bpb = {MARGIN}):",
@@ -794,7 +822,7 @@ def _own_reading(o: dict[str, Any]) -> str:
             + "."
         )
     text += (
-        " Three evaluation seeds decide only large differences; at 150 steps the gaps are "
+        " Three evaluation seeds decide only large differences; at 120 steps the gaps are "
         "those of barely trained models, so read the change between the rows, not the verdicts, "
         "as the finding."
     )
