@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import math
 import os
@@ -446,6 +447,10 @@ def _n(x: float | None, digits: int = 3) -> str:
     return f"{x:+.{digits}f}".replace("-", "\u2212")
 
 
+def _f(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
 def _ci(lo: float | None, hi: float | None, digits: int = 3) -> str:
     return f"[{_n(lo, digits)}, {_n(hi, digits)}]"
 
@@ -509,9 +514,10 @@ def render_holdout(
     ]
     for r in rec["rungs"]:
         diffs = ", ".join(_n(v, 4) for v in r["diffs"])
+        means_cell = " / ".join(_f(v) for v in ctx["means"].get(r["setting"], (None, None)))
         lines.append(
             f"| {r['setting']} | {r['n_params']:,.0f} | {diffs} | {_n(r['mean'], 4)} "
-            f"{_ci(r['low'], r['high'], 4)} | {ctx['means'].get(r['setting'], 'n/a')} |"
+            f"{_ci(r['low'], r['high'], 4)} | {means_cell} |"
         )
     s, m, t = pred.single, pred.mean_of_seeds, pred.trend
     lines += [
@@ -563,6 +569,21 @@ def render_holdout(
         "difference only to within the rungs' own seed noise, which is larger than the "
         "margin."
     )
+    if h["plain_singles_inside"] < k:
+        reading += (
+            f" The plain bootstrap's interval, {_ci(plain.single.low, plain.single.high, 4)}, "
+            f"holds {h['plain_singles_inside']} of the {k} single trainings."
+        )
+    means = list(ctx["means"].values())
+    if len(means) >= 2 and None not in (means[-1][0], means[-2][0]):  # noqa: SIM102
+        if means[-1][0] >= means[-2][0]:
+            reading += (
+                f" Note also that the largest rung's {base} ({means[-1][0]:.3f} bpb) is no "
+                f"better than the rung below it ({means[-2][0]:.3f}): at one fixed rate and "
+                "budget for every size (sp), the widest model is not the best trained, so the "
+                "rungs do not lie on one scaling curve, and the difference's trend in N mixes "
+                "size with how well each size is tuned."
+            )
     lines += [reading, ""]
     full = rec["prediction"]
     lines += [
@@ -600,19 +621,41 @@ def render_holdout(
         f"sd {trend} by a factor {10 ** abs(sp['slope']):.2f} per tenfold in N; from "
         f"{sds[0]:.4f} at the smallest rung to {sds[-1]:.4f} at the largest). With {n} seeds per "
         f"rung each sd is uncertain by a factor of about {hi_f / lo_f:.0f} from end to end of "
-        "its interval, "
-        + (
-            "and the intervals of the smallest and largest rung overlap, so these runs cannot "
-            "show whether the seed noise of the difference moves with size."
-            if sp["rows"][0]["sd_ci"][0] <= sp["rows"][-1]["sd_ci"][1]
-            and sp["rows"][-1]["sd_ci"][0] <= sp["rows"][0]["sd_ci"][1]
-            else "yet the intervals of the smallest and largest rung do not overlap."
-        )
+        "its interval. "
+        + _spread_words(sp)
         + " The seeds a decision needs scale with sd²: read the column as an order of "
         "magnitude, not a plan.",
         "",
     ]
     return lines
+
+
+def _spread_words(sp: dict[str, Any]) -> str:
+    """Whether the rungs' sd intervals tell the rungs apart, and whether the sd is monotone."""
+    rows = sp["rows"]
+    lo = min(rows, key=lambda r: r["stats"].sd)
+    hi = max(rows, key=lambda r: r["stats"].sd)
+    sds = [r["stats"].sd for r in rows]
+    steps = list(itertools.pairwise(sds))
+    monotone = all(a <= b for a, b in steps) or all(a >= b for a, b in steps)
+    if lo["sd_ci"][1] >= hi["sd_ci"][0]:
+        text = (
+            "Every rung's interval overlaps every other's, so these runs cannot show that the "
+            "seed noise of the difference moves with size."
+        )
+    else:
+        text = (
+            f"The smallest sd ({lo['stats'].setting}, {lo['stats'].sd:.4f}) and the largest "
+            f"({hi['stats'].setting}, {hi['stats'].sd:.4f}) have intervals that do not overlap, "
+            "so the spread does differ between rungs"
+        )
+        text += (
+            ", and it moves one way with size."
+            if monotone
+            else ", but not one way with size: these runs do not show the seed noise "
+            "shrinking (or growing) as the models grow."
+        )
+    return text
 
 
 def _curve_table(curves: Mapping[str, Mapping[str, LrCurve]], label: str) -> list[str]:
@@ -849,15 +892,17 @@ def git_commit() -> str:
     return f"{head}-dirty" if dirty else head
 
 
-def _means(folders: Mapping[str, CompareFolder], base: str, arm: str) -> dict[str, str]:
-    """Per rung the mean quality of the baseline and the arm, ``"2.950 / 2.961"``."""
+def _means(
+    folders: Mapping[str, CompareFolder], base: str, arm: str
+) -> dict[str, tuple[float | None, float | None]]:
+    """Per rung the mean quality over seeds of the baseline and of the arm."""
     out = {}
     for setting, f in folders.items():
-        vals = []
+        pair = []
         for a in (base, arm):
             v = [x for x in seed_values(f, a, f.seeds) if x is not None]
-            vals.append(f"{np.mean(v):.3f}" if v else "n/a")
-        out[setting] = " / ".join(vals)
+            pair.append(float(np.mean(v)) if v else None)
+        out[setting] = (pair[0], pair[1])
     return out
 
 
