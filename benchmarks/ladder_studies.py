@@ -203,7 +203,7 @@ def plan(out: Path) -> dict[str, list[list[str]]]:
             for p in ("mup", "sp")
         ],
         "own_rate": list(sweep_commands(own, out / "own_rate", RATES).values()),
-        "transfer": [  # rate by rate, mup then sp: a partial sweep still has both
+        "transfer": [
             cmd
             for r in RATES
             for p in ("mup", "sp")
@@ -215,22 +215,37 @@ def plan(out: Path) -> dict[str, list[list[str]]]:
     return cmds
 
 
-def run_all(cmds: Mapping[str, list[list[str]]], only: Sequence[str]) -> dict[str, float]:
-    """Run the chosen studies' commands one after another; wall seconds per study. A coordinate
-    check that is not flat exits 1 and is still a result."""
-    seconds: dict[str, float] = {}
-    for name, commands in cmds.items():
-        if name not in only:
-            continue
-        start = time.perf_counter()
-        for cmd in commands:
-            print("$", shown(cmd), flush=True)
-            rc = subprocess.run(cmd, check=False).returncode
-            if rc != 0 and not (name == "coord" and rc == 1):
-                raise SystemExit(f"{shown(cmd)} exited {rc}")
-        seconds[name] = time.perf_counter() - start
-        print(f"{name}: {seconds[name]:.0f} s", flush=True)
-    return seconds
+def run_order(cmds: Mapping[str, list[list[str]]], only: Sequence[str]) -> list[list[str]]:
+    """The chosen studies' commands in the order they train: the hold-out and the coordinate
+    checks first, then the sweeps rate by rate, from the middle of :data:`RATES` outwards, each
+    rate for the own-rate study, mup and sp; a sweep stopped early still has its central rates
+    in every study. A coordinate check whose ``coord_check.json`` exists is not run again."""
+    order = [c for name in ("holdout", "coord") if name in only for c in cmds[name]]
+    order = [
+        c
+        for c in order
+        if not (c[3] == "coord-check" and (Path(c[-1]) / "coord_check.json").exists())
+    ]
+    middle = len(RATES) // 2
+    by_distance = sorted(range(len(RATES)), key=lambda i: (abs(i - middle), i))
+    for i in by_distance:
+        if "own_rate" in only:
+            order.append(cmds["own_rate"][i])
+        if "transfer" in only:
+            order += cmds["transfer"][2 * i : 2 * i + 2]
+    return order
+
+
+def run_all(commands: Sequence[Sequence[str]]) -> float:
+    """Run ``commands`` one after another; the wall seconds. A coordinate check that is not
+    flat exits 1 and is still a result; any other failure stops."""
+    start = time.perf_counter()
+    for cmd in commands:
+        print("$", shown(cmd), flush=True)
+        rc = subprocess.run(cmd, check=False).returncode
+        if rc != 0 and not (cmd[3] == "coord-check" and rc == 1):
+            raise SystemExit(f"{shown(cmd)} exited {rc}")
+    return time.perf_counter() - start
 
 
 # ---- reading the folders --------------------------------------------------------------------
@@ -1001,7 +1016,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     cmds = plan(args.out)
     if not args.no_run:
-        run_all(cmds, args.only)
+        seconds = run_all(run_order(cmds, args.only))
+        print(f"trained in {seconds:.0f} s", flush=True)
     if args.no_doc:
         return 0
     text = "\n".join(document(args.out, cmds))
