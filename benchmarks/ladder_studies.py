@@ -217,9 +217,10 @@ def plan(out: Path) -> dict[str, list[list[str]]]:
 
 def run_order(cmds: Mapping[str, list[list[str]]], only: Sequence[str]) -> list[list[str]]:
     """The chosen studies' commands in the order they train: the hold-out and the coordinate
-    checks first, then the sweeps rate by rate, from the middle of :data:`RATES` outwards, each
-    rate for the own-rate study, mup and sp; a sweep stopped early still has its central rates
-    in every study. A coordinate check whose ``coord_check.json`` exists is not run again."""
+    checks first, then the own-rate sweep, then the transfer sweep, each from the middle of
+    :data:`RATES` outwards (the transfer's mup and sp rate by rate), so that a sweep stopped
+    early has its central rates. A coordinate check whose ``coord_check.json`` exists is not
+    run again."""
     order = [c for name in ("holdout", "coord") if name in only for c in cmds[name]]
     order = [
         c
@@ -228,11 +229,10 @@ def run_order(cmds: Mapping[str, list[list[str]]], only: Sequence[str]) -> list[
     ]
     middle = len(RATES) // 2
     by_distance = sorted(range(len(RATES)), key=lambda i: (abs(i - middle), i))
-    for i in by_distance:
-        if "own_rate" in only:
-            order.append(cmds["own_rate"][i])
-        if "transfer" in only:
-            order += cmds["transfer"][2 * i : 2 * i + 2]
+    if "own_rate" in only:
+        order += [cmds["own_rate"][i] for i in by_distance]
+    if "transfer" in only:
+        order += [c for i in by_distance for c in cmds["transfer"][2 * i : 2 * i + 2]]
     return order
 
 
