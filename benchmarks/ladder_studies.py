@@ -65,7 +65,7 @@ from normlab.analysis.lr_sweep import (
 )
 from normlab.analysis.runs import CompareFolder
 from normlab.analysis.wording import Smallest, judge
-from normlab.run_format import testbed_format
+from normlab.run_format import SUMMARY_FILE, testbed_format
 
 ROOT = Path(__file__).resolve().parent.parent
 LADDER_EXAMPLE = ROOT / "examples" / "ladder.yaml"
@@ -274,6 +274,24 @@ def train_seconds(folders: Sequence[CompareFolder]) -> tuple[float, int]:
     walls = [r.summary.get("wall_s") for f in folders for r in f.runs]
     walls = [float(w) for w in walls if isinstance(w, (int, float))]
     return sum(walls), len(walls)
+
+
+def run_dates(folders: Sequence[CompareFolder]) -> str:
+    """The UTC dates the folders' runs finished (their summaries were written), as
+    ``2026-12-02`` or ``2026-12-01 to 2026-12-02``; empty without a finished run."""
+    stamps = []
+    for f in folders:
+        for r in f.runs:
+            path = r.path / SUMMARY_FILE
+            if path.exists():
+                stamps.append(path.stat().st_mtime)
+    if not stamps:
+        return ""
+    days = [
+        dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d")
+        for t in (min(stamps), max(stamps))
+    ]
+    return days[0] if days[0] == days[1] else f"{days[0]} to {days[1]}"
 
 
 def machine() -> str:
@@ -491,7 +509,8 @@ def _header(
         "",
         *_cmds(commands),
         "",
-        f"- Run on {ctx['date']} at commit `{ctx['commit']}`, {ctx['machine']}; its {n} runs "
+        f"- Trained {run_dates(folders) or ctx['date']}, analysed {ctx['date']} at commit "
+        f"`{ctx['commit']}`, on {ctx['machine']}; its {n} runs "
         f"trained for {total:.0f} s in all (one at a time, one thread each, at nice 10 "
         "beside other work: the times are upper bounds).",
     ]
