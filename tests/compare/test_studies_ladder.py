@@ -78,3 +78,16 @@ def test_place_replaces_only_its_own_section() -> None:
     second = ls.place(first + "\n## later\n", f"{ls.BEGIN}\nB\n{ls.END}")
     assert "\nA\n" not in second and "\nB\n" in second and second.endswith("## later\n")
     assert ls.KEPT_MARKER in ls.place("# t\n", f"{ls.BEGIN}\nA\n{ls.END}")
+
+
+def test_sweeps_train_from_the_middle_rate_outwards(tmp_path: Path) -> None:
+    cmds = ls.plan(tmp_path)
+    (tmp_path / "coord_mup").mkdir()
+    (tmp_path / "coord_mup" / "coord_check.json").write_text("{}", encoding="utf-8")
+    order = ls.run_order(cmds, ["coord", "own_rate", "transfer"])
+    coord = [c for c in order if c[3] == "coord-check"]
+    assert [c[-1] for c in coord] == [str(tmp_path / "coord_sp")]  # mup's is done
+    lrs = [float(c[c.index("--lr") + 1]) for c in order if "--lr" in c]
+    middle_out = [0.01, 0.005, 0.02, 0.0025, 0.04]
+    assert lrs == middle_out + [r for r in middle_out for _ in ("mup", "sp")]
+    assert (tmp_path / "own_rate.yaml").exists() and (tmp_path / "transfer.yaml").exists()
