@@ -468,7 +468,7 @@ def own_rate(losses: Mapping[str, Mapping[float, Sequence[float | None]]]) -> di
                 "own": paired(losses, arm, curves[arm].best, base, b_best, EVAL_SEEDS),
             }
         )
-    return {"tuning_seeds": tune, "curves": curves, "rows": rows}
+    return {"tuning_seeds": tune, "curves": curves, "rows": rows, "losses": losses}
 
 
 # ---- the document ---------------------------------------------------------------------------
@@ -943,6 +943,18 @@ def _own_reading(o: dict[str, Any]) -> str:
             " Best rates at the sweep's edge, so the optimum may lie beyond it: "
             + ", ".join(edges)
             + "."
+        )
+    wide = []
+    for arm, c in o["curves"].items():
+        values = [v for v in o["losses"][arm][c.best] if v is not None]
+        if values and max(values) - min(values) > 10 * MARGIN:
+            wide.append(f"{arm} at {c.best:g} from {min(values):.3f} to {max(values):.3f} bpb")
+    if wide:
+        text += (
+            " The seeds of one arm at one rate spread far wider than the margin ("
+            + "; ".join(wide)
+            + f" over seeds 0–{len(EVAL_SEEDS) + N_TUNING - 1}): at this budget one seed says "
+            "little about another, and a best rate chosen on two seeds is itself noisy."
         )
     text += (
         " Three evaluation seeds decide only large differences; at 120 steps the gaps are "
