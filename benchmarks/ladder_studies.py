@@ -692,6 +692,20 @@ def _spread_words(sp: dict[str, Any]) -> str:
     return text
 
 
+def tied_rates(curve: LrCurve) -> list[float]:
+    """The rates whose mean lies within the larger of the two sds of the best rate's mean:
+    the rates the sweep's seeds cannot tell from the best (the best included)."""
+    best = next(p for p in curve.points if p.rate == curve.best)
+    out = []
+    for p in curve.points:
+        if p.mean is None or p.n_diverged:
+            continue
+        noise = max(p.sd or 0.0, best.sd or 0.0)
+        if abs(p.mean - curve.best_mean) <= noise:
+            out.append(p.rate)
+    return out
+
+
 def _partial(curves: Mapping[str, Mapping[str, LrCurve]]) -> list[str]:
     """A warning paragraph when the sweep lacks some of :data:`RATES` (it stopped early)."""
     done = sorted({p.rate for c in curves.values() for a in c.values() for p in a.points})
@@ -788,9 +802,19 @@ def render_transfer(
         ]
         for a in optimum_alignment(by_setting):
             best = ", ".join(f"{s}: {r:g}" for s, r in a.best.items())
+            tied = {s: tied_rates(c[a.arm]) for s, c in by_setting.items() if a.arm in c}
+            common = sorted(set.intersection(*(set(t) for t in tied.values())))
             lines.append(
                 f"- {a.arm}: best rates {best}; {a.steps} sweep step(s) apart: "
-                f"{'aligned' if a.aligned else '**not aligned**'}."
+                f"{'aligned' if a.aligned else '**not aligned**'}. Within the seeds' sd of the "
+                "best: "
+                + "; ".join(f"{s}: {', '.join(f'{r:g}' for r in t)}" for s, t in tied.items())
+                + (
+                    f"; a rate within noise of the best at every width: "
+                    f"{', '.join(f'{r:g}' for r in common)}."
+                    if common
+                    else "; no rate is within noise of the best at every width."
+                )
             )
         lines.append("")
     if same_base is not None:
@@ -802,6 +826,16 @@ def render_transfer(
         ]
     lines += [_transfer_reading(curves), ""]
     return lines
+
+
+def _common_tied(by_setting: Mapping[str, Mapping[str, LrCurve]]) -> bool:
+    """Whether every arm has a rate within noise of its best at every setting."""
+    arms = {a for c in by_setting.values() for a in c}
+    for arm in arms:
+        sets = [set(tied_rates(c[arm])) for c in by_setting.values() if arm in c]
+        if not set.intersection(*sets):
+            return False
+    return True
 
 
 def _coord_reading(coord: Mapping[str, Mapping[str, Any]]) -> str:
@@ -857,7 +891,16 @@ def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]])
             "and this sweep's resolution the runs cannot show what μP adds for the rate."
         )
     elif aligned.get("mup") is False:
-        verdict = "**This did not hold**: under mup the optimum moves across widths."
+        common = {p: _common_tied(c) for p, c in curves.items() if len(c) >= 2}
+        if all(common.values()):
+            verdict = (
+                "**Not shown either way**: by `optimum_alignment` the best rate moves across "
+                "widths under mup, but every arm has a rate within its seeds' noise of the best "
+                "at every width, under mup and under sp alike, so at 2 seeds and this budget "
+                "the sweep cannot tell the two parametrisations apart."
+            )
+        else:
+            verdict = "**This did not hold**: under mup the optimum moves across widths."
     else:
         verdict = "Only part of the sweep has finished."
     return (
@@ -1034,8 +1077,10 @@ def document(out: Path, cmds: Mapping[str, list[list[str]]]) -> list[str]:
         raw[p] = sweep_losses(folders)
         curves[p] = sweep_curves(raw[p])
         for path in folders.values():
-            if (path / "ladder.json").exists():
+            try:
                 transfer_folders += list(load_rungs(path)[1].values())
+            except (OSError, ValueError):  # not started, or a rung not yet begun
+                continue
     base = f"d_model={WIDTHS[0]}"
     same = None
     if base in raw["mup"] and base in raw["sp"]:
