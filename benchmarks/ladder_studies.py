@@ -538,9 +538,11 @@ def render_holdout(
         "and predicts the largest, which was trained too.",
         "",
         *_header(commands, folders, {**ctx, "study": "holdout"}),
-        "- Small on purpose: 2 layers, d_model 16–128 (10k–430k parameters), 500 steps of "
-        "8 × 64 bytes. The largest rung is only 3.7× the size of the third, so this tests the "
-        "interval over a short step, at a budget where no model is near trained.",
+        f"- Small on purpose (the example's settings: 2 layers, 500 steps of 8 × 64 bytes): "
+        f"{rec['rungs'][0]['n_params']:,.0f} to {rec['rungs'][-1]['n_params']:,.0f} "
+        f"parameters. The largest rung is only {pred.extrapolation:.2g}× the size of the one "
+        "below it, so this tests the interval over a short step, at a budget where no model is "
+        "near trained.",
         "",
         "| rung | N (parameters) | per-seed differences | mean [95% CI] | mean bpb "
         f"{base} / {arm} |",
