@@ -694,20 +694,6 @@ def _spread_words(sp: dict[str, Any]) -> str:
     return text
 
 
-def tied_rates(curve: LrCurve) -> list[float]:
-    """The rates whose mean lies within the larger of the two sds of the best rate's mean:
-    the rates the sweep's seeds cannot tell from the best (the best included)."""
-    best = next(p for p in curve.points if p.rate == curve.best)
-    out = []
-    for p in curve.points:
-        if p.mean is None or p.n_diverged:
-            continue
-        noise = max(p.sd or 0.0, best.sd or 0.0)
-        if abs(p.mean - curve.best_mean) <= noise:
-            out.append(p.rate)
-    return out
-
-
 def _partial(curves: Mapping[str, Mapping[str, LrCurve]]) -> list[str]:
     """A warning paragraph when the sweep lacks some of :data:`RATES` (it stopped early)."""
     done = sorted({p.rate for c in curves.values() for a in c.values() for p in a.points})
@@ -804,19 +790,17 @@ def render_transfer(
         ]
         for a in optimum_alignment(by_setting):
             best = ", ".join(f"{s}: {r:g}" for s, r in a.best.items())
-            tied = {s: tied_rates(c[a.arm]) for s, c in by_setting.items() if a.arm in c}
-            common = sorted(set.intersection(*(set(t) for t in tied.values())))
             lines.append(
-                f"- {a.arm}: best rates {best}; {a.steps} sweep step(s) apart: "
-                f"{'aligned' if a.aligned else '**not aligned**'}. Within the seeds' sd of the "
-                "best: "
-                + "; ".join(f"{s}: {', '.join(f'{r:g}' for r in t)}" for s, t in tied.items())
+                f"- {a.arm}: best rates {best}; {a.steps} sweep step(s) apart. Within the "
+                "seeds' sd of the best: "
+                + "; ".join(f"{s}: {', '.join(f'{r:g}' for r in t)}" for s, t in a.tied.items())
                 + (
                     f"; a rate within noise of the best at every width: "
-                    f"{', '.join(f'{r:g}' for r in common)}."
-                    if common
-                    else "; no rate is within noise of the best at every width."
+                    f"{', '.join(f'{r:g}' for r in a.common)}"
+                    if a.common
+                    else "; no rate is within noise of the best at every width"
                 )
+                + f": {'aligned' if a.aligned else '**not aligned**'}."
             )
         lines.append("")
     if same_base is not None:
@@ -863,12 +847,7 @@ def render_transfer(
 
 def _common_tied(by_setting: Mapping[str, Mapping[str, LrCurve]]) -> bool:
     """Whether every arm has a rate within noise of its best at every setting."""
-    arms = {a for c in by_setting.values() for a in c}
-    for arm in arms:
-        sets = [set(tied_rates(c[arm])) for c in by_setting.values() if arm in c]
-        if not set.intersection(*sets):
-            return False
-    return True
+    return all(a.common for a in optimum_alignment(by_setting))
 
 
 def _coord_reading(coord: Mapping[str, Mapping[str, Any]]) -> str:
@@ -902,7 +881,9 @@ def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]])
             continue
         al = optimum_alignment(by_setting)
         words = ", ".join(
-            f"{a.arm} {'aligned' if a.aligned else 'not aligned'} ({a.steps} step(s))" for a in al
+            f"{a.arm} {'aligned' if a.aligned else 'not aligned'} (best rates {a.steps} "
+            "step(s) apart)"
+            for a in al
         )
         edges = [
             f"{a} at {s}" for s, by_arm in by_setting.items() for a, c in by_arm.items() if c.edge
@@ -916,7 +897,7 @@ def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]])
     done = {p: c for p, c in curves.items() if len(c) >= 2}
     if set(done) != {"mup", "sp"}:
         return "Reading: " + "; ".join(parts) + ". Only part of the sweep has finished."
-    aligned = {p: all(a.aligned for a in optimum_alignment(c)) for p, c in done.items()}
+    argmin = {p: all(a.steps <= 1 for a in optimum_alignment(c)) for p, c in done.items()}
     common = {p: _common_tied(c) for p, c in done.items()}
     if common["mup"] and not common["sp"]:
         verdict = (
@@ -936,12 +917,13 @@ def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]])
             "at every width."
         )
     verdict += (
-        f" By `optimum_alignment` alone (the argmin, aligned when at most one sweep step "
-        f"apart, a factor 2 here) mup is {'aligned' if aligned['mup'] else 'not aligned'} and "
-        f"sp {'aligned' if aligned['sp'] else 'not aligned'}: with 2 seeds and 120 steps "
+        f" By the argmin alone (aligned when the best rates lie at most one sweep step apart, "
+        f"a factor 2 here) mup would be {'aligned' if argmin['mup'] else 'not aligned'} and "
+        f"sp {'aligned' if argmin['sp'] else 'not aligned'}: with 2 seeds and 120 steps "
         "neighbouring rates often differ by less than the seeds' spread, so the argmin jumps "
         "within the noise, and a best rate at the sweep's edge makes the step count a lower "
-        "bound."
+        "bound. This is why `optimum_alignment` (and `compare --lr-sweep`'s report) judges "
+        "the optimum by the rates within the seeds' spread of the best."
     )
     return "Reading: " + "; ".join(parts) + ". " + verdict
 

@@ -201,6 +201,7 @@ def test_optimum_alignment_and_tuning_seeds():
     assert al["a"].steps == 0 and al["a"].aligned
     assert al["b"].steps == 2 and not al["b"].aligned
     assert al["b"].best == {"d_model=32": 3e-3, "d_model=64": 3e-2}
+    assert al["a"].common == [3e-3] and al["b"].common == []  # one seed: only the best is tied
     assert tuning_seeds(2, [0, 1, 2]) == [3, 4]
     with pytest.raises(ValueError, match=r"^count:"):
         tuning_seeds(0, [0])
@@ -261,3 +262,24 @@ def test_figures_read_cleanly(tmp_path):
         assert _overlapping_texts(fig) == []
         assert _legend_covers(fig) == 0
         assert figure_png(fig)[:4] == b"\x89PNG"
+
+
+def test_alignment_weighs_the_best_rates_against_the_tuning_seeds_spread():
+    """With two tuning seeds the optimum lines up when some rate is within the seeds' spread of
+    the best at every width, however far the argmins lie apart, and not when none is, however
+    close they are."""
+    noisy = {
+        "d_model=32": {1e-3: [3.0, 3.2], 3e-3: [2.5, 2.7], 1e-2: [2.55, 2.75], 3e-2: [3.4, 3.5]},
+        "d_model=64": {1e-3: [3.0, 3.2], 3e-3: [2.6, 2.8], 1e-2: [2.62, 2.8], 3e-2: [2.5, 2.7]},
+    }
+    sharp = {
+        "d_model=32": {1e-3: [3.0, 3.01], 3e-3: [2.5, 2.51], 1e-2: [2.9, 2.91], 3e-2: [3.5, 3.5]},
+        "d_model=64": {1e-3: [3.0, 3.01], 3e-3: [2.9, 2.91], 1e-2: [2.5, 2.51], 3e-2: [3.5, 3.5]},
+    }
+    curves = {s: select_learning_rates({"noisy": noisy[s], "sharp": sharp[s]}) for s in noisy}
+    al = {x.arm: x for x in optimum_alignment(curves)}
+    assert al["noisy"].steps == 2 and al["noisy"].aligned  # argmins 3e-3 and 3e-2
+    assert al["noisy"].common == [3e-3, 1e-2]
+    assert al["noisy"].tied["d_model=64"] == [3e-3, 1e-2, 3e-2]
+    assert al["sharp"].steps == 1 and not al["sharp"].aligned  # neighbours, far beyond noise
+    assert al["sharp"].common == [] and al["sharp"].tied["d_model=32"] == [3e-3]

@@ -59,7 +59,8 @@ def test_the_words_flag_edges_divergence_and_alignment() -> None:
     assert "a tuning seed of dyt-pre diverged at 0.01" in text
     assert "d_model=64: each arm at its own best rate (chosen at d_model=32): " in text
     assert "optimum of layernorm-pre: 0.01 at d_model=32, 0.001 at d_model=128, 2 sweep steps " \
-        "apart: does not line up" in text  # fmt: skip
+        "apart; no rate is within the tuning seeds' spread of the best at every setting: does " \
+        "not line up" in text  # fmt: skip
     with pytest.raises(ValueError, match=r"^chosen_at: expected swept settings"):
         lr_sweep_record(curves, [3], {"d_model=64": "d_model=16"})
     assert LADDER_KEY == "ladder"

@@ -13,7 +13,12 @@ its best rate. For one arm, with L_ir the loss of tuning seed i at rate r:
   the sweep should be extended that way.
 
 Under μP the optimum found at one width should hold at every width; :func:`optimum_alignment`
-reports each arm's r* per width and how many sweep steps apart they lie.
+reports each arm's r* per width, how many sweep steps apart they lie, and the rates the tuning
+seeds cannot tell from the best at each width (:func:`tied_rates`: no seed diverged and
+|L̄_r − L̄_r*| ≤ max(sd_r, sd_r*), one seed's spread). With a few seeds and short runs
+neighbouring rates are often within that noise, so the argmin jumps between them: the optimum
+lines up when some rate is tied with the best at every width; without a spread (one tuning
+seed) when the best rates lie at most one sweep step apart.
 :func:`sweep_lines` says all of it in words (the terminal and the ladder report print them).
 """
 
@@ -36,6 +41,7 @@ __all__ = [
     "optimum_alignment",
     "select_learning_rates",
     "sweep_lines",
+    "tied_rates",
     "tuning_seed_words",
     "tuning_seeds",
 ]
@@ -71,14 +77,18 @@ class LrCurve:
 
 @dataclass(frozen=True)
 class OptimumAlignment:
-    """An arm's best rate per width (``best``: {setting: rate}) and ``steps``, the largest
-    distance between them in sweep positions (0: the same rate at every width); ``aligned``
-    when ``steps`` ≤ 1 (neighbouring sweep rates cannot be told apart by the sweep)."""
+    """An arm's best rate per width (``best``: {setting: rate}), ``steps``, the largest
+    distance between them in sweep positions (0: the same rate at every width), ``tied``:
+    {setting: the rates tied with its best (:func:`tied_rates`)}, ``common``: the rates tied
+    with the best at every width, and ``aligned``: ``common`` is not empty, or, where a
+    setting's best rate has no spread (one tuning seed), ``steps`` ≤ 1."""
 
     arm: str
     best: dict[str, float]
     steps: int
     aligned: bool
+    tied: dict[str, list[float]]
+    common: list[float]
 
 
 def _rate(value: Any, where: str) -> float:
@@ -160,11 +170,36 @@ def optimum_alignment(curves: Mapping[str, Mapping[str, LrCurve]]) -> list[Optim
         arms += [a for a in by_arm if a not in arms]
     out = []
     for arm in arms:
-        best = {s: c[arm].best for s, c in curves.items() if arm in c}
-        grid = sorted({p.rate for c in curves.values() if arm in c for p in c[arm].points})
+        mine = {s: c[arm] for s, c in curves.items() if arm in c}
+        best = {s: c.best for s, c in mine.items()}
+        grid = sorted({p.rate for c in mine.values() for p in c.points})
         pos = [grid.index(r) for r in best.values()]
         steps = max(pos) - min(pos)
-        out.append(OptimumAlignment(arm, best, steps, steps <= 1))
+        tied = {s: tied_rates(c) for s, c in mine.items()}
+        common = sorted(set.intersection(*(set(t) for t in tied.values())))
+        spread = all(_best_point(c).sd is not None for c in mine.values())
+        aligned = bool(common) if spread else steps <= 1
+        out.append(OptimumAlignment(arm, best, steps, aligned, tied, common))
+    return out
+
+
+def _best_point(curve: LrCurve) -> LrPoint:
+    return next(p for p in curve.points if p.rate == curve.best)
+
+
+def tied_rates(curve: LrCurve) -> list[float]:
+    """The rates of ``curve`` its tuning seeds cannot tell from the best (the best included):
+    no seed diverged there and |L̄_r − L̄_r*| ≤ max(sd_r, sd_r*), the larger of the two rates'
+    seed spreads; a rate without a spread (one seed) is tied only if its mean equals the
+    best's."""
+    best = _best_point(curve)
+    out = []
+    for p in curve.points:
+        if p.mean is None or p.n_diverged:
+            continue
+        noise = max(p.sd or 0.0, best.sd or 0.0)
+        if abs(p.mean - curve.best_mean) <= noise:
+            out.append(p.rate)
     return out
 
 
@@ -185,7 +220,8 @@ def lr_sweep_record(
 ) -> dict[str, Any]:
     """The sweep as a JSON-ready dict: ``tuning_seeds``, ``settings``: {setting: {arm: {best,
     best_mean, edge, points: [{rate, n, n_diverged, mean, sd, low, high}]}}}, ``alignment``:
-    [{arm, best: {setting: rate}, steps, aligned}], ``chosen_at``: {rung: the setting whose
+    [{arm, best: {setting: rate}, steps, aligned, tied: {setting: [rate]}, common: [rate]}],
+    ``chosen_at``: {rung: the setting whose
     best rates it runs} (``chosen_at`` given, else every swept setting its own) and ``chosen``:
     {rung: {arm: the rate its comparison runs the arm at}}."""
     where = dict(chosen_at) if chosen_at is not None else {s: s for s in curves}
@@ -258,8 +294,19 @@ def sweep_lines(record: Mapping[str, Any], metric: str = "loss") -> list[str]:
         lines.append(f"{rung}: each arm at its own best rate{source}: {shown}")
     if len(record["settings"]) > 1:
         for a in record.get("alignment", []):
-            at = ", ".join(f"{r:g} at {s}" for s, r in a["best"].items())
-            verdict = "lines up" if a["aligned"] else "does not line up (more than one sweep step)"
-            apart = f"{a['steps']} sweep step{'' if a['steps'] == 1 else 's'} apart"
-            lines.append(f"optimum of {a['arm']}: {at}, {apart}: {verdict}")
+            lines.append(_alignment_words(a))
     return lines
+
+
+def _alignment_words(a: Mapping[str, Any]) -> str:
+    """One alignment record in words: the best rate per setting, their distance, the rates tied
+    with the best at every setting, and whether the optimum lines up."""
+    at = ", ".join(f"{r:g} at {s}" for s, r in a["best"].items())
+    apart = f"{a['steps']} sweep step{'' if a['steps'] == 1 else 's'} apart"
+    common = a.get("common") or []
+    if common:
+        within = f"within the tuning seeds' spread of the best at every setting: {_rates(common)}"
+    else:
+        within = "no rate is within the tuning seeds' spread of the best at every setting"
+    verdict = "lines up" if a["aligned"] else "does not line up"
+    return f"optimum of {a['arm']}: {at}, {apart}; {within}: {verdict}"

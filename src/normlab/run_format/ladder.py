@@ -153,7 +153,19 @@ _LR = (
             Key("arm", "string", "the arm"),
             Key("best", "map", "{setting: best rate}", item="number"),
             Key("steps", "integer", "largest distance between the best rates, in sweep steps"),
-            Key("aligned", "boolean", "steps ≤ 1"),
+            Key(
+                "aligned",
+                "boolean",
+                "some rate is within the tuning seeds' spread of the best at every setting "
+                "(with one tuning seed: steps ≤ 1)",
+            ),
+            Key(
+                "tied",
+                "map",
+                "{setting: the rates within the seeds' spread of its best}",
+                (Key("*", "list", "rates", item="number"),),
+            ),
+            Key("common", "list", "the rates tied with the best at every setting", item="number"),
         ),
     ),
 )
