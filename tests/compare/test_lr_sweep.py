@@ -26,7 +26,7 @@ def _curves(arms: list[str], settings: list[str]) -> dict:
     }
 
 
-@pytest.mark.parametrize(("n_arms", "n_settings"), [(2, 2), (6, 3)])
+@pytest.mark.parametrize(("n_arms", "n_settings"), [(2, 1), (6, 1), (2, 2), (6, 3)])
 def test_the_sweep_figure_reads_cleanly_with_long_names_at_the_edges(
     n_arms: int, n_settings: int
 ) -> None:

@@ -4,6 +4,7 @@ the per-arm rates of the grid; the refusals; resuming; ``--ladder`` with ``--unt
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,16 @@ from normlab.experiment.execution import executors
 from normlab.experiment.execution.grid import plan_runs
 from normlab.experiment.execution.worker import execute_run
 from normlab.experiment.testbeds import build_model
-from normlab.run_format import ANALYSIS_FILE, LADDER_KEY, check_ladder, plot_path
+from normlab.report import build_report
+from normlab.run_format import (
+    ANALYSIS_FILE,
+    LADDER_KEY,
+    LR_SWEEP_DIR,
+    LR_SWEEP_KEY,
+    check_ladder,
+    check_lr_sweep_record,
+    plot_path,
+)
 from normlab.run_format import folder as run_folder
 
 TINY: dict[str, Any] = {
@@ -262,3 +272,40 @@ def test_a_sweep_without_a_ladder_compares_each_arm_at_its_best_rate(
         assert rate == min(finished, key=finished.__getitem__)
     shown = ", ".join(f"{a} {r:g}" for a, r in chosen.items())
     assert f"this size: each arm at its own best rate: {shown}" in output
+
+    # the report reads the tuning folders again: summary.json's record, the section, the figure
+    build_report(out)
+    summary = json.loads((out / ANALYSIS_FILE).read_text())
+    record = summary[LR_SWEEP_KEY]
+    check_lr_sweep_record(record)
+    assert record["tuning_seeds"] == [1] and record["chosen"] == {"this size": chosen}
+    assert [p["rate"] for p in record["settings"]["this size"]["layernorm-pre"]["points"]] == [
+        0.001,
+        0.03,
+    ]
+    assert (out / plot_path("lr_sweep")).stat().st_size > 0
+    for report in ("report.md", "report.html"):
+        text = (out / report).read_text()
+        assert (
+            "Learning rates" in text
+            and f"this size: each arm at its own best rate: {shown}" in text
+        )
+    assert "![" in (out / "report.md").read_text().split("Learning rates", 1)[1]
+
+    # the same folder without its tuning folders: no such key, no figure, nothing else changes
+    bare = tmp_path / "bare"
+    shutil.copytree(out, bare, ignore=shutil.ignore_patterns(LR_SWEEP_DIR))
+    build_report(bare)
+    plain = json.loads((bare / ANALYSIS_FILE).read_text())
+    assert LR_SWEEP_KEY not in plain
+    del summary[LR_SWEEP_KEY]
+    assert plain == summary
+    assert not (bare / plot_path("lr_sweep")).exists()
+    assert "Learning rates" not in (bare / "report.md").read_text()
+
+    # tuning folders that choose other rates than the comparison ran stop the report, naming them
+    experiment = run_folder.read_experiment(out)
+    other = {a: (0.03 if r == 0.001 else 0.001) for a, r in chosen.items()}
+    run_folder.write_experiment(out, {**experiment, "learning_rates": other})
+    with pytest.raises(ValueError, match=r"lr-sweep/: the tuning folders .* choose other rates"):
+        build_report(out)

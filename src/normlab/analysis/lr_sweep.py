@@ -34,6 +34,7 @@ import numpy as np
 from normlab.analysis.stats import t_interval
 
 __all__ = [
+    "PLAIN_SWEEP_SETTING",
     "LrCurve",
     "LrPoint",
     "OptimumAlignment",
@@ -45,6 +46,9 @@ __all__ = [
     "tuning_seed_words",
     "tuning_seeds",
 ]
+
+PLAIN_SWEEP_SETTING = "this size"
+"""How the record and the words of a sweep without a ladder name its one setting."""
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
 from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
+from normlab.analysis.lr_sweep_folder import compare_sweep
 from normlab.analysis.recommendation import (
     ADD_IMPORTED_SEEDS,
     ADD_SEEDS,
@@ -18,7 +19,7 @@ from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
 from normlab.analysis.stats import describe, holm_adjust
 from normlab.analysis.verdicts import ArmVerdict, arm_verdict
-from normlab.run_format import MetricSpec, TestbedFormat, testbed_format
+from normlab.run_format import LR_SWEEP_KEY, MetricSpec, TestbedFormat, testbed_format
 from normlab.run_format.imported import import_record
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
@@ -330,7 +331,9 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
     compared with the others held fixed (:func:`normlab.analysis.families.comparison_families`).
     Tests use level ``alpha``; ``power`` sets how sure the seeds-needed estimate aims to be.
     The metrics, the quality metric and the margin's key follow the folder's testbed
-    (:data:`normlab.run_format.TESTBED_FORMATS`).
+    (:data:`normlab.run_format.TESTBED_FORMATS`). A folder swept by ``compare --lr-sweep`` also
+    gets its learning-rate sweep under ``learning_rates``
+    (:func:`normlab.analysis.lr_sweep_folder.compare_sweep`); other folders have no such key.
     """
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
@@ -370,7 +373,15 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "quality_metric": testbed.quality,
         "testbed": testbed.name,
         "sequential": sequential,
+        **_sweep(folder),
     }
+
+
+def _sweep(folder: CompareFolder) -> dict[str, Any]:
+    """{``learning_rates``: the sweep record} of a folder with tuning folders beside it, else {}."""
+    ran = folder.experiment.get("learning_rates")
+    record = compare_sweep(folder.path, ran if isinstance(ran, dict) else None)
+    return {} if record is None else {LR_SWEEP_KEY: record}
 
 
 def _sequential_decision(

@@ -1047,10 +1047,6 @@ def _ladder_sweep(
     return [with_arm_rates(by_setting[s], choice["chosen"][s]) for s in ladder_plan.settings]
 
 
-PLAIN_SWEEP_SETTING = "this size"
-"""How the words of a sweep without a ladder name its one setting."""
-
-
 def _plain_sweep(
     cfg: ExperimentConfig,
     out: Path,
@@ -1061,7 +1057,7 @@ def _plain_sweep(
     """``--lr-sweep`` without ``--ladder``: check ``--out`` (before anything is written), train
     the tuning runs into ``OUT/lr-sweep/lr=<rate>/``, say the choice, and return ``cfg`` with
     each arm at its best rate."""
-    from normlab.analysis.lr_sweep import lr_sweep_record
+    from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING, lr_sweep_record
     from normlab.experiment.execution.lr_sweep import sweep_folders, with_arm_rates
     from normlab.experiment.execution.runner import check_out_contents, check_out_path
 

@@ -27,7 +27,13 @@ from normlab.report.plots import (
     plot_validation,
 )
 from normlab.report.runs_csv import runs_csv_text
-from normlab.report.sections import HEALTH_PLOT, factor_section, health_section
+from normlab.report.sections import (
+    HEALTH_PLOT,
+    LR_SWEEP_PLOT,
+    factor_section,
+    health_section,
+    lr_sweep_section,
+)
 from normlab.report.style import arm_colors
 from normlab.run_format import (
     ANALYSIS_FILE,
@@ -52,6 +58,7 @@ _PLOT_NAMES = (
     "final_metrics",
     "samples",
     HEALTH_PLOT,
+    LR_SWEEP_PLOT,
 )
 _CLIP_KEYS = ("grad_clip", "clip_grad_norm", "grad_clip_norm", "max_grad_norm", "clip_grad")
 
@@ -281,9 +288,14 @@ def build_report(out_dir: Path) -> dict[str, Path]:
         arm: [load_run_curves(r) for r in folder.runs_of(arm) if r.done] for arm in folder.arms
     }
     verdict_plot, plots = _plots(folder, analysis, curves)
+    colors = arm_colors(folder.arms)
     sections = [
         s
-        for s in (factor_section(analysis), health_section(folder, arm_colors(folder.arms)))
+        for s in (
+            factor_section(analysis),
+            health_section(folder, colors),
+            lr_sweep_section(analysis, colors),
+        )
         if s is not None
     ]
     problems = [

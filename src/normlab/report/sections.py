@@ -1,5 +1,6 @@
 """The report's sections beyond the main comparison: the comparisons by factor (when several
-factors vary, e.g. norm × precision) and norm health over training."""
+factors vary, e.g. norm × precision), norm health over training and, for a folder swept by
+``compare --lr-sweep``, the learning rates."""
 
 from __future__ import annotations
 
@@ -9,15 +10,18 @@ from typing import Any
 from normlab._io import read_jsonl
 from normlab.analysis.format import fmt_ratio, fmt_signed
 from normlab.analysis.health import HEALTH_TOLERANCE, health_flags
+from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.report.content import Plot, Section, Table, confidence_pct
-from normlab.report.plots import figure_png, plot_norm_health
-from normlab.run_format import HEALTH_RECORD, testbed_format
+from normlab.report.plots import figure_png, plot_lr_sweep, plot_norm_health
+from normlab.run_format import HEALTH_RECORD, LR_SWEEP_DIR, LR_SWEEP_KEY, testbed_format
 
-__all__ = ["HEALTH_PLOT", "factor_section", "health_section"]
+__all__ = ["HEALTH_PLOT", "LR_SWEEP_PLOT", "factor_section", "health_section", "lr_sweep_section"]
 
 HEALTH_PLOT = "norm_health"
 """The file stem of the norm-health figure."""
+LR_SWEEP_PLOT = "lr_sweep"
+"""The file stem of the loss-against-learning-rate figure."""
 MAX_FLAG_LINES = 20
 
 
@@ -148,3 +152,37 @@ def health_section(folder: CompareFolder, colors: Mapping[str, str]) -> Section 
         figure_png(plot_norm_health(shown, colors)),
     )
     return Section(anchor="health", title="Norm health", paragraphs=flags, plots=[plot])
+
+
+def lr_sweep_section(a: Mapping[str, Any], colors: Mapping[str, str]) -> Section | None:
+    """ "Learning rates": how each arm's rate was chosen, the sweep in words
+    (:func:`normlab.analysis.lr_sweep.sweep_lines`) and the loss against the rate per arm
+    (:func:`normlab.report.plots.plot_lr_sweep`, the ladder report's figure), from the
+    analysis's ``learning_rates``; None without a sweep."""
+    record = a.get(LR_SWEEP_KEY)
+    if not record:
+        return None
+    metric = str(a.get("quality_metric") or testbed_format(a.get("testbed")).quality)
+    curves = [c for by_arm in record["settings"].values() for c in by_arm.values()]
+    rates = sorted({p["rate"] for c in curves for p in c["points"]})
+    head = (
+        f"Each arm at its own best rate: every arm was trained at each rate of "
+        f"{', '.join(f'{r:g}' for r in rates)} on {tuning_seed_words(record['tuning_seeds'])} "
+        f"(apart from the evaluation seeds; the runs are in {LR_SWEEP_DIR}/); its best rate has "
+        f"the lowest mean {metric} among the rates where no tuning seed diverged, and the "
+        "comparison above runs each arm at its best rate."
+    )
+    plot = Plot(
+        LR_SWEEP_PLOT,
+        "Loss against learning rate",
+        f"Per arm the mean {metric} over the tuning seeds at each rate (log axis) with its "
+        "95% t-interval as a band; the star is the rate the comparison ran the arm at, an x at "
+        "the top of the panel a rate where a tuning seed diverged.",
+        figure_png(plot_lr_sweep(record, colors)),
+    )
+    return Section(
+        anchor="learning-rates",
+        title="Learning rates",
+        paragraphs=[head, *sweep_lines(record, metric)],
+        plots=[plot],
+    )

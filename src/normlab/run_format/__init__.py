@@ -69,7 +69,14 @@ from normlab.run_format.files import (
     run_dir,
     run_id,
 )
-from normlab.run_format.ladder import LADDER_KEY, LADDER_SHAPE, check_ladder
+from normlab.run_format.ladder import (
+    LADDER_KEY,
+    LADDER_SHAPE,
+    LR_SWEEP_KEY,
+    LR_SWEEP_SHAPE,
+    check_ladder,
+    check_lr_sweep_record,
+)
 from normlab.run_format.records import (
     ANOMALY_KINDS,
     ANOMALY_RECORD,
@@ -129,6 +136,8 @@ __all__ = [
     "LOSS_ANOMALIES",
     "LOSS_SPIKE",
     "LR_SWEEP_DIR",
+    "LR_SWEEP_KEY",
+    "LR_SWEEP_SHAPE",
     "MARGIN",
     "METRICS_FILE",
     "NONFINITE_GRAD",
@@ -165,6 +174,7 @@ __all__ = [
     "SummaryField",
     "TestbedFormat",
     "check_ladder",
+    "check_lr_sweep_record",
     "compared_field",
     "parse_run_id",
     "plot_path",

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import shutil
 from collections.abc import Iterable
 from pathlib import Path
@@ -96,6 +97,7 @@ __all__ = [
     "summary_path",
     "sweep_path",
     "trackers_path",
+    "tuning_folders",
     "write_command",
     "write_experiment",
     "write_fingerprint",
@@ -420,7 +422,29 @@ def sweep_path(out: Path | str, rate: float, setting: str | None = None) -> Path
     folder = Path(out) / LR_SWEEP_DIR
     if setting is not None:
         folder = folder / setting
-    return folder / f"lr={float(rate)!r}"
+    return folder / f"{_RATE_PREFIX}{float(rate)!r}"
+
+
+_RATE_PREFIX = "lr="
+"""How a tuning folder's name (:func:`sweep_path`) begins; the rate follows."""
+
+
+def tuning_folders(out: Path | str, setting: str | None = None) -> dict[float, Path]:
+    """The tuning folders of a learning-rate sweep found in ``out`` (:func:`sweep_path`):
+    {rate: folder}, in increasing rate; {} without any. A folder ``lr=<x>`` whose ``x`` is not a
+    positive finite number is not one."""
+    folder = Path(out) / LR_SWEEP_DIR
+    if setting is not None:
+        folder = folder / setting
+    found = {}
+    for path in folder.glob(f"{_RATE_PREFIX}*") if folder.is_dir() else ():
+        try:
+            rate = float(path.name.removeprefix(_RATE_PREFIX))
+        except ValueError:
+            continue
+        if path.is_dir() and math.isfinite(rate) and rate > 0:
+            found[rate] = path
+    return dict(sorted(found.items()))
 
 
 def split_ladder_run_id(run: str) -> tuple[str, str] | None:

@@ -4,7 +4,9 @@ A ladder compares the arms at several model sizes (rungs) and extrapolates each 
 difference to a target size (:mod:`normlab.analysis.ladder`); its learning-rate sweep, when one
 was run, chooses each arm's rate (:mod:`normlab.analysis.lr_sweep`). The shape is declared once
 here as nested :class:`Key` s; :func:`check_ladder` validates a value against it, naming the
-path of the first mismatch. docs/run-format.md describes the same keys.
+path of the first mismatch. The sweep's record (:data:`LR_SWEEP_SHAPE`) is also the top-level
+``learning_rates`` of a plain compare's summary.json when it was swept
+(:func:`check_lr_sweep_record`). docs/run-format.md describes the same keys.
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["LADDER_KEY", "LADDER_SHAPE", "Key", "check_ladder"]
+__all__ = [
+    "LADDER_KEY",
+    "LADDER_SHAPE",
+    "LR_SWEEP_KEY",
+    "LR_SWEEP_SHAPE",
+    "Key",
+    "check_ladder",
+    "check_lr_sweep_record",
+]
 
 LADDER_KEY = "ladder"
 """The key of the top-level summary.json that holds the ladder (absent without one)."""
+
+LR_SWEEP_KEY = "learning_rates"
+"""The key of a learning-rate sweep's record: in the ladder's value, and at the top level of a
+compare folder's summary.json whose tuning folders lie beside it (absent without them)."""
 
 KINDS = ("number", "integer", "string", "boolean", "object", "map", "list")
 
@@ -129,7 +143,7 @@ _LR_CURVE = (
     Key("points", "list", "per rate, increasing", _LR_POINT),
 )
 
-_LR = (
+LR_SWEEP_SHAPE = (
     Key("tuning_seeds", "list", "seeds of the sweep (not evaluation seeds)", item="integer"),
     Key(
         "chosen_at",
@@ -169,10 +183,19 @@ _LR = (
         ),
     ),
 )
+"""The keys of a learning-rate sweep's record
+(:func:`normlab.analysis.lr_sweep.lr_sweep_record`)."""
 
 LADDER_SHAPE: tuple[Key, ...] = (
     Key("arms", "map", "{arm: its ladder against the baseline}", _ARM),
-    Key("learning_rates", "object", "the learning-rate sweep, null without one", _LR, None, True),
+    Key(
+        LR_SWEEP_KEY,
+        "object",
+        "the learning-rate sweep, null without one",
+        LR_SWEEP_SHAPE,
+        None,
+        True,
+    ),
 )
 """The keys of summary.json's ``ladder`` object."""
 
@@ -229,3 +252,11 @@ def check_ladder(value: Any) -> None:
     if not isinstance(value, Mapping):
         raise ValueError(f"{LADDER_KEY}: expected an object, got {value!r}")
     _check_object(value, LADDER_SHAPE, LADDER_KEY)
+
+
+def check_lr_sweep_record(value: Any) -> None:
+    """Raise ValueError, naming the path (e.g. ``learning_rates.chosen['this size']``), unless
+    ``value`` has the shape :data:`LR_SWEEP_SHAPE` declares."""
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{LR_SWEEP_KEY}: expected an object, got {value!r}")
+    _check_object(value, LR_SWEEP_SHAPE, LR_SWEEP_KEY)
