@@ -16,6 +16,7 @@ from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
 from normlab.analysis.ladder_folder import analyze_ladder
 from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
 from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
+from normlab.report.sections import LR_SWEEP_PLOT
 from normlab.report.style import arm_colors
 from normlab.run_format import (
     ANALYSIS_FILE,
@@ -28,7 +29,7 @@ from normlab.run_format import folder as run_folder
 
 __all__ = ["LADDER_PLOTS", "build_ladder_report", "prediction_lines"]
 
-LADDER_PLOTS = ("ladder", "lr_sweep")
+LADDER_PLOTS = ("ladder", LR_SWEEP_PLOT)
 
 
 def prediction_lines(ladder: dict[str, Any]) -> list[str]:
@@ -85,7 +86,7 @@ def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]
     colors = arm_colors([first["baseline"], *ladder["arms"]])
     figures = {"ladder": plot_ladder(ladder, colors)}
     if ladder.get("learning_rates"):
-        figures["lr_sweep"] = plot_lr_sweep(ladder["learning_rates"], colors)
+        figures[LR_SWEEP_PLOT] = plot_lr_sweep(ladder["learning_rates"], colors)
     written: dict[str, Path] = {}
     pngs = {}
     for name, fig in figures.items():
