@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import itertools
 import json
 import math
@@ -1027,23 +1028,16 @@ def _own_reading(o: dict[str, Any]) -> str:
 
 
 def git_commit() -> str:
-    """The checkout's short commit, ``-dirty`` with uncommitted changes to tracked files."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{head}-dirty" if dirty else head
+    """The checkout's commit, as scripts/studies.py records it for its own sections (its
+    function, loaded from that file: one definition of what a study document calls its
+    commit)."""
+    spec = importlib.util.spec_from_file_location("normlab_studies", ROOT / "scripts/studies.py")
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
+    if spec.name not in sys.modules:
+        sys.modules[spec.name] = module  # its dataclasses look their module up there
+        spec.loader.exec_module(module)
+    return str(module.git_commit())
 
 
 def _means(
