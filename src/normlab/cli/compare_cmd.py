@@ -49,6 +49,11 @@ UNTIL_DECIDED_HELP = (
     "looks after the --seeds given (3), then every 2 more, and at --max-seeds, fixed before the "
     "first look. Finished runs in --out are reused."
 )
+PARAMETRIZATION_HELP = (
+    "sp (standard) or mup (width-wise muP): the gpt testbed's model.parametrization (base width "
+    "model.base_d_model) or, with --model, lm.parametrization (base width lm.base_hidden_size); "
+    "in a width ladder the smallest rung is the base width (default: sp). Not for the dit testbed."
+)
 LADDER_HELP = (
     "A size ladder KEY=v1,v2,… (gpt testbed: d_model or n_layers; --model hf:…: any integer "
     "key of its config, where hidden_size brings the heads along at a fixed head size and the "
@@ -232,9 +237,7 @@ def compare(
     data: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["data"]))] = None,
     model: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model"]))] = None,
     model_set: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["model_set"]))] = None,
-    parametrization: Annotated[
-        str | None, typer.Option(help=flag_help(FLAG_KEYS["parametrization"]))
-    ] = None,
+    parametrization: Annotated[str | None, typer.Option(help=PARAMETRIZATION_HELP)] = None,
     ladder: Annotated[str | None, typer.Option(help=LADDER_HELP)] = None,
     target_params: Annotated[
         float | None, typer.Option(help=flag_help(FLAG_KEYS["target_params"]))
