@@ -37,11 +37,9 @@ torchao is imported lazily, only here, so ``import normlab`` does not load it.
 from __future__ import annotations
 
 import copy
-import logging
 import math
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -49,6 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._quiet import import_quietly
 from normlab.experiment.measure.activations import run_hooked_pass
 from normlab.run_format import POSTTRAIN_FIELDS
 
@@ -96,11 +95,6 @@ _OUTLIER_FIELDS = (
 
 Metric = Callable[[nn.Module], float]
 """A model → its validation metric, computed exactly as the run's validation."""
-
-_NOISY_LOGGERS = ("torchao", "torch.utils._pytree")
-"""Loggers that warn at torchao's import about what does not concern int8 on this machine: its
-optional CUDA extensions that fail to load on a CPU-only torch, and an Enum pytree registration
-deprecated in newer torch."""
 
 
 @dataclass(frozen=True)
@@ -196,26 +190,12 @@ def activation_outliers(
     }
 
 
-@contextmanager
-def _quiet_loggers(names: tuple[str, ...]) -> Iterator[None]:
-    """Raise these loggers to ERROR for the block (their warnings dropped, errors kept)."""
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels, strict=True):
-            lg.setLevel(level)
-
-
 def import_torchao() -> ModuleType:
     """``torchao.quantization``, imported without torchao's import-time warnings about optional
-    extensions (see :data:`_NOISY_LOGGERS`); an ImportError says torchao is needed and why."""
+    extensions (:func:`normlab._quiet.import_quietly`); an ImportError says torchao is needed
+    and why."""
     try:
-        with _quiet_loggers(_NOISY_LOGGERS):
-            import torchao.quantization as quantization
+        quantization = import_quietly("torchao.quantization")
     except ImportError as err:
         raise ImportError(
             f"torchao is needed for post-training quantization (pip install torchao): {err}"

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._quiet import quiet_loggers
 from normlab.models.external.arm import forked_rng
 from normlab.models.external.spec import (
     MODEL_OPTION,
@@ -269,14 +270,15 @@ def build_hf_model(config: Any, seed: int, attn_implementation: str = "eager") -
     """``AutoModelForCausalLM.from_config(config)`` in float32 on the CPU, every parameter
     drawn by transformers' own initialisation from torch's generator seeded with ``seed``, in a
     forked random state (the caller's stream is left as it was). The same config and seed give
-    the same values, whichever arm the model is for."""
+    the same values, whichever arm the model is for. torchao's import-time warnings, when the
+    model classes import it, are dropped (:mod:`normlab._quiet`)."""
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attn_implementation: expected one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, "
             f"got {attn_implementation!r}"
         )
     transformers = import_transformers()
-    with forked_rng():
+    with forked_rng(), quiet_loggers():  # the model classes import torchao when installed
         torch.manual_seed(seed)
         model = transformers.AutoModelForCausalLM.from_config(
             config, attn_implementation=attn_implementation, dtype=torch.float32
