@@ -26,12 +26,9 @@ refusal is one ``ValueError`` line that names the option.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from rich.console import Console
 
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.execution.runner import check_out_path, foreign_entries
@@ -209,17 +206,3 @@ def prepare_ladder(plan: LadderPlan, out: Path, sweep: dict[str, Any] | None = N
     if sweep is not None:
         record["lr_sweep"] = sweep
     run_folder.write_ladder_plan(out, record)
-
-
-def for_each_rung(
-    plan: LadderPlan,
-    out: Path,
-    step: Callable[[str, ExperimentConfig, Path], Any],
-    console: Console,
-) -> dict[str, Any]:
-    """``step(setting, config, folder)`` for every rung in ascending size; {setting: result}."""
-    results = {}
-    for setting, cfg, n in zip(plan.settings, plan.configs, plan.n_params, strict=True):
-        console.print(f"rung {setting}: {n:,} parameters ({cfg.baseline_arm()})")
-        results[setting] = step(setting, cfg, run_folder.rung_path(out, setting))
-    return results
