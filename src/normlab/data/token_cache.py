@@ -239,9 +239,8 @@ def prepare_token_cache(
     key = cache_key(source, fmt, tok, text_field, max_bytes, val_fraction)
     data_dir = Path(data_dir)
     old = _cached_info(data_dir, key)
-    if old is not None and _files_complete(data_dir, old):
-        if cache_problem(data_dir, old, "") is None:
-            return old  # else missing or damaged: rebuilt to the same fingerprint
+    if old is not None and _intact(data_dir, old):
+        return old  # else missing or damaged: rebuilt, and must read as the same fingerprint
     writer = SplitWriter(data_dir, token_dtype(tok.vocab_size), with_bytes=not tok.is_bytes)
     try:
         if pre is not None:
@@ -327,6 +326,12 @@ def _pick_tokenizer(option: str | Path | None, sidecar: str | None) -> Tokenizer
                 f"({sidecar!r}); leave tokenizer unset to use the sidecar's"
             )
     return tok
+
+
+def _intact(data_dir: Path, info: dict[str, Any]) -> bool:
+    """Whether the cache ``info`` (its ``data.json``) describes is whole: every file there at
+    the size it records (:func:`_files_complete`) and matching its content hashes."""
+    return _files_complete(data_dir, info) and cache_problem(data_dir, info, "") is None
 
 
 def _files_complete(data_dir: Path, info: dict[str, Any]) -> bool:
