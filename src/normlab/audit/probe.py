@@ -414,9 +414,21 @@ class _Audit:
                 setattr(r, name, f"withheld: {reason}")
 
     def _probe(self, b: torch.Tensor) -> None:
-        f, dim, dtype, r = self.f, self.dim, self.dtype, self.result
+        """Probes 1 to 9 of the module docstring, on ``b = f(0)``; each of the first three
+        stops the rest when its finding leaves nothing for them to probe."""
         gen = torch.Generator().manual_seed(0)
-        x = torch.randn(16, dim, generator=gen, dtype=dtype) * 2 + 0.5
+        x = torch.randn(16, self.dim, generator=gen, dtype=self.dtype) * 2 + 0.5
+        y = self._probe_output(x)  # 1. output
+        if y is None or not self._probe_axis(x, y):  # 2. axis
+            return None
+        if not self._probe_normalises(x, y, b):  # 3. normalises?
+            return None
+        return self._after_normalising(b, y)
+
+    def _probe_output(self, x: torch.Tensor) -> torch.Tensor | None:
+        """Step 1: f(x), or None (the later probes withheld) when two calls on the same input
+        differ; a target that writes into its input is a defect."""
+        f = self.f
         y = finite_call(f, x, "output")
         x_seen = x.clone()
         with torch.no_grad(), warnings.catch_warnings():
@@ -441,37 +453,41 @@ class _Audit:
                     "random (dropout or another training-mode layer?); nothing else was probed",
                 )
             )  # fmt: skip
-            return self._withhold_after("the output is not a function of the input")
+            self._withhold_after("the output is not a function of the input")
+            return None
+        return y
 
-        # 2. axis
-        rows = axis.probe_rows(f, x, y)
+    def _probe_axis(self, x: torch.Tensor, y: torch.Tensor) -> bool:
+        """Step 2 (:mod:`.axis`): whether the statistic runs over each row's D values; when it
+        runs over the batch's rows, the tensor or a middle dim, the later probes are withheld."""
+        rows = axis.probe_rows(self.f, x, y)
         if rows.kind in ("rows", "tensor"):
-            return self._wrong_axis(rows)
+            self._wrong_axis(rows)
+            return False
         if rows.per_row:
-            seq = axis.probe_sequence(f, x, y)
+            seq = axis.probe_sequence(self.f, x, y)
             if seq is not None and seq.kind in ("sequence", "batch"):
-                return self._wrong_axis(seq)
+                self._wrong_axis(seq)
+                return False
             if seq is None:
                 rows.finding.message += " (3-D input [B, T, D] not accepted: dims 0 and 1 of it "
                 rows.finding.message += "were not probed)"
             self.findings.append(rows.finding if seq is None else seq.finding)
+        return True
 
-        # 3. normalises?
+    def _probe_normalises(self, x: torch.Tensor, y: torch.Tensor, b: torch.Tensor) -> bool:
+        """Step 3: whether f divides each row by a statistic of the row (the precision the
+        outputs carry, and so the tolerances, are read first); the rows' scale drift found
+        here widens the gain and ε probes' tolerance."""
+        f, dim, r = self.f, self.dim, self.result
         big_ms, big, y_big = self._large_input(x, b)
         self.out_dtype = effective_dtype(f, x, y, b)
         r.tolerance = output_tolerance(self.out_dtype, dim)
         r.working_dtype = str(self.out_dtype)[6:]
         why_not = _why_not_normalizing(f, x, y, big, y_big, b, self.out_dtype)
         if why_not is not None:
-            reason, like = why_not
-            diag = "ε applied without a root" if "1/|x|" in reason else None
-            diag = "float16 overflow of x²" if "overflows" in reason else diag
-            severity = DEFECT if diag else NOTE
-            message = f"not a normalizer: {reason} ({like})"
-            self.findings.append(Finding("normalises", severity, message, diagnosis=diag))
-            r.statistic, r.eps_placement, r.gain_form = f"none: {reason}", "n/a", "unknown"
-            self.notes.append(f"not a normalizer: {reason} ({like})")
-            return None
+            self._not_normalising(*why_not)
+            return False
         r.normalizes = True
         if rounding(self.out_dtype) >= rounding(torch.float16) > rounding(y.dtype):
             self.notes.append(
@@ -492,7 +508,19 @@ class _Audit:
                 error=shape_err, tolerance=tol,
             )
         )  # fmt: skip
-        return self._after_normalising(b, y)
+        return True
+
+    def _not_normalising(self, reason: str, like: str) -> None:
+        """Step 3's finding for a target that does not normalise: a defect where the reason
+        names one (ε without a root, x² overflowing float16), else a note."""
+        r = self.result
+        diag = "ε applied without a root" if "1/|x|" in reason else None
+        diag = "float16 overflow of x²" if "overflows" in reason else diag
+        severity = DEFECT if diag else NOTE
+        message = f"not a normalizer: {reason} ({like})"
+        self.findings.append(Finding("normalises", severity, message, diagnosis=diag))
+        r.statistic, r.eps_placement, r.gain_form = f"none: {reason}", "n/a", "unknown"
+        self.notes.append(f"not a normalizer: {reason} ({like})")
 
     def _large_input(
         self, x: torch.Tensor, b: torch.Tensor

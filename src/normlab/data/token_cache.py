@@ -238,47 +238,72 @@ def prepare_token_cache(
     tok = _pick_tokenizer(tokenizer, pre.tokenizer if pre is not None else None)
     key = cache_key(source, fmt, tok, text_field, max_bytes, val_fraction)
     data_dir = Path(data_dir)
-    info_path = data_dir / INFO_FILE
-    old: dict[str, Any] | None = None
-    if info_path.exists():
-        old = read_json_object(info_path)
-        for field, value in key.items():
-            if old.get(field) != value:
-                raise ValueError(
-                    f"data: the cache in {str(data_dir)!r} was built with {field}="
-                    f"{old.get(field)!r}, this run asks for {field}={value!r}; use another --out"
-                )
-        if _files_complete(data_dir, old) and cache_problem(data_dir, old, "") is None:
-            return old  # else missing or damaged: rebuilt, and must read as the same fingerprint
-    dtype = token_dtype(tok.vocab_size)
-    writer = SplitWriter(data_dir, dtype, with_bytes=not tok.is_bytes)
+    old = _cached_info(data_dir, key)
+    if old is not None and _intact(data_dir, old):
+        return old  # else missing or damaged: rebuilt, and must read as the same fingerprint
+    writer = SplitWriter(data_dir, token_dtype(tok.vocab_size), with_bytes=not tok.is_bytes)
     try:
         if pre is not None:
             desc = _write_pretokenized(writer, pre, tok, max_bytes, val_fraction)
         else:
             desc = _write_documents(writer, path, fmt, tok, text_field, max_bytes, val_fraction)
-        header = {
-            "tokenizer_hash": tok.content_hash,
-            "token_dtype": dtype.name,
-            "n_train_tokens": writer.n_tokens["train"],
-        }
-        fp = writer.fingerprint(header)
-        if old is not None and old.get("fingerprint") != fp:
-            raise ValueError(
-                f"data: the cache files in {str(data_dir)!r} are missing or damaged and the "
-                f"source now reads as {fp}, not {old.get('fingerprint')}; use another --out"
-            )
+        fp = _checked_fingerprint(writer, tok, data_dir, old)
         writer.finish()
     finally:
         writer.close()
-    info = {
-        **key,
-        **desc,
+    info = {**key, **desc, **_written_fields(writer, tok, fp)}
+    if fmt == docs_mod.STDLIB:
+        info["source_root"] = str(path)
+    info[HASHES_KEY] = cache_hashes(data_dir, cache_files(info, ""))
+    write_json_atomic(data_dir / INFO_FILE, info)
+    return info
+
+
+def _cached_info(data_dir: Path, key: dict[str, Any]) -> dict[str, Any] | None:
+    """``data_dir``'s ``data.json``, or None without one; a cache built for another request
+    (a field of :func:`cache_key` differs) is refused, naming the first such field."""
+    info_path = data_dir / INFO_FILE
+    if not info_path.exists():
+        return None
+    old = read_json_object(info_path)
+    for field, value in key.items():
+        if old.get(field) != value:
+            raise ValueError(
+                f"data: the cache in {str(data_dir)!r} was built with {field}="
+                f"{old.get(field)!r}, this run asks for {field}={value!r}; use another --out"
+            )
+    return old
+
+
+def _checked_fingerprint(
+    writer: SplitWriter, tok: Tokenizer, data_dir: Path, old: dict[str, Any] | None
+) -> str:
+    """The written tokens' fingerprint (:meth:`SplitWriter.fingerprint` with the tokenizer's
+    hash, the token dtype and the train size as header). A cache rebuilt because its files were
+    missing or damaged (``old``: its ``data.json``) must read as the fingerprint it had."""
+    header = {
+        "tokenizer_hash": tok.content_hash,
+        "token_dtype": writer.dtype.name,
+        "n_train_tokens": writer.n_tokens["train"],
+    }
+    fp = writer.fingerprint(header)
+    if old is not None and old.get("fingerprint") != fp:
+        raise ValueError(
+            f"data: the cache files in {str(data_dir)!r} are missing or damaged and the "
+            f"source now reads as {fp}, not {old.get('fingerprint')}; use another --out"
+        )
+    return fp
+
+
+def _written_fields(writer: SplitWriter, tok: Tokenizer, fp: str) -> dict[str, Any]:
+    """What ``data.json`` records of the files ``writer`` wrote: the fingerprint, the Python
+    version, the vocabulary, the token dtype and files, and each side's counts."""
+    return {
         "fingerprint": fp,
         "python_version": platform.python_version(),
         "vocab_size": tok.vocab_size,
-        "token_dtype": dtype.name,
-        "tokens_file": tokens_file(dtype),
+        "token_dtype": writer.dtype.name,
+        "tokens_file": tokens_file(writer.dtype),
         "token_bytes_file": None if tok.is_bytes else BYTES_FILE,
         "n_train_tokens": writer.n_tokens["train"],
         "n_val_tokens": writer.n_tokens["val"],
@@ -289,11 +314,6 @@ def prepare_token_cache(
         "n_train_files": writer.n_docs["train"],
         "n_val_files": writer.n_docs["val"],
     }
-    if fmt == docs_mod.STDLIB:
-        info["source_root"] = str(path)
-    info[HASHES_KEY] = cache_hashes(data_dir, cache_files(info, ""))
-    write_json_atomic(info_path, info)
-    return info
 
 
 def _pick_tokenizer(option: str | Path | None, sidecar: str | None) -> Tokenizer:
@@ -306,6 +326,12 @@ def _pick_tokenizer(option: str | Path | None, sidecar: str | None) -> Tokenizer
                 f"({sidecar!r}); leave tokenizer unset to use the sidecar's"
             )
     return tok
+
+
+def _intact(data_dir: Path, info: dict[str, Any]) -> bool:
+    """Whether the cache ``info`` (its ``data.json``) describes is whole: every file there at
+    the size it records (:func:`_files_complete`) and matching its content hashes."""
+    return _files_complete(data_dir, info) and cache_problem(data_dir, info, "") is None
 
 
 def _files_complete(data_dir: Path, info: dict[str, Any]) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -236,19 +237,25 @@ def _builders(module: nn.Module) -> Builders:
     return _from_audit(module)
 
 
+@dataclass(frozen=True)
+class _Layout:
+    """What a replacement is built with, besides its parameters: the width, ε, whether it has
+    a weight and a bias, and the parameters' dtype (None without parameters)."""
+
+    dim: int
+    eps: float
+    affine: bool
+    bias: bool
+    dtype: torch.dtype | None
+
+
 def _from_audit(module: nn.Module) -> Builders:
-    """Candidates for a norm module of unknown class, from what the audit finds it computes."""
+    """Candidates for a norm module of unknown class, from what the audit finds it computes:
+    a centred norm → normlab.LayerNorm, a mean-square one → normlab.RMSNorm in each casting
+    (the audit's first); anything else is refused with what the audit found."""
     params = dict(module.named_parameters(recurse=False))
-    if set(params) - {"weight", "bias"} or ("bias" in params and "weight" not in params):
-        listed = ", ".join(params)
-        raise Refused(f"expected parameters weight (and bias) or none, found: {listed}")
+    dim = _audit_width(module, params)
     weight = params.get("weight")
-    dim = weight.numel() if weight is not None else _parameterless_width(module)
-    if (weight is not None and weight.dim() != 1) or dim < MIN_DIM or dim % 2:
-        shape = tuple(weight.shape) if weight is not None else (dim,)
-        raise Refused(f"width {shape}: the audit needs one even dimension >= {MIN_DIM}")
-    dtype = weight.dtype if weight is not None else None
-    affine = weight is not None
     audit = _audit(_probe_copy(module, stand_in=True), dim)
     if not audit.normalizes:
         raise Refused(f"the audit finds it does not normalise ({audit.statistic})")
@@ -257,32 +264,71 @@ def _from_audit(module: nn.Module) -> Builders:
     eps, source = _eps_attribute(module), "attribute"
     if eps is None:
         eps, source = _rounded_eps(audit.eps), "estimated by the audit"
-    gain = audit.gain_form if affine else "1 (no weight)"
-    found = f"audited: {audit.statistic}, gain {gain}, ε = {eps:g} ({source})"
+    dtype = weight.dtype if weight is not None else None
+    layout = _Layout(dim, eps, weight is not None, "bias" in params, dtype)
+    found = f"audited: {audit.statistic}, gain {_gain(audit, layout)}, ε = {eps:g} ({source})"
     if audit.centering:
-        biased = audit.statistic.startswith("variance (biased") or (
-            not affine and audit.statistic == "variance"  # biased or not: the check tells
+        return _layer_norm_builders(audit, layout, found)
+    return _rms_norm_builders(audit, layout, found)
+
+
+def _audit_width(module: nn.Module, params: dict[str, nn.Parameter]) -> int:
+    """The width D the audit probes: the weight's size, else the module's one-dimensional
+    ``normalized_shape``; refused unless the parameters are a weight (and bias) or none, and D
+    is one even dimension >= :data:`~normlab.audit.probe.MIN_DIM`."""
+    if set(params) - {"weight", "bias"} or ("bias" in params and "weight" not in params):
+        listed = ", ".join(params)
+        raise Refused(f"expected parameters weight (and bias) or none, found: {listed}")
+    weight = params.get("weight")
+    dim = weight.numel() if weight is not None else _parameterless_width(module)
+    if (weight is not None and weight.dim() != 1) or dim < MIN_DIM or dim % 2:
+        shape = tuple(weight.shape) if weight is not None else (dim,)
+        raise Refused(f"width {shape}: the audit needs one even dimension >= {MIN_DIM}")
+    return dim
+
+
+def _gain(audit: NormAudit, layout: _Layout) -> str:
+    """The gain's form as the audit found it, for messages ("1 (no weight)" without one)."""
+    return audit.gain_form if layout.affine else "1 (no weight)"
+
+
+def _layer_norm_builders(audit: NormAudit, layout: _Layout, found: str) -> Builders:
+    """normlab.LayerNorm for a centred norm: refused unless its statistic is the biased
+    variance and its gain w (or it has no weight)."""
+    affine = layout.affine
+    biased = audit.statistic.startswith("variance (biased") or (
+        not affine and audit.statistic == "variance"  # biased or not: the check tells
+    )
+    if not biased or (affine and audit.gain_form != "w"):
+        raise Refused(
+            f"centred, but {audit.statistic} with gain {_gain(audit, layout)}: "
+            "normlab.LayerNorm is γ ⊙ (x − μ)·rsqrt(biased variance + ε) + β"
         )
-        if not biased or (affine and audit.gain_form != "w"):
-            raise Refused(
-                f"centred, but {audit.statistic} with gain {gain}: "
-                "normlab.LayerNorm is γ ⊙ (x − μ)·rsqrt(biased variance + ε) + β"
-            )
-        bias = "bias" in params
 
-        def layer_norm(source: nn.Module) -> nn.Module:
-            new = LayerNorm(
-                dim, eps=eps, elementwise_affine=affine, bias=bias, device="meta", dtype=dtype
-            )
-            return _take_parameters(new, source)
+    def layer_norm(source: nn.Module) -> nn.Module:
+        new = LayerNorm(
+            layout.dim,
+            eps=layout.eps,
+            elementwise_affine=affine,
+            bias=layout.bias,
+            device="meta",
+            dtype=layout.dtype,
+        )
+        return _take_parameters(new, source)
 
-        return [(layer_norm, found)]
+    return [(layer_norm, found)]
+
+
+def _rms_norm_builders(audit: NormAudit, layout: _Layout, found: str) -> Builders:
+    """normlab.RMSNorm for a mean-square norm with gain w or 1 + w and no bias, one candidate
+    per casting of :data:`_RMS_CASTINGS`, the casting the audit found first."""
+    affine = layout.affine
     if audit.statistic != "mean square" or (affine and audit.gain_form not in ("w", "1 + w")):
         raise Refused(
-            f"{audit.statistic} with gain {gain}: normlab.RMSNorm is "
+            f"{audit.statistic} with gain {_gain(audit, layout)}: normlab.RMSNorm is "
             "(o + w) ⊙ x·rsqrt(mean(x²) + ε)"
         )
-    if "bias" in params:
+    if layout.bias:
         raise Refused("an RMS norm with a bias: normlab.RMSNorm has none")
     offset = 1.0 if audit.gain_form == "1 + w" else 0.0
     preferred = (audit.casting or "").split(":")[0]
@@ -290,14 +336,14 @@ def _from_audit(module: nn.Module) -> Builders:
     def rms_norm(casting: str, promote: bool) -> Callable[[nn.Module], nn.Module]:
         def build(source: nn.Module) -> nn.Module:
             new = RMSNorm(
-                dim,
-                eps,
+                layout.dim,
+                layout.eps,
                 affine,
                 weight_offset=offset,
                 casting=casting,
                 promote_output=promote,
                 device="meta",
-                dtype=dtype,
+                dtype=layout.dtype,
             )
             return _take_parameters(new, source)
 

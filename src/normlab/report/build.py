@@ -43,6 +43,7 @@ from normlab.run_format import (
     REPORT_MD_FILE,
     RUNS_CSV_FILE,
     TESTBED_FORMATS,
+    TestbedFormat,
     plot_path,
     testbed_format,
 )
@@ -203,19 +204,43 @@ def _samples_plot(folder: CompareFolder, colors: Mapping[str, str]) -> Plot | No
 def _plots(
     folder: CompareFolder, analysis: dict[str, Any], curves: Mapping[str, list[RunCurves]]
 ) -> tuple[Plot, list[Plot]]:
+    """The verdict's figure, and the others in the report's order: the curves the runs logged
+    (:func:`_curve_plots`), the final metrics per arm, and the samples where runs saved some."""
     colors = arm_colors(folder.arms)
     testbed = testbed_format(analysis.get("testbed"))
-    base = analysis["baseline_arm"]
     clip = _find_number(folder.experiment.get("fixed"), _CLIP_KEYS)
     if clip is None:
         clip = _find_number(folder.experiment.get("config"), _CLIP_KEYS)
+    verdict = _paired_plot(analysis, colors, testbed)
+    plots = _curve_plots(curves, colors, testbed, clip)
+    plots.append(
+        Plot(
+            "final_metrics",
+            f"{testbed.quality_label.capitalize()}, throughput and peak memory per arm",
+            "Dots are seeds (finished runs), ◆ the mean with its 95% t-interval. These "
+            "per-arm intervals include the seed-to-seed variation that the paired comparison "
+            "above cancels, so overlapping bars do not mean 'no difference'.",
+            figure_png(plot_final_metrics(analysis, colors, _memory_kind(folder))),
+        )
+    )
+    samples = _samples_plot(folder, colors)
+    if samples is not None:
+        plots.append(samples)
+    return verdict, plots
+
+
+def _paired_plot(
+    analysis: dict[str, Any], colors: Mapping[str, str], testbed: TestbedFormat
+) -> Plot:
+    """The verdict's figure: each arm against the baseline, seed by seed."""
+    base = analysis["baseline_arm"]
     ci, ci_tost = confidence_pct(analysis), tost_pct(analysis)
     band = (
         "inside the green band the arms are equivalent"
         if analysis.get(testbed.margin_key)
         else "no margin was given, so there is no band of equivalence"
     )
-    verdict = Plot(
+    return Plot(
         "paired_comparison",
         "Each arm against the baseline, seed by seed",
         f"Left: {testbed.quality_label} minus {base}'s, per paired seed (dots), their mean (◆), "
@@ -224,6 +249,16 @@ def _plots(
         f"ratios to the baseline with {ci}% intervals of the paired log ratio.",
         figure_png(plot_paired_comparison(analysis, colors)),
     )
+
+
+def _curve_plots(
+    curves: Mapping[str, list[RunCurves]],
+    colors: Mapping[str, str],
+    testbed: TestbedFormat,
+    clip: float | None,
+) -> list[Plot]:
+    """The per-step figures the runs' records allow: the training loss and the gradient norm
+    (with train records), the validation curve (with eval records), in that order."""
     has_train = any(c.train_steps.size for runs in curves.values() for c in runs)
     has_eval = any(c.eval_steps.size for runs in curves.values() for c in runs)
     plots = []
@@ -257,20 +292,7 @@ def _plots(
                 figure_png(plot_grad_norm(curves, colors, clip)),
             )
         )
-    plots.append(
-        Plot(
-            "final_metrics",
-            f"{testbed.quality_label.capitalize()}, throughput and peak memory per arm",
-            "Dots are seeds (finished runs), ◆ the mean with its 95% t-interval. These "
-            "per-arm intervals include the seed-to-seed variation that the paired comparison "
-            "above cancels, so overlapping bars do not mean 'no difference'.",
-            figure_png(plot_final_metrics(analysis, colors, _memory_kind(folder))),
-        )
-    )
-    samples = _samples_plot(folder, colors)
-    if samples is not None:
-        plots.append(samples)
-    return verdict, plots
+    return plots
 
 
 def build_report(out_dir: Path) -> dict[str, Path]:

@@ -624,39 +624,11 @@ def build_content(
         for arm in a["arm_order"]
         if arm in a["verdicts"]
     ]
-    varied = folder.experiment.get("varied") or {}
-    varied_rows = (
-        [
-            (str(k), ", ".join(map(str, v)) if isinstance(v, list) else str(v))
-            for k, v in varied.items()
-        ]
-        if isinstance(varied, dict)
-        else []
-    )
-    rate_row = learning_rate_row(folder)
-    if rate_row is not None:
-        varied_rows.append(rate_row)
-    n_done = sum(r.done for r in folder.runs)
-    curve_names = {p.name for p in plots}
-    testbed = _testbed(a)
-    curves_note = (
-        ""
-        if {"training_loss", testbed.curve} <= curve_names
-        else "Some per-step curves are missing: no run with a result has train or eval records "
-        "in its metrics.jsonl."
-    )
-    if curve_problems:
-        curves_note = " ".join(
-            [curves_note, "Curves left out:", "; ".join(curve_problems) + "."]
-        ).strip()
-    subtitle = (
-        f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
-        f"runs with a result · baseline {a['baseline_arm']} · "
-        f"{_margin_text(a, testbed.short_unit)} · folder {folder.path.resolve().name}"
-    )
+    varied_rows = _varied_rows(folder)
+    curves_note = _curves_note(a, plots, curve_problems)
     return ReportContent(
         title=_title(folder),
-        subtitle=subtitle,
+        subtitle=_subtitle(folder, a),
         status=rec["status"],
         headline=rec["headline"],
         arm_details=details,
@@ -669,13 +641,61 @@ def build_content(
         curves_note=curves_note,
         stats_table=_stats_table(a),
         runs_table=_runs_table(folder, a),
-        excluded=[f"{r['run_id']}: {r['reason']}" for r in a["excluded"]]
-        + [
-            f"{name}: in runs/ but not part of this experiment (experiment.json does not list it)"
-            for name in a.get("ignored_runs", [])
-        ],
+        excluded=_excluded(a),
         environment=_environment_table(a),
         method=_method(a, import_paragraphs(folder.experiment))
         + norm_swap_paragraphs(folder.experiment),
         sections=list(sections or []),
     )
+
+
+def _varied_rows(folder: CompareFolder) -> list[tuple[str, str]]:
+    """What was varied (experiment.json's ``varied``: name → value, a list joined by commas),
+    and the learning rate when the arms trained at their own (:func:`learning_rate_row`)."""
+    varied = folder.experiment.get("varied") or {}
+    rows = (
+        [
+            (str(k), ", ".join(map(str, v)) if isinstance(v, list) else str(v))
+            for k, v in varied.items()
+        ]
+        if isinstance(varied, dict)
+        else []
+    )
+    rate_row = learning_rate_row(folder)
+    if rate_row is not None:
+        rows.append(rate_row)
+    return rows
+
+
+def _curves_note(a: dict[str, Any], plots: list[Plot], problems: list[str] | None) -> str:
+    """The note above the curves: that the training loss or validation curve is missing (no
+    run logged its records), and the runs whose curves are left out ("run: why")."""
+    curve_names = {p.name for p in plots}
+    note = (
+        ""
+        if {"training_loss", _testbed(a).curve} <= curve_names
+        else "Some per-step curves are missing: no run with a result has train or eval records "
+        "in its metrics.jsonl."
+    )
+    if problems:
+        note = " ".join([note, "Curves left out:", "; ".join(problems) + "."]).strip()
+    return note
+
+
+def _subtitle(folder: CompareFolder, a: dict[str, Any]) -> str:
+    """Arms × seeds, the runs with a result, the baseline, the margin and the folder's name."""
+    n_done = sum(r.done for r in folder.runs)
+    return (
+        f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
+        f"runs with a result · baseline {a['baseline_arm']} · "
+        f"{_margin_text(a, _testbed(a).short_unit)} · folder {folder.path.resolve().name}"
+    )
+
+
+def _excluded(a: dict[str, Any]) -> list[str]:
+    """The runs left out of the statistics with the reason, then those in runs/ that
+    experiment.json does not list."""
+    return [f"{r['run_id']}: {r['reason']}" for r in a["excluded"]] + [
+        f"{name}: in runs/ but not part of this experiment (experiment.json does not list it)"
+        for name in a.get("ignored_runs", [])
+    ]

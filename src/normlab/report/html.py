@@ -149,8 +149,28 @@ def _section(s: Section) -> list[str]:
 
 
 def render_html(c: ReportContent) -> str:
-    """Lay out ``c`` as one self-contained HTML page."""
+    """Lay out ``c`` as one self-contained HTML page: the head and navigation, the verdict,
+    what was compared, the curves and sections, all metrics, the runs, the environment and the
+    method, one element or block per line."""
     parts = [
+        *_page_head(c),
+        *_verdict(c),
+        *_setup(c),
+        *_curves(c),
+        '<h2 id="metrics">All metrics</h2>',
+        _table(c.stats_table),
+        *_runs(c),
+        '<h2 id="environment">Environment</h2>',
+        _table(c.environment, "env"),
+        *_method(c),
+        "</main></body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def _page_head(c: ReportContent) -> list[str]:
+    """The document's head (title, inline CSS), the page title and subtitle, the navigation."""
+    return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
@@ -162,6 +182,12 @@ def render_html(c: ReportContent) -> str:
         '<a href="#curves">Curves</a><a href="#metrics">All metrics</a>'
         '<a href="#runs">Runs</a><a href="#environment">Environment</a>'
         '<a href="#method">Method</a></nav>',
+    ]
+
+
+def _verdict(c: ReportContent) -> list[str]:
+    """The verdict box (headline, each arm's decision), its table and its figure."""
+    parts = [
         f'<section id="verdict" class="verdict status-{escape(c.status)}">',
         f'<div class="label">{escape(_BOX_TITLE.get(c.status, "Recommendation"))}</div>',
         f'<p class="headline">{escape(c.headline)}</p><ul>',
@@ -172,26 +198,35 @@ def render_html(c: ReportContent) -> str:
     parts.append(_table(c.verdict_table))
     if c.verdict_plot is not None:
         parts.append(_figure(c.verdict_plot))
+    return parts
 
-    parts.append('<h2 id="setup">What was compared</h2>')
+
+def _setup(c: ReportContent) -> list[str]:
+    """What was compared: what varied, the settings held fixed, the parameters per arm."""
+    parts = ['<h2 id="setup">What was compared</h2>']
     if c.varied:
         varied = "; ".join(f"<strong>{escape(k)}</strong> = {escape(v)}" for k, v in c.varied)
         parts.append(f"<p>Varied: {varied}. Everything below was held fixed.</p>")
     parts.append(_key_values(c.fixed))
     parts.append("<h3>Parameters per arm</h3>")
     parts.append(_table(c.params))
+    return parts
 
-    parts.append('<h2 id="curves">Training curves and final numbers</h2>')
+
+def _curves(c: ReportContent) -> list[str]:
+    """The training curves and final numbers, then the extra sections."""
+    parts = ['<h2 id="curves">Training curves and final numbers</h2>']
     if c.curves_note:
         parts.append(f'<p class="note">{escape(c.curves_note)}</p>')
     parts.extend(_figure(p) for p in c.plots)
     for section in c.sections:
         parts.extend(_section(section))
+    return parts
 
-    parts.append('<h2 id="metrics">All metrics</h2>')
-    parts.append(_table(c.stats_table))
 
-    parts.append('<h2 id="runs">Runs</h2>')
+def _runs(c: ReportContent) -> list[str]:
+    """The runs' table, after the runs left out of the statistics and why."""
+    parts = ['<h2 id="runs">Runs</h2>']
     if c.excluded:
         parts.append(
             '<p class="note">Excluded from the statistics: '
@@ -199,16 +234,15 @@ def render_html(c: ReportContent) -> str:
             + ".</p>"
         )
     parts.append(_table(c.runs_table))
+    return parts
 
-    parts.append('<h2 id="environment">Environment</h2>')
-    parts.append(_table(c.environment, "env"))
 
-    parts.append('<h2 id="method">Method</h2><ul class="method">')
-    parts.extend(f"<li>{escape(line)}</li>" for line in c.method)
-    parts.append("</ul>")
-    parts.append(
+def _method(c: ReportContent) -> list[str]:
+    """The method's paragraphs as a list, and the footer."""
+    return [
+        '<h2 id="method">Method</h2><ul class="method">',
+        *(f"<li>{escape(line)}</li>" for line in c.method),
+        "</ul>",
         "<footer>Built by <code>normlab report</code> from the files in the compare folder; "
-        "rebuild it at any time without retraining.</footer>"
-    )
-    parts.append("</main></body></html>")
-    return "\n".join(parts) + "\n"
+        "rebuild it at any time without retraining.</footer>",
+    ]

@@ -945,58 +945,9 @@ def plot_ladder(ladder: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
     with plot_style():
         fig, axes = _figure(7.5, 1.2 + 3.4 * max(1, len(arms)), 1, nrows=max(1, len(arms)))
         for ax, arm in zip(axes, arms, strict=True):
-            rec = ladder["arms"][arm]
-            color = colors.get(arm, "#0072B2")
-            pred, fit, target = rec["prediction"], rec["fit"], rec["target"]
-            ns = np.array([r["n_params"] for r in rec["rungs"]], dtype=np.float64)
-            nt = float(target["n_params"])
-            ax.axhline(0.0, color="#444", linewidth=0.9)
-            grid = np.geomspace(ns.max(), nt, 12) if nt > ns.max() else np.array([ns.max()])
-            s_lo, s_hi, t_lo, t_hi = _ladder_band(rec, grid)
-            conf = round(100 * float(pred["confidence"]))
-            ax.fill_between(grid, s_lo, s_hi, color=color, alpha=0.12, linewidth=0)
-            ax.fill_between(grid, t_lo, t_hi, color=color, alpha=0.25, linewidth=0)
-            line_n = np.geomspace(ns.min(), nt, 50)
-            ax.plot(line_n, fit["a"] + fit["b"] * np.log10(line_n), color=color, linewidth=1.4)
-            means = np.array([r["mean"] for r in rec["rungs"]])
-            lows = np.array([r["low"] for r in rec["rungs"]])
-            highs = np.array([r["high"] for r in rec["rungs"]])
-            ax.errorbar(
-                ns,
-                means,
-                yerr=np.vstack([means - lows, highs - means]),
-                fmt="o",
-                color=color,
-                markeredgecolor="black",
-                markeredgewidth=0.6,
-                capsize=3,
-                zorder=5,
-            )
-            single = pred["single"]
-            ax.errorbar(
-                [nt],
-                [single["estimate"]],
-                yerr=[[single["estimate"] - single["low"]], [single["high"] - single["estimate"]]],
-                fmt="*",
-                markersize=11,
-                color=color,
-                markeredgecolor="black",
-                markeredgewidth=0.6,
-                capsize=4,
-                zorder=6,
-            )
-            ax.axvline(nt, color="#777", linewidth=0.9, linestyle=":")
-            ax.set_xscale("log")
-            ax.set_xlim(ns.min() / 1.6, nt * 1.6)
-            ax.set_title(
-                f"{arm} − {rec['baseline']}: {pred['word']} at the target",
-                loc="left",
-                fontsize=10,
-            )
-            ax.set_xlabel(f"parameters (target {nt:.3g}, {target['extrapolation']:.3g}× beyond)")
-            direction = "lower is better" if rec["lower_is_better"] else "higher is better"
-            ax.set_ylabel(f"Δ {rec['metric']} ({rec['unit']}, {direction})")
+            _ladder_panel(ax, arm, ladder["arms"][arm], colors.get(arm, "#0072B2"))
         _title(fig, "The paired difference against model size, extrapolated to the target")
+        conf = round(100 * float(ladder["arms"][arms[-1]]["prediction"]["confidence"]))
         handles = [
             Line2D([], [], marker="o", color="#555", markeredgecolor="black", linestyle="none",
                    label=f"rung mean, {conf}% CI"),
@@ -1008,6 +959,62 @@ def plot_ladder(ladder: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
         ]  # fmt: skip
         fig.legend(handles=handles, loc="outside lower center", ncols=3)
     return fig
+
+
+def _ladder_panel(ax: Axes, arm: str, rec: Mapping[str, Any], color: str) -> None:
+    """One arm's panel of :func:`plot_ladder`: the bands from the largest rung to the target,
+    the fitted line, the rungs (:func:`_ladder_rungs`) and the target's prediction."""
+    pred, fit, target = rec["prediction"], rec["fit"], rec["target"]
+    ns = np.array([r["n_params"] for r in rec["rungs"]], dtype=np.float64)
+    nt = float(target["n_params"])
+    ax.axhline(0.0, color="#444", linewidth=0.9)
+    grid = np.geomspace(ns.max(), nt, 12) if nt > ns.max() else np.array([ns.max()])
+    s_lo, s_hi, t_lo, t_hi = _ladder_band(rec, grid)
+    ax.fill_between(grid, s_lo, s_hi, color=color, alpha=0.12, linewidth=0)
+    ax.fill_between(grid, t_lo, t_hi, color=color, alpha=0.25, linewidth=0)
+    line_n = np.geomspace(ns.min(), nt, 50)
+    ax.plot(line_n, fit["a"] + fit["b"] * np.log10(line_n), color=color, linewidth=1.4)
+    _ladder_rungs(ax, rec, ns, color)
+    single = pred["single"]
+    ax.errorbar(
+        [nt],
+        [single["estimate"]],
+        yerr=[[single["estimate"] - single["low"]], [single["high"] - single["estimate"]]],
+        fmt="*",
+        markersize=11,
+        color=color,
+        markeredgecolor="black",
+        markeredgewidth=0.6,
+        capsize=4,
+        zorder=6,
+    )
+    ax.axvline(nt, color="#777", linewidth=0.9, linestyle=":")
+    ax.set_xscale("log")
+    ax.set_xlim(ns.min() / 1.6, nt * 1.6)
+    ax.set_title(
+        f"{arm} − {rec['baseline']}: {pred['word']} at the target", loc="left", fontsize=10
+    )
+    ax.set_xlabel(f"parameters (target {nt:.3g}, {target['extrapolation']:.3g}× beyond)")
+    direction = "lower is better" if rec["lower_is_better"] else "higher is better"
+    ax.set_ylabel(f"Δ {rec['metric']} ({rec['unit']}, {direction})")
+
+
+def _ladder_rungs(ax: Axes, rec: Mapping[str, Any], ns: np.ndarray, color: str) -> None:
+    """Each rung's mean paired difference with its interval, at its parameter count ``ns``."""
+    means = np.array([r["mean"] for r in rec["rungs"]])
+    lows = np.array([r["low"] for r in rec["rungs"]])
+    highs = np.array([r["high"] for r in rec["rungs"]])
+    ax.errorbar(
+        ns,
+        means,
+        yerr=np.vstack([means - lows, highs - means]),
+        fmt="o",
+        color=color,
+        markeredgecolor="black",
+        markeredgewidth=0.6,
+        capsize=3,
+        zorder=5,
+    )
 
 
 _EDGE_NOTE_CHARS = 40
@@ -1030,43 +1037,8 @@ def plot_lr_sweep(learning_rates: Mapping[str, Any], colors: Mapping[str, str]) 
         arms_seen: list[str] = []
         for ax, setting in zip(axes, settings, strict=False):
             by_arm = learning_rates["settings"][setting]
-            diverged: list[tuple[float, str]] = []
-            for arm, curve in by_arm.items():
-                if arm not in arms_seen:
-                    arms_seen.append(arm)
-                color = colors.get(arm, "#0072B2")
-                pts = [p for p in curve["points"] if p["mean"] is not None]
-                rates = np.array([p["rate"] for p in pts])
-                mean = np.array([p["mean"] for p in pts])
-                lo = np.array([p["low"] if p["low"] is not None else p["mean"] for p in pts])
-                hi = np.array([p["high"] if p["high"] is not None else p["mean"] for p in pts])
-                ax.fill_between(rates, lo, hi, color=color, alpha=0.15, linewidth=0)
-                ax.plot(rates, mean, marker="o", markersize=4, color=color, linewidth=1.3)
-                ax.plot(
-                    [curve["best"]],
-                    [curve["best_mean"]],
-                    marker="*",
-                    markersize=13,
-                    color=color,
-                    markeredgecolor="black",
-                    markeredgewidth=0.6,
-                    linestyle="none",
-                    zorder=6,
-                )
-                diverged += [(p["rate"], color) for p in curve["points"] if p["n_diverged"]]
-            ax.set_xscale("log")
-            edges = [a for a, c in by_arm.items() if c["edge"]]
-            title = setting
-            if edges:  # wrapped under the setting, so that neighbouring titles never meet
-                note = "best at the sweep's edge: " + ", ".join(edges)
-                title += "\n" + textwrap.fill(note, width=_EDGE_NOTE_CHARS)
-            ax.set_title(title, loc="left", fontsize=9.5)
-            ax.set_xlabel("learning rate")
-            if diverged:
-                top = ax.get_ylim()[1]
-                for rate, color in diverged:
-                    ax.plot([rate], [top], marker="x", color=color, markersize=7,
-                            markeredgewidth=1.8, linestyle="none", clip_on=False)  # fmt: skip
+            arms_seen += [arm for arm in by_arm if arm not in arms_seen]
+            _lr_panel(ax, setting, by_arm, colors)
         for ax in axes[len(settings) :]:
             ax.set_visible(False)
         axes[0].set_ylabel("loss on tuning seeds (mean, 95% CI)")
@@ -1083,3 +1055,50 @@ def plot_lr_sweep(learning_rates: Mapping[str, Any], colors: Mapping[str, str]) 
         ]  # fmt: skip
         fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
     return fig
+
+
+def _lr_panel(ax: Axes, setting: str, by_arm: Mapping[str, Any], colors: Mapping[str, str]) -> None:
+    """One setting's panel of :func:`plot_lr_sweep`: each arm's curve (:func:`_lr_curve`), the
+    arms whose best rate is at the sweep's edge under the title, and an x at the top of the
+    panel for each rate where a tuning seed diverged."""
+    diverged: list[tuple[float, str]] = []
+    for arm, curve in by_arm.items():
+        color = colors.get(arm, "#0072B2")
+        _lr_curve(ax, curve, color)
+        diverged += [(p["rate"], color) for p in curve["points"] if p["n_diverged"]]
+    ax.set_xscale("log")
+    edges = [a for a, c in by_arm.items() if c["edge"]]
+    title = setting
+    if edges:  # wrapped under the setting, so that neighbouring titles never meet
+        note = "best at the sweep's edge: " + ", ".join(edges)
+        title += "\n" + textwrap.fill(note, width=_EDGE_NOTE_CHARS)
+    ax.set_title(title, loc="left", fontsize=9.5)
+    ax.set_xlabel("learning rate")
+    if diverged:
+        top = ax.get_ylim()[1]
+        for rate, color in diverged:
+            ax.plot([rate], [top], marker="x", color=color, markersize=7,
+                    markeredgewidth=1.8, linestyle="none", clip_on=False)  # fmt: skip
+
+
+def _lr_curve(ax: Axes, curve: Mapping[str, Any], color: str) -> None:
+    """One arm's mean loss against the rate with its interval as a band (a missing bound at
+    the mean), and its best rate starred."""
+    pts = [p for p in curve["points"] if p["mean"] is not None]
+    rates = np.array([p["rate"] for p in pts])
+    mean = np.array([p["mean"] for p in pts])
+    lo = np.array([p["low"] if p["low"] is not None else p["mean"] for p in pts])
+    hi = np.array([p["high"] if p["high"] is not None else p["mean"] for p in pts])
+    ax.fill_between(rates, lo, hi, color=color, alpha=0.15, linewidth=0)
+    ax.plot(rates, mean, marker="o", markersize=4, color=color, linewidth=1.3)
+    ax.plot(
+        [curve["best"]],
+        [curve["best_mean"]],
+        marker="*",
+        markersize=13,
+        color=color,
+        markeredgecolor="black",
+        markeredgewidth=0.6,
+        linestyle="none",
+        zorder=6,
+    )
