@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from normlab.analysis.format import fmt_p
+from normlab._plural import counted
+from normlab.analysis.format import fmt_interval, fmt_p
 from normlab.analysis.wording import DECIDED, badge_in_analysis, judge_in_analysis
 from normlab.run_format import testbed_format
 
@@ -34,10 +35,9 @@ def is_open(a: Mapping[str, Any], state: Mapping[str, Any] | None = None) -> boo
     return a["recommendation"]["status"] == "undecided"
 
 
-def _interval(lo: float | None, hi: float | None) -> str:
-    if lo is None or hi is None:
-        return "no interval"
-    return f"[{lo:+.4f}, {hi:+.4f}]"
+def _plain(v: float | None) -> str:
+    """A difference in the terminal: ``+0.0031``, plain ASCII (the report uses U+2212)."""
+    return f"{v:+.4f}"
 
 
 def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
@@ -50,7 +50,7 @@ def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
     alpha = float(a.get("alpha", 0.05))
     n = c.get("n_pairs") or 0
     mean = c.get("mean_diff")
-    diff = f"{mean:+.4f} {unit}" if mean is not None else "no difference"
+    diff = f"difference {_plain(mean)} {unit}" if mean is not None else "no paired difference"
     if str(c.get("test", "")).startswith("group-sequential"):
         pct = round(100 * (1 - (2 * alpha if c.get("verdict") == "equivalent" else alpha)))
         what = f"repeated {pct}% interval"
@@ -61,10 +61,10 @@ def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
         p_text = f", {fmt_p(p)}" if p is not None else ""
     margin = c.get("margin")
     m = f" (margin ±{margin:g})" if margin else ""
+    interval = fmt_interval(c.get("ci_low"), c.get("ci_high"), _plain, label=what)
     return (
-        f"  {arm} vs {a['baseline_arm']}: {word} — difference {diff}, {what} "
-        f"{_interval(c.get('ci_low'), c.get('ci_high'))}{m}{p_text}, {n} paired "
-        f"seed{'s' if n != 1 else ''} [{badge_in_analysis(a, arm)}]"
+        f"  {arm} vs {a['baseline_arm']}: {word} — {diff}, {interval}{m}{p_text}, "
+        f"{counted(n, 'paired seed')} [{badge_in_analysis(a, arm)}]"
     )
 
 

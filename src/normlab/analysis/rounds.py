@@ -22,6 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import PairedComparison
 from normlab.analysis.sequential import Decision, SequentialPlan, decide
 from normlab.analysis.wording import BETTER_WORSE, DECIDED
@@ -54,12 +55,13 @@ STOP_REASONS = ("decided", "max-seeds", "max-time")
 def stop_words(reason: str, n_seeds: int, max_time_s: float | None = None) -> str:
     """Why the rounds stopped, as a phrase."""
     if reason == "decided":
-        return f"every arm was decided after {n_seeds} seeds"
+        return f"every arm was decided after {counted(n_seeds, 'seed')}"
     if reason == "max-seeds":
         return f"the most seeds planned ({n_seeds}) were reached"
     if reason == "max-time":
         budget = f" of {max_time_s:g} s" if max_time_s else ""
-        return f"the next round would not fit in the time budget{budget} ({n_seeds} seeds done)"
+        done = counted(n_seeds, "seed")
+        return f"the next round would not fit in the time budget{budget} ({done} done)"
     raise ValueError(f"reason must be one of {STOP_REASONS}, got {reason!r}")
 
 
@@ -140,7 +142,7 @@ class SequentialTracker:
                 record["arms"][arm] = {
                     "n_pairs": len(d),
                     "verdict": "inconclusive" if final_look else "open",
-                    "reason": f"{len(d)} usable paired seeds: no new pair to look at",
+                    "reason": f"{counted(len(d), 'usable paired seed')}: no new pair to look at",
                 }
                 continue
             decision = decide(d, self.plan, earlier=history)

@@ -74,6 +74,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from normlab._plural import counted
 from normlab.analysis.wording import DECIDED, smallest_for
 
 __all__ = [
@@ -397,7 +398,7 @@ def decide(
             False,
             False,
             "open",
-            f"{n} paired seeds: at least 2 are needed for a look",
+            f"{counted(n, 'paired seed')}: at least 2 are needed for a look",
             n,
             0,
             float(d.mean()) if n else None,

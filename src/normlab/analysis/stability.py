@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import PairedComparison, compare_paired
-from normlab.analysis.format import fmt_p
+from normlab.analysis.format import fmt_interval, fmt_p
 from normlab.analysis.learning import RunLearning, arm_failed, run_learning
 from normlab.analysis.runs import RunResult
 from normlab.analysis.stats import sign_test
@@ -129,7 +130,19 @@ def _failure_words(outcomes: list[RunLearning]) -> str:
         )
         if any(o.outcome == key for o in outcomes)
     ]
-    return f"of {n} runs, {', '.join(parts)}" if parts else f"all {n} runs learned"
+    if not parts:
+        return "the one run learned" if n == 1 else f"all {counted(n, 'run')} learned"
+    return f"of {counted(n, 'run')}, {', '.join(parts)}"
+
+
+def _spikes_interval(spikes: PairedComparison) -> str:
+    """The spike difference's interval, ``95% CI +0.33 to +2.00``."""
+    label = f"{round(100 * spikes.confidence)}% CI"
+    return fmt_interval(spikes.ci_low, spikes.ci_high, _two_places, label=label, to=True)
+
+
+def _two_places(v: float | None) -> str:
+    return f"{v:+.2f}"
 
 
 def _spikes_reason(lead: str, spikes: PairedComparison, diffs: list[float]) -> str:
@@ -137,11 +150,10 @@ def _spikes_reason(lead: str, spikes: PairedComparison, diffs: list[float]) -> s
     sign = sign_test(diffs)
     more = spikes.verdict == "worse"
     k = sign.n_pos if more else sign.n_neg
-    pct = round(100 * spikes.confidence)
     return (
-        f"{lead}; {'more' if more else 'fewer'} spikes in {k} of {sign.n} paired seeds "
-        f"(exact sign test {fmt_p(spikes.p_value)}; mean {spikes.mean_diff:+.2f} per run, "
-        f"{pct}% CI {spikes.ci_low:+.2f} to {spikes.ci_high:+.2f})"
+        f"{lead}; {'more' if more else 'fewer'} spikes in {k} of "
+        f"{counted(sign.n, 'paired seed')} (exact sign test {fmt_p(spikes.p_value)}; mean "
+        f"{spikes.mean_diff:+.2f} per run, {_spikes_interval(spikes)})"
     )
 
 
@@ -181,7 +193,7 @@ def stability_verdict(
         )
         return StabilityVerdict("worse" if failed else "better", learn, **stats)
     div = (
-        f"{arm.n_diverged} of {arm.n_done} runs diverged (baseline: "
+        f"{arm.n_diverged} of {counted(arm.n_done, 'run')} diverged (baseline: "
         f"{base.n_diverged} of {base.n_done})"
     )
     if a_share > b_share:
@@ -196,13 +208,12 @@ def stability_verdict(
         sign = sign_test([a - b for a, b in zip(x, y, strict=True)])
         fewer = (spikes.mean_diff or 0.0) < 0
         k = sign.n_neg if fewer else sign.n_pos
-        pct = round(100 * spikes.confidence)
         return StabilityVerdict(
             "inconclusive",
-            f"{lead}; {'fewer' if fewer else 'more'} spikes in {k} of {sign.n} paired seeds "
-            f"(mean {spikes.mean_diff:+.2f} per run, {pct}% CI {spikes.ci_low:+.2f} to "
-            f"{spikes.ci_high:+.2f}, which excludes zero), but the exact sign test "
-            f"({fmt_p(spikes.p_value)}) cannot confirm it with {sign.n} seeds",
+            f"{lead}; {'fewer' if fewer else 'more'} spikes in {k} of "
+            f"{counted(sign.n, 'paired seed')} (mean {spikes.mean_diff:+.2f} per run, "
+            f"{_spikes_interval(spikes)}, which excludes zero), but the exact sign test "
+            f"({fmt_p(spikes.p_value)}) cannot confirm it with {counted(sign.n, 'seed')}",
             **stats,
         )
     return StabilityVerdict("similar", f"{lead}; no detectable difference in spikes", **stats)

@@ -27,8 +27,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import EXACT_TEST, PairedComparison
-from normlab.analysis.format import fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.format import fmt_interval, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.power import forecast_words
 from normlab.analysis.stability import StabilityVerdict
 from normlab.analysis.wording import Smallest, judge
@@ -90,26 +91,24 @@ def quality_sentence(
     ``what`` names the metric ("validation bpb", "validation loss") and ``unit`` suffixes its
     numbers ("bpb", "MSE")."""
     pct = round(100 * c.confidence)
-    diff = (
-        f"difference {fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}; {pct}% CI "
-        f"{fmt_signed(c.ci_low)} to {fmt_signed(c.ci_high)}, n = {c.n_pairs} paired seeds)"
-    )
+    ci = fmt_interval(c.ci_low, c.ci_high, label=f"{pct}% CI", to=True)
+    seeds = f"n = {counted(c.n_pairs, 'paired seed')}"
+    diff = f"difference {fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}; {ci}, {seeds})"
     margin = f"±{c.margin:g} {unit}" if c.margin is not None else "no margin"
     if c.n_pairs < 2:
         return f"Quality cannot be judged: {c.note}."
     if c.verdict == "equivalent" and c.tost_low is not None:
         tost_pct = round(100 * (1 - 2 * (1 - c.confidence)))
         extra = (
-            f"; the difference is detectable ({pct}% CI {fmt_signed(c.ci_low)} to "
-            f"{fmt_signed(c.ci_high)}) but smaller than the margin"
+            f"; the difference is detectable ({ci}) but smaller than the margin"
             if c.significant
             else ""
         )
+        tost = fmt_interval(c.tost_low, c.tost_high, label=f"{tost_pct}% CI", to=True)
         return (
             f"Final {what} is equivalent within {margin}: difference "
-            f"{fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}), whose {tost_pct}% CI "
-            f"{fmt_signed(c.tost_low)} to {fmt_signed(c.tost_high)} lies inside the margin "
-            f"(TOST {fmt_p(c.tost_p)}, n = {c.n_pairs} paired seeds){extra}."
+            f"{fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}), whose {tost} lies inside "
+            f"the margin (TOST {fmt_p(c.tost_p)}, {seeds}){extra}."
         )
     if c.verdict == "equivalent":
         return f"Final {what} is identical in every pair: {diff}."
@@ -136,6 +135,12 @@ def quality_sentence(
     )
 
 
+def _ratio_interval(c: PairedComparison) -> str:
+    """The ratio's interval, ``95% CI 1.021× to 1.094×``."""
+    label = f"{round(100 * c.confidence)}% CI"
+    return fmt_interval(c.ratio_ci_low, c.ratio_ci_high, fmt_ratio, label=label, to=True)
+
+
 def speed_sentence(c: PairedComparison, word: str | None = None) -> str:
     """One sentence on the throughput ratio with its interval (``word``: the speed word of
     :func:`_ratio_word`, computed when not given)."""
@@ -145,12 +150,8 @@ def speed_sentence(c: PairedComparison, word: str | None = None) -> str:
                 f"Throughput {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
             )
         return "Throughput cannot be compared (no paired seed)."
-    pct = round(100 * c.confidence)
     word = word or _ratio_word(c, _SPEED_WORDS, "tokens_per_s", False)
-    return (
-        f"Throughput {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
-        f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
-    )
+    return f"Throughput {fmt_ratio(c.ratio)} the baseline's ({_ratio_interval(c)}): {word}."
 
 
 def _memory_sentence(c: PairedComparison, word: str) -> str:
@@ -158,11 +159,7 @@ def _memory_sentence(c: PairedComparison, word: str) -> str:
         return "Peak memory cannot be compared (no paired seed)."
     if c.n_pairs < 2:
         return f"Peak memory {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
-    pct = round(100 * c.confidence)
-    return (
-        f"Peak memory {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
-        f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
-    )
+    return f"Peak memory {fmt_ratio(c.ratio)} the baseline's ({_ratio_interval(c)}): {word}."
 
 
 def _ratio_word(

@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.lr_sweep import tuning_seed_words
@@ -159,7 +160,7 @@ def _title(folder: CompareFolder) -> str:
             if k != "norm" and isinstance(v, list) and len(v) > 1
         ]
         return " · ".join([title, *others])
-    return " vs ".join(folder.arms) if len(folder.arms) <= 3 else f"{len(folder.arms)} arms"
+    return " vs ".join(folder.arms) if len(folder.arms) <= 3 else counted(len(folder.arms), "arm")
 
 
 def confidence_pct(a: dict[str, Any]) -> int:
@@ -590,7 +591,7 @@ def _sequential_method(a: dict[str, Any]) -> list[str]:
     done = []
     for look in state.get("looks", []):
         words = ", ".join(f"{arm} {d['verdict']}" for arm, d in look["arms"].items())
-        done.append(f"after {look['n_seeds']} seeds: {words or 'no open arm'}")
+        done.append(f"after {counted(look['n_seeds'], 'seed')}: {words or 'no open arm'}")
     stopped = (state.get("stopped") or {}).get("words", "the rounds were interrupted")
     return [
         f"Seeds were added in rounds until decided (--until-decided): a {state['procedure']} "
@@ -650,8 +651,8 @@ def build_content(
             [curves_note, "Curves left out:", "; ".join(curve_problems) + "."]
         ).strip()
     subtitle = (
-        f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
-        f"runs with a result · baseline {a['baseline_arm']} · "
+        f"{counted(len(folder.arms), 'arm')} × {counted(len(folder.seeds), 'seed')}, {n_done} "
+        f"of {counted(len(folder.runs), 'run')} with a result · baseline {a['baseline_arm']} · "
         f"{_margin_text(a, testbed.short_unit)} · folder {folder.path.resolve().name}"
     )
     return ReportContent(
