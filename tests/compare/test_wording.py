@@ -12,12 +12,12 @@ import pytest
 
 from normlab.analysis import analyze, compare_paired, load_compare_folder
 from normlab.analysis.learning import RunLearning, arm_failed, classify_losses
+from normlab.analysis.smallest import smallest_for
 from normlab.analysis.wording import (
     Smallest,
     decision_badge,
     judge,
     judge_in_analysis,
-    smallest_for,
 )
 
 BASE = "layernorm-pre"

@@ -21,7 +21,13 @@ from typing import Any
 
 from normlab._plural import counted
 from normlab.analysis.format import fmt_interval, fmt_p
-from normlab.analysis.wording import DECIDED, badge_in_analysis, judge_in_analysis
+from normlab.analysis.wording import (
+    EQUIVALENT,
+    UNDECIDED,
+    badge_in_analysis,
+    is_decided,
+    judge_in_analysis,
+)
 from normlab.run_format import testbed_format
 
 __all__ = ["answer_lines", "is_open"]
@@ -31,8 +37,8 @@ def is_open(a: Mapping[str, Any], state: Mapping[str, Any] | None = None) -> boo
     """True when more seeds could still change the answer: after sequential rounds, some arm's
     sequential verdict is not decided; else the recommendation is ``undecided``."""
     if state:
-        return any(v not in DECIDED for v in state.get("verdicts", {}).values())
-    return a["recommendation"]["status"] == "undecided"
+        return not all(is_decided(v) for v in state.get("verdicts", {}).values())
+    return a["recommendation"]["status"] == UNDECIDED
 
 
 def _plain(v: float | None) -> str:
@@ -52,7 +58,7 @@ def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
     mean = c.get("mean_diff")
     diff = f"difference {_plain(mean)} {unit}" if mean is not None else "no paired difference"
     if str(c.get("test", "")).startswith("group-sequential"):
-        pct = round(100 * (1 - (2 * alpha if c.get("verdict") == "equivalent" else alpha)))
+        pct = round(100 * (1 - (2 * alpha if c.get("verdict") == EQUIVALENT else alpha)))
         what = f"repeated {pct}% interval"
         p_text = ""
     else:

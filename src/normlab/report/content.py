@@ -17,7 +17,8 @@ from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.lr_sweep import tuning_seed_words
 from normlab.analysis.power import SPREAD_CONFIDENCE, forecast_range
 from normlab.analysis.runs import CompareFolder
-from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
+from normlab.analysis.smallest import smallest_for
+from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
 from normlab.report.imported import import_paragraphs
 from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import LR_SWEEP_DIR, TestbedFormat, plot_path, testbed_format
@@ -550,7 +551,7 @@ def _fp8_note(a: dict[str, Any]) -> list[str]:
 
 def _smallest_words(a: dict[str, Any]) -> str:
     """The smallest difference that matters of each compared metric, as the field declarations
-    give it (:func:`normlab.analysis.wording.smallest_for`): ``label δ``, metrics with the same
+    give it (:func:`normlab.analysis.smallest.smallest_for`): ``label δ``, metrics with the same
     δ together."""
     testbed = str(a.get("testbed") or "gpt")
     groups: dict[str, list[str]] = {}
