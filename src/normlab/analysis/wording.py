@@ -67,14 +67,20 @@ seed can come, anything undecided reads ``inconclusive``.
 **7. The decision against the baseline** (:func:`arm_decision`), first that applies: the arm
 failed to learn → ``keep``; less stable → ``keep``; worse quality → ``keep``; better quality →
 ``switch``; more stable and quality not worse → ``switch``; equivalent quality and faster →
-``switch``, slower → ``keep``, otherwise ``either``; else ``undecided``.
+``switch``, slower → ``keep``, otherwise ``either`` (nothing is gained by switching; the
+reason says whether the speed was the same or could not be told apart: a speed test that fails
+to reject is not evidence of equal speed); else ``undecided``.
 
-**8. The recommendation** (:func:`recommendation`): no other arm, or none better → ``keep``
-the baseline; a baseline without any result → ``undecided``; some arm ``switch`` → the one
-with the largest quality gain, else a more stable one, else the fastest; else some arm
-``undecided`` → ``undecided``; else some arm ``either`` → ``either``.
+**8. The recommendation** (:func:`recommendation`), first that applies: no other arm →
+``keep`` the baseline; a baseline without any result → ``undecided``; some arm earns a
+``switch`` → ``switch`` to the one with the largest quality gain, else a more stable one, else
+the fastest; some arm ``undecided`` → ``undecided``; some arm ``either`` → ``either``; else
+``keep`` the baseline.
 
-**9. The badge** (:func:`decision_badge`) names each arm's place in the recommendation.
+**9. The badge** (:func:`decision_badge`) names each arm's place in the recommendation:
+``recommended``, else why it lost — ``failed``, ``undecided``, ``less stable``, ``worse
+quality``, ``slower``, ``runner-up`` (it earns a switch, another arm was chosen) or ``no
+gain``.
 
 **10. A ladder's prediction** at a target size (:func:`ladder_words`): ``equivalent`` when the
 whole prediction interval lies within ±δ, ``better`` / ``worse`` when one sign holds at least
