@@ -310,7 +310,7 @@ def test_a_metric_the_same_in_every_seed_reads_exact_not_p_zero(tmp_path):
     runs = []
     for seed in range(3):
         base = {**GOOD, "final_val_bpb": 3.5 + 0.01 * seed, "saved_activation_bytes": 2_000_000}
-        # 5 % fewer bytes: above the 1 % that matters for bytes (wording.SMALLEST)
+        # 5 % fewer bytes: above the 1 % that matters for bytes (analysis.smallest.SMALLEST)
         arm = {**base, "final_val_bpb": 3.49 + 0.013 * seed, "saved_activation_bytes": 1_900_000}
         runs.append((ARMS[0], seed, base, []))
         runs.append((ARMS[1], seed, arm, []))

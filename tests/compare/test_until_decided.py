@@ -398,7 +398,7 @@ def test_the_paired_line_names_what_varies_and_counts_in_words() -> None:
 
 
 def test_every_compared_field_declares_its_smallest_difference() -> None:
-    from normlab.analysis import wording
+    from normlab.analysis import smallest
     from normlab.run_format import TESTBED_FORMATS
 
     for fmt in TESTBED_FORMATS.values():
@@ -406,7 +406,7 @@ def test_every_compared_field_declares_its_smallest_difference() -> None:
             if f.compare is None:
                 continue
             assert f.compare.smallest is not None, (fmt.name, f.name)
-            spec = wording.smallest_for(f.name, fmt.name)
+            spec = smallest.smallest_for(f.name, fmt.name)
             if f.compare.smallest.in_train_unit and fmt.train_per_quality is None:
                 # no fixed conversion to the training unit (lm: nats per token): a relative 5 %
                 assert (spec.kind, spec.value) == ("relative", 0.05), (fmt.name, f.name)
@@ -416,13 +416,13 @@ def test_every_compared_field_declares_its_smallest_difference() -> None:
                 f.compare.smallest.resolve(0.02)
                 * (fmt.train_per_quality if f.compare.smallest.in_train_unit else 1.0)
             )
-            assert (f.name in wording.LEARNED_MODEL_METRICS) == f.compare.trained_model
+            assert (f.name in smallest.LEARNED_MODEL_METRICS) == f.compare.trained_model
 
 
-def test_wording_reads_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_smallest_reads_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
-    from normlab.analysis import wording
+    from normlab.analysis import smallest
     from normlab.run_format import GPT, Smallest
 
     fields = tuple(
@@ -435,5 +435,5 @@ def test_wording_reads_a_changed_declaration(monkeypatch: pytest.MonkeyPatch) ->
     )
     patched = dataclasses.replace(GPT)
     object.__setattr__(patched, "__dict__", {**GPT.__dict__, "fields": fields})
-    monkeypatch.setattr(wording, "testbed_format", lambda name: patched)
-    assert wording.smallest_for("tokens_per_s").value == 0.5
+    monkeypatch.setattr(smallest, "testbed_format", lambda name: patched)
+    assert smallest.smallest_for("tokens_per_s").value == 0.5

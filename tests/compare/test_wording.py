@@ -12,12 +12,12 @@ import pytest
 
 from normlab.analysis import analyze, compare_paired, load_compare_folder
 from normlab.analysis.learning import RunLearning, arm_failed, classify_losses
+from normlab.analysis.smallest import smallest_for
 from normlab.analysis.wording import (
     Smallest,
     decision_badge,
     judge,
     judge_in_analysis,
-    smallest_for,
 )
 
 BASE = "layernorm-pre"
@@ -342,8 +342,9 @@ def test_every_word_the_analysis_gives_has_its_tone_and_the_report_colours_by_it
     badges |= {"runner-up", "no gain"}
     speed_memory = {"faster", "slower", "same speed", "less", "more", "same"}
     decisions = {"switch", "keep", "either", "undecided"}
+    stability_and_looks = {"similar", "open", "not determined"}
     statuses = {"finished", "diverged", "crashed", "unfinished"}
-    for word in judged | badges | speed_memory | decisions | statuses:
+    for word in judged | badges | speed_memory | decisions | stability_and_looks | statuses:
         assert word in WORD_TONES, word
         assert f'class="badge b-{tone(word)}"' in _badge(word.upper())
     assert set(WORD_TONES.values()) == {GOOD, BAD, OPEN, NEUTRAL}
@@ -352,5 +353,127 @@ def test_every_word_the_analysis_gives_has_its_tone_and_the_report_colours_by_it
     a = analyze(load_compare_folder(Path(__file__).parent / "fixtures" / "compare_run"))
     for arm in a["verdicts"]:
         v = a["verdicts"][arm]
-        for word in (v["quality"], v["throughput"], v["memory"], v["decision"]):
+        for word in (v["quality"], v["throughput"], v["memory"], v["decision"], v["stability"]):
             assert word in WORD_TONES, word
+
+
+# ---- the rules of analysis.wording, one by one -----------------------------------------------
+
+
+def test_a_paired_verdict_is_equivalent_first_then_the_sign_of_a_significant_difference():
+    from normlab.analysis.wording import paired_verdict
+
+    def verdict(equivalent: bool, significant: bool, effect: float | None, lower: bool) -> str:
+        return paired_verdict(
+            equivalent=equivalent, significant=significant, effect=effect, lower_is_better=lower
+        )
+
+    assert verdict(True, True, -1.0, True) == "equivalent"
+    assert verdict(False, True, -1.0, True) == "better"
+    assert verdict(False, True, -1.0, False) == "worse"
+    assert verdict(False, True, 2.0, False) == "better"
+    assert verdict(False, False, -1.0, True) == "inconclusive"
+    assert verdict(False, True, None, True) == "inconclusive"
+
+
+def test_the_decision_takes_the_first_rule_that_applies():
+    from normlab.analysis.wording import arm_decision
+
+    def decision(**words) -> str:
+        base = {"quality": "better", "speed": "faster", "stability": "similar", "failed": False}
+        return arm_decision("a", "b", "validation bpb", **{**base, **words})[0]
+
+    assert decision(failed=True, stability="worse") == "keep"
+    assert decision(stability="worse") == "keep"  # better quality does not make up for it
+    assert decision(quality="worse", stability="better") == "keep"
+    assert decision() == "switch"
+    assert decision(quality="inconclusive", stability="better") == "switch"
+    assert decision(quality="equivalent") == "switch"
+    assert decision(quality="equivalent", speed="slower") == "keep"
+    for speed in ("same speed", "inconclusive", "no detectable difference"):
+        assert decision(quality="equivalent", speed=speed) == "either"
+    assert decision(quality="unclear size") == "undecided"
+    assert arm_decision(
+        "a", "b", "bpb", quality="equivalent", speed="inconclusive", stability="", failed=False
+    )[1] == ("a is equivalent in quality; its speed could not be compared")
+
+
+def test_stability_reads_learning_then_divergence_then_spikes():
+    from normlab.analysis.wording import stability_word
+
+    def word(**kw) -> tuple[str, str]:
+        base = dict(
+            arm_share=0.0,
+            baseline_share=0.0,
+            failed=False,
+            baseline_failed=False,
+            spikes_verdict="inconclusive",
+            spikes_low=-1.0,
+            spikes_high=1.0,
+        )
+        return stability_word(**{**base, **kw})
+
+    assert word(arm_share=None) == ("inconclusive", "no result")
+    assert word(failed=True, arm_share=0.0, baseline_share=0.5) == ("worse", "learning")
+    assert word(baseline_failed=True) == ("better", "learning")
+    assert word(arm_share=1 / 3, spikes_verdict="better") == ("worse", "divergence")
+    assert word(baseline_share=1 / 3) == ("better", "divergence")
+    assert word(spikes_verdict="worse") == ("worse", "spikes")
+    assert word(spikes_low=0.3, spikes_high=2.0) == ("inconclusive", "unconfirmed")
+    assert word() == ("similar", "similar")
+
+
+def test_a_sequential_look_stays_open_until_the_last_look():
+    from normlab.analysis.wording import closed, sequential_word, still_open
+
+    def word(n: int = 5, eq: bool = False, sig: bool = False, last: bool = False) -> str:
+        return sequential_word(
+            n_pairs=n,
+            equivalent=eq,
+            significant=sig,
+            effect=0.01,
+            lower_is_better=True,
+            last_look=last,
+        )
+
+    assert word(n=1, eq=True, last=True) == "open"  # no look under two pairs
+    assert word(eq=True, sig=True) == "equivalent"
+    assert word(sig=True) == "worse"
+    assert word() == "open" and word(last=True) == "inconclusive"
+    assert still_open(False) == "open" and still_open(True) == "inconclusive"
+    assert closed("open") == "inconclusive" and closed("better") == "better"
+
+
+def test_the_recommendation_ranks_switches_by_quality_then_stability_then_speed():
+    from types import SimpleNamespace
+
+    from normlab.analysis.wording import recommendation
+
+    def arm(decision: str, quality: str = "equivalent", stability: str = "similar"):
+        return SimpleNamespace(decision=decision, quality=quality, stability=stability)
+
+    gains = {"q": -0.05, "q2": -0.08, "s": -0.1, "f": 0.0, "f2": 0.0}
+    speeds = {"q": 1.0, "q2": 1.0, "s": 1.0, "f": 1.1, "f2": 1.3}
+    arms = {
+        "f": arm("switch"),
+        "f2": arm("switch"),
+        "s": arm("switch", "inconclusive", "better"),
+        "q": arm("switch", "better"),
+        "q2": arm("switch", "better"),
+    }
+
+    def choose(names: list[str], **kw) -> tuple[str, str]:
+        chosen = {n: arms[n] for n in names}
+        return recommendation("b", chosen, gains.get, speeds.get, **kw)
+
+    assert choose(["f", "s", "q", "q2"]) == ("q2", "switch")  # the largest quality gain
+    assert choose(["f", "f2", "s"]) == ("s", "switch")  # then more stable
+    assert choose(["f", "f2"]) == ("f2", "switch")  # then the fastest
+    assert choose(["q"], baseline_has_result=False) == ("undecided", "undecided")
+    assert recommendation("b", {}, gains.get, speeds.get) == ("b", "keep")
+    mixed = {"u": arm("undecided"), "e": arm("either"), "k": arm("keep")}
+    assert recommendation("b", mixed, gains.get, speeds.get) == ("undecided", "undecided")
+    mixed.pop("u")
+    assert recommendation("b", mixed, gains.get, speeds.get) == ("b", "either")
+    mixed.pop("e")
+    assert recommendation("b", mixed, gains.get, speeds.get) == ("b", "keep")

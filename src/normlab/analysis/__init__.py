@@ -4,9 +4,13 @@ tests, verdicts and the recommendation.
 Modules, one job each: :mod:`~normlab.analysis.runs` loads a compare folder,
 :mod:`~normlab.analysis.stats` holds the t-interval / TOST / log-ratio / sign-test formulas,
 :mod:`~normlab.analysis.power` estimates the seeds still needed,
-:mod:`~normlab.analysis.comparison` turns one paired sample into a verdict,
-:mod:`~normlab.analysis.stability` judges divergences and spikes,
-:mod:`~normlab.analysis.verdicts` and :mod:`~normlab.analysis.recommendation` decide, and
+:mod:`~normlab.analysis.comparison` tests one paired sample,
+:mod:`~normlab.analysis.stability` counts divergences and spikes,
+:mod:`~normlab.analysis.sequential` and :mod:`~normlab.analysis.rounds` look after each round
+of seeds, :mod:`~normlab.analysis.smallest` reads the smallest difference that matters per
+metric, :mod:`~normlab.analysis.wording` decides every word these numbers lead to (verdicts,
+decisions, the recommendation, badges), :mod:`~normlab.analysis.verdicts` and
+:mod:`~normlab.analysis.recommendation` write their sentences, and
 :mod:`~normlab.analysis.summary` assembles the top-level ``summary.json``.
 """
 

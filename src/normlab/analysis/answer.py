@@ -19,8 +19,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from normlab.analysis.format import fmt_p
-from normlab.analysis.wording import DECIDED, badge_in_analysis, judge_in_analysis
+from normlab._plural import counted
+from normlab.analysis.format import fmt_interval, fmt_p
+from normlab.analysis.wording import (
+    EQUIVALENT,
+    UNDECIDED,
+    badge_in_analysis,
+    is_decided,
+    judge_in_analysis,
+)
 from normlab.run_format import testbed_format
 
 __all__ = ["answer_lines", "is_open"]
@@ -30,14 +37,13 @@ def is_open(a: Mapping[str, Any], state: Mapping[str, Any] | None = None) -> boo
     """True when more seeds could still change the answer: after sequential rounds, some arm's
     sequential verdict is not decided; else the recommendation is ``undecided``."""
     if state:
-        return any(v not in DECIDED for v in state.get("verdicts", {}).values())
-    return a["recommendation"]["status"] == "undecided"
+        return not all(is_decided(v) for v in state.get("verdicts", {}).values())
+    return a["recommendation"]["status"] == UNDECIDED
 
 
-def _interval(lo: float | None, hi: float | None) -> str:
-    if lo is None or hi is None:
-        return "no interval"
-    return f"[{lo:+.4f}, {hi:+.4f}]"
+def _plain(v: float | None) -> str:
+    """A difference in the terminal: ``+0.0031``, plain ASCII (the report uses U+2212)."""
+    return f"{v:+.4f}"
 
 
 def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
@@ -50,9 +56,9 @@ def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
     alpha = float(a.get("alpha", 0.05))
     n = c.get("n_pairs") or 0
     mean = c.get("mean_diff")
-    diff = f"{mean:+.4f} {unit}" if mean is not None else "no difference"
+    diff = f"difference {_plain(mean)} {unit}" if mean is not None else "no paired difference"
     if str(c.get("test", "")).startswith("group-sequential"):
-        pct = round(100 * (1 - (2 * alpha if c.get("verdict") == "equivalent" else alpha)))
+        pct = round(100 * (1 - (2 * alpha if c.get("verdict") == EQUIVALENT else alpha)))
         what = f"repeated {pct}% interval"
         p_text = ""
     else:
@@ -61,10 +67,10 @@ def _arm_line(a: Mapping[str, Any], arm: str, unit: str) -> str:
         p_text = f", {fmt_p(p)}" if p is not None else ""
     margin = c.get("margin")
     m = f" (margin ±{margin:g})" if margin else ""
+    interval = fmt_interval(c.get("ci_low"), c.get("ci_high"), _plain, label=what)
     return (
-        f"  {arm} vs {a['baseline_arm']}: {word} — difference {diff}, {what} "
-        f"{_interval(c.get('ci_low'), c.get('ci_high'))}{m}{p_text}, {n} paired "
-        f"seed{'s' if n != 1 else ''} [{badge_in_analysis(a, arm)}]"
+        f"  {arm} vs {a['baseline_arm']}: {word} — {diff}, {interval}{m}{p_text}, "
+        f"{counted(n, 'paired seed')} [{badge_in_analysis(a, arm)}]"
     )
 
 

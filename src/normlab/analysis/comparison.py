@@ -1,31 +1,32 @@
-"""One paired comparison of an arm against the baseline on one metric, with its verdict.
+"""One paired comparison of an arm against the baseline on one metric: its numbers and verdict.
 
-Verdict rules, for differences d_k = x_k − y_k (arm minus baseline) or log ratios
-d_k = ln(x_k / y_k), at level α (0.05 by default):
+For differences d_k = x_k − y_k (arm minus baseline) or log ratios d_k = ln(x_k / y_k), at
+level α (0.05 by default), :func:`compare_paired` computes:
 
-1. fewer than two pairs: ``inconclusive`` (no interval can be formed);
-2. ``equivalent`` when TOST rejects non-equivalence, i.e. the (1 − 2α) interval lies inside
-   (−Δ, +Δ) — or when every pair is identical (all d_k = 0) for metrics without a margin;
-3. otherwise ``better`` / ``worse`` when the (1 − α) t-interval excludes zero (its sign and the
-   metric's direction decide which);
-4. otherwise ``inconclusive``, with ``seeds_needed`` and its upper end ``seeds_needed_high``
-   from :func:`normlab.analysis.power.forecast_seeds` (the upper end at the top of the
-   spread's confidence interval).
+- ``equivalent``: TOST rejects non-equivalence, i.e. the (1 − 2α) interval lies inside
+  (−Δ, +Δ) — or every pair is identical (all d_k = 0) for metrics without a margin;
+- ``significant``: the (1 − α) t-interval excludes zero (its sign and the metric's direction
+  say which way);
+- for a comparison that is neither, ``seeds_needed`` and its upper end ``seeds_needed_high``
+  from :func:`normlab.analysis.power.forecast_seeds` (the upper end at the top of the spread's
+  confidence interval);
+- with fewer than two pairs, no interval and neither.
+
+The verdict is rule 1 of :mod:`normlab.analysis.wording` (:func:`~.wording.paired_verdict`):
+equivalence is looked at first — a difference that is statistically detectable but smaller
+than the margin is practically nil, so the verdict says ``equivalent`` with ``significant``
+set to record it — then the sign of a significant difference, else ``inconclusive``.
 
 A metric that does not vary with the seed (the bytes a forward saves for the backward) gives
-the same nonzero difference in every pair. That difference is exact: the verdict follows its
-sign (unless rule 2 calls it equivalent), the test is :data:`EXACT_TEST` and there is no p-value,
-where a t-test would report p = 0 from a zero-width interval.
-
-Equivalence is tested before superiority: a difference that is statistically detectable but
-smaller than the margin is practically nil, and the verdict says ``equivalent`` with
-``significant`` set to record it.
+the same nonzero difference in every pair. That difference is exact: it counts as significant
+(unless equivalent), the test is :data:`EXACT_TEST` and there is no p-value, where a t-test
+would report p = 0 from a zero-width interval.
 
 Small integer counts (``discrete=True``: spikes per run) are tested with the exact sign test
-(:func:`normlab.analysis.stats.sign_test`) instead of the t-test in rule 3: equal counts in
-every pair make the t-interval zero-wide (p = 0) although, with three seeds, that pattern comes
-up by chance one time in four. The direction is that of the majority sign; the t-interval of
-the mean difference is still reported, as a scale. No seed count is estimated for them.
+(:func:`normlab.analysis.stats.sign_test`) instead of the t-test: equal counts in every pair
+make the t-interval zero-wide (p = 0) although, with three seeds, that pattern comes up by
+chance one time in four. The direction is that of the majority sign; the t-interval of the
+mean difference is still reported, as a scale. No seed count is estimated for them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import numpy as np
 
 from normlab.analysis.power import forecast_seeds
 from normlab.analysis.stats import TInterval, log_ratio_interval, sign_test, t_interval, tost
+from normlab.analysis.wording import INCONCLUSIVE, paired_verdict
 
 __all__ = ["EXACT_TEST", "PairedComparison", "compare_paired", "decide_by_sign_test"]
 
@@ -88,14 +90,10 @@ class PairedComparison:
         return asdict(self)
 
 
-def _direction(mean: float, lower_is_better: bool) -> str:
-    return "better" if (mean < 0) == lower_is_better else "worse"
-
-
 def _significance(
     d: np.ndarray, interval: TInterval, discrete: bool, alpha: float
 ) -> tuple[bool, float | None, float]:
-    """(significant, p-value, signed effect) of rule 3.
+    """(significant, p-value, signed effect) of the test.
 
     t-test: significant when the (1 − α) interval excludes zero; the effect is d̄.
     Sign test (``discrete``): significant when p < α; the effect is n₊ − n₋.
@@ -175,7 +173,7 @@ def _describe_pairs(
 
 
 def _too_few_pairs(common: dict[str, Any], p_value: float | None) -> PairedComparison:
-    """Rule 1: fewer than two pairs give no interval, hence ``inconclusive``."""
+    """Fewer than two pairs: no interval, neither equivalent nor significant."""
     note = (
         "no seed has a value in both arms"
         if common["n_pairs"] == 0
@@ -190,14 +188,16 @@ def _too_few_pairs(common: dict[str, Any], p_value: float | None) -> PairedCompa
         tost_high=None,
         equivalent=False,
         significant=False,
-        verdict="inconclusive",
+        verdict=paired_verdict(
+            equivalent=False, significant=False, effect=None, lower_is_better=True
+        ),
         seeds_needed=None,
         note=note,
     )
 
 
 def _equivalence(d: np.ndarray, margin: float | None, alpha: float) -> dict[str, Any]:
-    """Rule 2's TOST on ``d`` within ±``margin`` (no test without a positive margin)."""
+    """TOST on ``d`` within ±``margin`` (no test without a positive margin)."""
     if margin is not None and margin > 0:
         eq = tost(d, margin, alpha)
         return dict(tost_p=eq.p_value, tost_low=eq.low, tost_high=eq.high, equivalent=eq.equivalent)
@@ -247,14 +247,14 @@ def compare_paired(
             significant, p_value, effect = True, None, mean
             common["test"] = EXACT_TEST
             note = "the same difference in every pair: the metric does not vary with the seed"
-    if eq["equivalent"]:
-        verdict = "equivalent"
-    elif significant:
-        verdict = _direction(effect, lower_is_better)
-    else:
-        verdict = "inconclusive"
+    verdict = paired_verdict(
+        equivalent=eq["equivalent"],
+        significant=significant,
+        effect=effect,
+        lower_is_better=lower_is_better,
+    )
     needed = needed_high = None
-    if verdict == "inconclusive" and not discrete:
+    if verdict == INCONCLUSIVE and not discrete:
         forecast = forecast_seeds(
             mean, sd, common["margin"] or 0.0, common["n_pairs"], alpha=alpha, power=power
         )
@@ -286,8 +286,9 @@ def decide_by_sign_test(
 
     For pairs whose order is known but not their difference (a run that never reached a target
     was slower than one that did): ``signs`` holds sign(x_k − y_k) for every usable pair,
-    p = :func:`~normlab.analysis.stats.sign_test`; ``better`` / ``worse`` when p < α, by the
-    majority sign, else ``inconclusive``. The interval and ratio of ``c`` are kept as they are.
+    p = :func:`~normlab.analysis.stats.sign_test`; significant when p < α, in the direction of
+    the majority sign (the verdict: :func:`~normlab.analysis.wording.paired_verdict`). The
+    interval and ratio of ``c`` are kept as they are.
     """
     sign = sign_test(np.sign(np.asarray(signs, dtype=np.float64)))
     significant = sign.p_value is not None and sign.p_value < alpha
@@ -301,7 +302,12 @@ def decide_by_sign_test(
         tost_high=None,
         equivalent=False,
         significant=significant,
-        verdict=_direction(effect, lower_is_better) if significant else "inconclusive",
+        verdict=paired_verdict(
+            equivalent=False,
+            significant=significant,
+            effect=effect,
+            lower_is_better=lower_is_better,
+        ),
         seeds_needed=None,
         seeds_needed_high=None,
         note=note,

@@ -3,8 +3,21 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
-__all__ = ["fmt_bytes", "fmt_num", "fmt_p", "fmt_ratio", "fmt_signed"]
+__all__ = [
+    "NO_INTERVAL",
+    "fmt_bytes",
+    "fmt_interval",
+    "fmt_num",
+    "fmt_p",
+    "fmt_ratio",
+    "fmt_signed",
+    "with_interval",
+]
+
+NO_INTERVAL = "no interval"
+"""What stands in an interval's place when it has no ends (fewer than two pairs)."""
 
 
 def _bad(v: float | None) -> bool:
@@ -45,3 +58,37 @@ def fmt_bytes(v: float | None) -> str:
     assert v is not None
     mib = v / 2**20
     return f"{mib / 1024:.2f} GiB" if mib >= 1024 else f"{mib:.1f} MiB"
+
+
+def _has_interval(low: float | None, high: float | None) -> bool:
+    return not (_bad(low) or _bad(high))
+
+
+def fmt_interval(
+    low: float | None,
+    high: float | None,
+    fmt: Callable[[float | None], str] = fmt_signed,
+    *,
+    label: str = "",
+    to: bool = False,
+) -> str:
+    """An interval for a sentence: ``label [low, high]`` (``95% CI [−0.0012, +0.0034]``), or
+    with ``to`` ``label low to high``, each end written by ``fmt``; :data:`NO_INTERVAL` when
+    either end is missing or not finite, the label then left out (it names an interval that
+    is not there: never "95% CI no interval")."""
+    if not _has_interval(low, high):
+        return NO_INTERVAL
+    ends = f"{fmt(low)} to {fmt(high)}" if to else f"[{fmt(low)}, {fmt(high)}]"
+    return f"{label} {ends}" if label else ends
+
+
+def with_interval(
+    value: str,
+    low: float | None,
+    high: float | None,
+    fmt: Callable[[float | None], str] = fmt_signed,
+) -> str:
+    """A table cell: ``value [low, high]``, or ``value`` alone when there is no interval."""
+    if not _has_interval(low, high):
+        return value
+    return f"{value} {fmt_interval(low, high, fmt)}"

@@ -300,6 +300,88 @@ def _interval(
     )
 
 
+def _checked_target(
+    rungs: Sequence[Rung],
+    target_params: float,
+    confidence: float,
+    target_seeds: int,
+    n_boot: int,
+    sd_floor: float,
+) -> tuple[list[np.ndarray], float, float]:
+    """The rungs' differences, the target N_t and the largest rung, after checking every
+    argument of :func:`predict_ladder` (a ``ValueError`` naming the one that is wrong)."""
+    arrays = _check_rungs(rungs)
+    _check_floor(sd_floor)
+    target = _finite_positive(target_params, "target_params")
+    largest = max(float(r.n_params) for r in rungs)
+    if target < largest:
+        raise ValueError(
+            f"target_params: expected at least the largest rung's {largest:.4g} parameters "
+            f"(a ladder extrapolates upwards), got {target:.4g}"
+        )
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
+    if isinstance(target_seeds, bool) or not isinstance(target_seeds, int) or target_seeds < 1:
+        raise ValueError(f"target_seeds: expected an integer >= 1, got {target_seeds!r}")
+    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
+        raise ValueError(f"n_boot: expected an integer >= 100, got {n_boot!r}")
+    return arrays, target, largest
+
+
+def _refit_replicates(
+    arrays: Sequence[np.ndarray],
+    x: np.ndarray,
+    xt: float,
+    sd_floor: float,
+    calibrated: bool,
+    rng: np.random.Generator,
+    n_boot: int,
+) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Step 1 of the prediction (module docstring): every rung's seeds resampled from its
+    centred differences (inflated by √(n / (n − 1)) when ``calibrated``), the line refitted
+    with each replicate's own weights; returns μ*_t per replicate and each rung's residuals."""
+    means, sds, residuals = [], [], []
+    for d in arrays:
+        n = d.size
+        scale = math.sqrt(n / (n - 1)) if calibrated else 1.0
+        res = (d - d.mean()) * scale
+        residuals.append(res)
+        sample = d.mean() + res[rng.integers(0, n, size=(n_boot, n))]
+        means.append(sample.mean(axis=1))
+        sds.append(sample.std(axis=1, ddof=1))
+    m = np.stack(means, axis=1)  # (B, J)
+    s = np.stack(sds, axis=1)
+    nj = np.array([d.size for d in arrays], dtype=np.float64)
+    pooled = np.sqrt(((nj - 1) * s**2).sum(axis=1) / (nj - 1).sum())
+    wsd = np.maximum(s, sd_floor * pooled[:, None])
+    w = np.where(wsd > 0, nj / np.where(wsd > 0, wsd, 1.0) ** 2, nj)
+    w = np.where((pooled > 0)[:, None], w, nj)
+    a, b = _wls(x, m, w)
+    return a + b * xt, residuals
+
+
+def _target_draws(
+    estimate: float,
+    trend_dev: np.ndarray,
+    residuals: list[np.ndarray],
+    df: int,
+    target_seeds: int,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Steps 2 and 3: D* = μ̂_t + √g · (μ*_t − μ̂_t + ε*) for one training, for the mean over
+    ``target_seeds`` paired trainings, and for the trend (no ε*), g = ν / χ²_ν."""
+    pooled = np.concatenate(residuals)
+    n_boot = trend_dev.size
+    root = np.sqrt(df / rng.chisquare(df, size=n_boot))
+
+    def noise(k: int) -> np.ndarray:
+        return pooled[rng.integers(0, pooled.size, size=(n_boot, k))].mean(axis=1)
+
+    single = estimate + root * (trend_dev + noise(1))
+    mean_k = estimate + root * (trend_dev + noise(target_seeds))
+    return single, mean_k, estimate + root * trend_dev
+
+
 def predict_ladder(
     rungs: Sequence[Rung],
     target_params: float,
@@ -316,57 +398,20 @@ def predict_ladder(
     trend. ``calibrated=False`` gives the plain bootstrap (no inflation, no seed noise at the
     target, no χ² scale), kept to show how far it under-covers. Deterministic for a given
     ``seed``."""
-    arrays = _check_rungs(rungs)
-    _check_floor(sd_floor)
-    target = _finite_positive(target_params, "target_params")
-    largest = max(float(r.n_params) for r in rungs)
-    if target < largest:
-        raise ValueError(
-            f"target_params: expected at least the largest rung's {largest:.4g} parameters "
-            f"(a ladder extrapolates upwards), got {target:.4g}"
-        )
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence: expected a number in (0, 1), got {confidence!r}")
-    if isinstance(target_seeds, bool) or not isinstance(target_seeds, int) or target_seeds < 1:
-        raise ValueError(f"target_seeds: expected an integer >= 1, got {target_seeds!r}")
-    if isinstance(n_boot, bool) or not isinstance(n_boot, int) or n_boot < 100:
-        raise ValueError(f"n_boot: expected an integer >= 100, got {n_boot!r}")
+    arrays, target, largest = _checked_target(
+        rungs, target_params, confidence, target_seeds, n_boot, sd_floor
+    )
     fit = fit_ladder(rungs, sd_floor)
     xt = math.log10(target)
     estimate = fit.a + fit.b * xt
     x = np.log10([float(r.n_params) for r in rungs])
     rng = np.random.default_rng(seed)
-
-    means, sds, pooled_res = [], [], []
-    for d in arrays:
-        n = d.size
-        scale = math.sqrt(n / (n - 1)) if calibrated else 1.0
-        res = (d - d.mean()) * scale
-        pooled_res.append(res)
-        sample = d.mean() + res[rng.integers(0, n, size=(n_boot, n))]
-        means.append(sample.mean(axis=1))
-        sds.append(sample.std(axis=1, ddof=1))
-    m = np.stack(means, axis=1)  # (B, J)
-    s = np.stack(sds, axis=1)
-    nj = np.array([d.size for d in arrays], dtype=np.float64)
-    pooled = np.sqrt(((nj - 1) * s**2).sum(axis=1) / (nj - 1).sum())
-    wsd = np.maximum(s, sd_floor * pooled[:, None])
-    w = np.where(wsd > 0, nj / np.where(wsd > 0, wsd, 1.0) ** 2, nj)
-    w = np.where((pooled > 0)[:, None], w, nj)
-    a, b = _wls(x, m, w)
-    trend_dev = a + b * xt - estimate
-
+    refit, residuals = _refit_replicates(arrays, x, xt, sd_floor, calibrated, rng, n_boot)
+    trend_dev = refit - estimate
     if calibrated:
-        residuals = np.concatenate(pooled_res)
-        g = fit.df / rng.chisquare(fit.df, size=n_boot)
-        root = np.sqrt(g)
-
-        def noise(k: int) -> np.ndarray:
-            return residuals[rng.integers(0, residuals.size, size=(n_boot, k))].mean(axis=1)
-
-        single = estimate + root * (trend_dev + noise(1))
-        mean_k = estimate + root * (trend_dev + noise(target_seeds))
-        trend = estimate + root * trend_dev
+        single, mean_k, trend = _target_draws(
+            estimate, trend_dev, residuals, fit.df, target_seeds, rng
+        )
     else:
         single = mean_k = trend = estimate + trend_dev
     return LadderPrediction(
@@ -393,6 +438,50 @@ def extrapolation_words(prediction: LadderPrediction) -> str:
 
 def _fmt(v: float) -> str:
     return f"{v:+.4g}".replace("-", "\u2212")
+
+
+def _prediction_record(
+    pred: LadderPrediction,
+    seed: int,
+    *,
+    arm: str,
+    baseline: str,
+    unit: str,
+    lower_is_better: bool,
+    margin: float | None,
+) -> dict[str, Any]:
+    """A ladder record's ``prediction``: the method, the three intervals, the word at the
+    target (:func:`~normlab.analysis.wording.ladder_words`, from the single-training draws),
+    why, and the sentence that says it."""
+    s = pred.single
+    words = ladder_words(
+        s.p_above,
+        s.p_below,
+        low=s.low,
+        high=s.high,
+        lower_is_better=lower_is_better,
+        confidence=pred.confidence,
+        margin=margin,
+    )
+    sentence = (
+        f"At {pred.target_params:.3g} parameters, {extrapolation_words(pred)}, {arm} − "
+        f"{baseline} is predicted {_fmt(s.estimate)} {unit} for one training "
+        f"({100 * pred.confidence:.3g} % prediction interval {_fmt(s.low)} to {_fmt(s.high)}): "
+        f"{words.word} ({words.reason})."
+    )
+    return {
+        "method": "seed bootstrap within rungs, residuals inflated by sqrt(n/(n-1)), "
+        "pooled seed noise at the target, chi-square scale with df = sum(n_j - 1)",
+        "n_boot": pred.n_boot,
+        "seed": seed,
+        "confidence": pred.confidence,
+        "single": asdict(pred.single),
+        "mean_of_seeds": asdict(pred.mean_of_seeds),
+        "trend": asdict(pred.trend),
+        "word": words.word,
+        "reason": words.reason,
+        "sentence": sentence,
+    }
 
 
 def ladder_record(
@@ -427,22 +516,6 @@ def ladder_record(
         sd_floor=sd_floor,
         seed=seed,
     )
-    words = ladder_words(
-        pred.single.p_above,
-        pred.single.p_below,
-        low=pred.single.low,
-        high=pred.single.high,
-        lower_is_better=lower_is_better,
-        confidence=confidence,
-        margin=margin,
-    )
-    s = pred.single
-    sentence = (
-        f"At {pred.target_params:.3g} parameters, {extrapolation_words(pred)}, {arm} − "
-        f"{baseline} is predicted {_fmt(s.estimate)} {unit} for one training "
-        f"({100 * confidence:.3g} % prediction interval {_fmt(s.low)} to {_fmt(s.high)}): "
-        f"{words.word} ({words.reason})."
-    )
     return {
         "arm": arm,
         "baseline": baseline,
@@ -464,19 +537,15 @@ def ladder_record(
             "extrapolation": pred.extrapolation,
             "words": extrapolation_words(pred),
         },
-        "prediction": {
-            "method": "seed bootstrap within rungs, residuals inflated by sqrt(n/(n-1)), "
-            "pooled seed noise at the target, chi-square scale with df = sum(n_j - 1)",
-            "n_boot": pred.n_boot,
-            "seed": seed,
-            "confidence": pred.confidence,
-            "single": asdict(pred.single),
-            "mean_of_seeds": asdict(pred.mean_of_seeds),
-            "trend": asdict(pred.trend),
-            "word": words.word,
-            "reason": words.reason,
-            "sentence": sentence,
-        },
+        "prediction": _prediction_record(
+            pred,
+            seed,
+            arm=arm,
+            baseline=baseline,
+            unit=unit,
+            lower_is_better=lower_is_better,
+            margin=margin,
+        ),
     }
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.ladder import Rung, ladder_record, ladder_summary, paired_rung
 from normlab.analysis.lr_sweep import lr_sweep_record
 from normlab.analysis.lr_sweep_folder import read_sweep
@@ -102,9 +103,10 @@ def analyze_ladder(out: Path, n_boot: int | None = None) -> dict[str, Any]:
                 )
             )
             if len(rungs[-1].diffs) < 2:
+                paired = counted(len(rungs[-1].diffs), "paired seed")
                 raise ValueError(
-                    f"ladder: rung {setting} has {len(rungs[-1].diffs)} paired seeds of {arm} "
-                    f"and {baseline} on {fmt.quality}; expected at least two"
+                    f"ladder: rung {setting} has {paired} of {arm} and {baseline} on "
+                    f"{fmt.quality}; expected at least two"
                 )
         extra = {} if n_boot is None else {"n_boot": n_boot}
         records.append(

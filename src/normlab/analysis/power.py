@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from normlab._plural import counted
+
 __all__ = [
     "SPREAD_CONFIDENCE",
     "SeedsForecast",
@@ -208,12 +210,12 @@ def forecast_words(
     if point is None:
         return f"no practical number of seeds (more than {MAX_SEEDS_FORECAST}) would settle it"
     more = f" ({point - done} more)" if isinstance(n_done, int) else ""
-    head = f"about {point} seeds per arm{more} would likely settle it"
+    head = f"about {counted(point, 'seed')} per arm{more} would likely settle it"
     if high == point:
         return head
     return (
-        f"{head} at the spread of these {done} seeds, and up to {_count(high)} if that spread "
-        f"is as large as its {round(100 * confidence)}% interval allows"
+        f"{head} at the spread of these {counted(done, 'seed')}, and up to {_count(high)} if that "
+        f"spread is as large as its {round(100 * confidence)}% interval allows"
     )
 
 

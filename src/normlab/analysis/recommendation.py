@@ -1,14 +1,15 @@
-"""The final recommendation across all arms, from each arm's decision against the baseline.
+"""The final recommendation across all arms, and its sentences.
 
-- If some arms earn a ``switch``, the choice is, in this order of preference, the arm with the
-  largest quality gain (most negative difference of the testbed's quality metric), else a more
-  stable arm, else the fastest of the equivalent-and-faster arms.
-- Else, if some arm is ``undecided``, the choice is ``"undecided"`` and the text says how many
-  seeds would likely settle it and up to how many it may take (the spread of a few seeds is
-  itself uncertain: :func:`normlab.analysis.power.forecast_words`), and how to add them
-  (``--until-decided``), or, for an arm without any finished or diverged run (every run
-  crashed), that it has no result: more seeds do not help an arm that crashes.
-- Else the baseline is kept (``either`` when some arm is equivalent with no speed difference).
+The choice and its status (switch / keep / either / undecided) are rule 8 of
+:mod:`normlab.analysis.wording` (:func:`~normlab.analysis.wording.recommendation`): an arm
+that earns a ``switch`` — the largest quality gain first, then a more stable arm, then the
+fastest of the equivalent-and-faster arms; else ``undecided`` when some arm is; else the
+baseline (``either`` when some arm is equivalent with no speed difference). This module says
+it: the headline and the arms' justifications; for an undecided answer, how many seeds would
+likely settle it and up to how many it may take (the spread of a few seeds is itself
+uncertain: :func:`normlab.analysis.power.forecast_words`), and how to add them
+(``--until-decided``), or, for an arm without any finished or diverged run (every run
+crashed), that it has no result: more seeds do not help an arm that crashes.
 """
 
 from __future__ import annotations
@@ -19,10 +20,9 @@ from typing import Any
 from normlab.analysis.comparison import PairedComparison
 from normlab.analysis.power import forecast_words
 from normlab.analysis.verdicts import ArmVerdict
+from normlab.analysis.wording import EITHER, SWITCH, UNDECIDED, recommendation
 
-__all__ = ["ADD_IMPORTED_SEEDS", "ADD_SEEDS", "UNDECIDED", "Recommendation", "recommend"]
-
-UNDECIDED = "undecided"
+__all__ = ["ADD_IMPORTED_SEEDS", "ADD_SEEDS", "Recommendation", "recommend"]
 
 
 @dataclass(frozen=True)
@@ -43,14 +43,6 @@ class Recommendation:
 def _arm_detail(v: ArmVerdict) -> str:
     """``arm (decision): justification``."""
     return f"{v.arm} ({v.decision}): {v.justification}"
-
-
-def _switch_rank(v: ArmVerdict, quality: PairedComparison, speed: PairedComparison) -> tuple:
-    if v.quality == "better":
-        return (0, quality.mean_diff or 0.0)
-    if v.stability == "better":
-        return (1, quality.mean_diff or 0.0)
-    return (2, -(speed.ratio or 0.0))
 
 
 ADD_SEEDS = (
@@ -119,7 +111,7 @@ def recommend(
     arm_problems: dict[str, str] | None = None,
     add_seeds: str = ADD_SEEDS,
 ) -> Recommendation:
-    """Pick the arm to use (rules in the module docstring).
+    """The arm to use (rule 8 of :mod:`normlab.analysis.wording`) and its sentences.
 
     ``baseline_problem`` (e.g. "3 crashed") marks a baseline without any result: then nothing
     can be compared and the answer is ``undecided``. ``arm_problems`` does the same for other
@@ -128,45 +120,54 @@ def recommend(
     :data:`ADD_IMPORTED_SEEDS` for imported runs).
     """
     problems = arm_problems or {}
+    choice, status = recommendation(
+        baseline,
+        verdicts,
+        lambda arm: quality[arm].mean_diff,
+        lambda arm: throughput[arm].ratio,
+        baseline_has_result=not baseline_problem,
+    )
+    details = " ".join(_arm_detail(v) for v in verdicts.values())
     if not verdicts:
         return Recommendation(
-            baseline, "keep", f"Keep {baseline}.", "There is no other arm to compare against."
+            choice, status, f"Keep {baseline}.", "There is no other arm to compare against."
         )
-    if baseline_problem:
-        return Recommendation(
-            UNDECIDED,
-            "undecided",
-            f"The baseline {baseline} has no result ({baseline_problem}), so no arm "
-            "can be compared with it.",
-            " ".join(_arm_detail(v) for v in verdicts.values()),
-        )
-    switches = [a for a, v in verdicts.items() if v.decision == "switch"]
-    undecided = [a for a, v in verdicts.items() if v.decision == "undecided"]
-    either = [a for a, v in verdicts.items() if v.decision == "either"]
-    if switches:
-        best = min(switches, key=lambda a: _switch_rank(verdicts[a], quality[a], throughput[a]))
-        rest = [_arm_detail(o) for a, o in verdicts.items() if a != best]
+    if status == SWITCH:
+        rest = [_arm_detail(o) for a, o in verdicts.items() if a != choice]
+        undecided = [a for a, v in verdicts.items() if v.decision == UNDECIDED]
         open_arms = f" ({', '.join(undecided)} still undecided)" if undecided else ""
         return Recommendation(
-            best,
-            "switch",
-            f"Use {best} rather than {baseline}: {verdicts[best].reason}{open_arms}.",
-            " ".join([_arm_detail(verdicts[best]), *rest]),
+            choice,
+            status,
+            f"Use {choice} rather than {baseline}: {verdicts[choice].reason}{open_arms}.",
+            " ".join([_arm_detail(verdicts[choice]), *rest]),
         )
-    details = " ".join(_arm_detail(v) for v in verdicts.values())
-    if undecided:
-        return Recommendation(
-            UNDECIDED,
-            "undecided",
-            _undecided_headline(baseline, verdicts, undecided, problems, add_seeds),
-            details,
+    return Recommendation(
+        choice,
+        status,
+        _headline(baseline, verdicts, status, baseline_problem, problems, add_seeds),
+        details,
+    )
+
+
+def _headline(
+    baseline: str,
+    verdicts: dict[str, ArmVerdict],
+    status: str,
+    baseline_problem: str,
+    problems: dict[str, str],
+    add_seeds: str,
+) -> str:
+    """The headline of a recommendation that switches to no arm."""
+    if baseline_problem:
+        return (
+            f"The baseline {baseline} has no result ({baseline_problem}), so no arm can be "
+            "compared with it."
         )
+    if status == UNDECIDED:
+        undecided = [a for a, v in verdicts.items() if v.decision == UNDECIDED]
+        return _undecided_headline(baseline, verdicts, undecided, problems, add_seeds)
     phrases = "; ".join(v.reason for v in verdicts.values())
-    if either:
-        return Recommendation(
-            baseline,
-            "either",
-            f"Either: {phrases}; nothing is gained by switching from {baseline}.",
-            details,
-        )
-    return Recommendation(baseline, "keep", f"Keep {baseline}: {phrases}.", details)
+    if status == EITHER:
+        return f"Either: {phrases}; nothing is gained by switching from {baseline}."
+    return f"Keep {baseline}: {phrases}."

@@ -22,9 +22,16 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import PairedComparison
 from normlab.analysis.sequential import Decision, SequentialPlan, decide
-from normlab.analysis.wording import BETTER_WORSE, DECIDED
+from normlab.analysis.wording import (
+    BETTER_WORSE,
+    EQUIVALENT,
+    INCONCLUSIVE,
+    closed,
+    still_open,
+)
 from normlab.run_format import FINISHED
 from normlab.run_format import folder as run_folder
 
@@ -54,12 +61,13 @@ STOP_REASONS = ("decided", "max-seeds", "max-time")
 def stop_words(reason: str, n_seeds: int, max_time_s: float | None = None) -> str:
     """Why the rounds stopped, as a phrase."""
     if reason == "decided":
-        return f"every arm was decided after {n_seeds} seeds"
+        return f"every arm was decided after {counted(n_seeds, 'seed')}"
     if reason == "max-seeds":
         return f"the most seeds planned ({n_seeds}) were reached"
     if reason == "max-time":
         budget = f" of {max_time_s:g} s" if max_time_s else ""
-        return f"the next round would not fit in the time budget{budget} ({n_seeds} seeds done)"
+        done = counted(n_seeds, "seed")
+        return f"the next round would not fit in the time budget{budget} ({done} done)"
     raise ValueError(f"reason must be one of {STOP_REASONS}, got {reason!r}")
 
 
@@ -139,14 +147,16 @@ class SequentialTracker:
             if len(d) < 2 or (history and len(d) <= history[-1]):
                 record["arms"][arm] = {
                     "n_pairs": len(d),
-                    "verdict": "inconclusive" if final_look else "open",
-                    "reason": f"{len(d)} usable paired seeds: no new pair to look at",
+                    "verdict": still_open(final_look),
+                    "reason": f"{counted(len(d), 'usable paired seed')}: no new pair to look at",
                 }
                 continue
             decision = decide(d, self.plan, earlier=history)
             history.append(len(d))
             if final_look and not decision.decided:
-                decision = replace(decision, verdict="inconclusive", stop=True, next_n=None)
+                decision = replace(
+                    decision, verdict=closed(decision.verdict), stop=True, next_n=None
+                )
             self.final[arm] = decision
             self._seeds[arm] = seeds
             record["arms"][arm] = {"n_pairs": len(d), "seeds": seeds, **decision.to_dict()}
@@ -163,7 +173,10 @@ class SequentialTracker:
 
     def verdicts(self) -> dict[str, str]:
         """{arm: the arm's current verdict} (``open`` for an arm never looked at)."""
-        return {arm: self.final[arm].verdict if arm in self.final else "open" for arm in self.arms}
+        return {
+            arm: self.final[arm].verdict if arm in self.final else still_open(last_look=False)
+            for arm in self.arms
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON of ``sequential.json``."""
@@ -204,9 +217,8 @@ def sequential_comparison(c: PairedComparison, decision: Mapping[str, Any]) -> P
     seeds of its look, and its repeated interval as the interval — the (1 − 2α) one of the
     equivalence decision, else the (1 − α) one. A fixed-sample interval of the same seeds is
     narrower: read after several looks, it would claim more than the data show."""
-    verdict = str(decision.get("verdict", "open"))
-    verdict = verdict if verdict in DECIDED else "inconclusive"
-    eq = verdict == "equivalent" and decision.get("eq_low") is not None
+    verdict = closed(str(decision.get("verdict")))
+    eq = verdict == EQUIVALENT and decision.get("eq_low") is not None
     low = decision.get("eq_low") if eq else decision.get("low")
     high = decision.get("eq_high") if eq else decision.get("high")
     return replace(
@@ -217,10 +229,10 @@ def sequential_comparison(c: PairedComparison, decision: Mapping[str, Any]) -> P
         mean_diff=decision.get("mean", c.mean_diff),
         ci_low=low,
         ci_high=high,
-        equivalent=verdict == "equivalent",
+        equivalent=verdict == EQUIVALENT,
         significant=verdict in BETTER_WORSE,
         verdict=verdict,
-        seeds_needed=None if verdict != "inconclusive" else c.seeds_needed,
-        seeds_needed_high=None if verdict != "inconclusive" else c.seeds_needed_high,
+        seeds_needed=None if verdict != INCONCLUSIVE else c.seeds_needed,
+        seeds_needed_high=None if verdict != INCONCLUSIVE else c.seeds_needed_high,
         note=str(decision.get("reason", "")),
     )

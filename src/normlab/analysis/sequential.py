@@ -32,17 +32,21 @@ degrees of freedom of a few seeds (0.029 instead of 0.025 per side with looks at
 so it is not used. Because c_k depends only on the looks up to k, the schedule may change as it
 goes (a round that yields fewer usable seeds): pass the seed counts of the earlier looks.
 
-Decisions at look k, with d̄, s the mean and sd of the n_k differences, se = s / √n_k and the
+The tests at look k, with d̄, s the mean and sd of the n_k differences, se = s / √n_k and the
 margin Δ > 0 (the smallest difference that matters):
 
 - equivalence (TOST, intersection–union, each side a one-sided sequential test at level α
   with boundaries c_k^{(α)}): (d̄ + Δ) / se ≥ c_k^{(α)} and (d̄ − Δ) / se ≤ −c_k^{(α)}, i.e.
   the repeated (1 − 2α) interval d̄ ± c_k^{(α)} se lies inside (−Δ, Δ);
 - superiority (two-sided level α, boundaries c_k^{(2)} calibrated on |T|): |d̄| / se ≥ c_k^{(2)},
-  i.e. the repeated (1 − α) interval d̄ ± c_k^{(2)} se excludes zero; its sign and the
-  metric's direction say ``better`` or ``worse``. Equivalence is checked first: a detectable
-  difference inside the margin is practically nil.
-- otherwise the comparison stays open; at n = N it closes ``inconclusive``.
+  i.e. the repeated (1 − α) interval d̄ ± c_k^{(2)} se excludes zero, in the direction of
+  its sign.
+
+The decision is rule 6 of :mod:`normlab.analysis.wording`
+(:func:`~normlab.analysis.wording.sequential_word`): equivalence is checked first (a detectable
+difference inside the margin is practically nil), then superiority (``better`` or ``worse`` by
+the sign and the metric's direction); otherwise the comparison stays ``open``, and at n = N it
+closes ``inconclusive``.
 
 Error rates. Stopping for one decision can only lower the chance of the other, so
 P(declare equivalent | true difference = ±Δ) ≤ α and P(declare better | true difference = 0)
@@ -74,7 +78,9 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from normlab.analysis.wording import DECIDED, smallest_for
+from normlab._plural import counted
+from normlab.analysis.smallest import smallest_for
+from normlab.analysis.wording import BETTER_WORSE, EQUIVALENT, is_decided, sequential_word
 
 __all__ = [
     "DEFAULT_MAX_SEEDS",
@@ -288,8 +294,10 @@ def look_decisions(
 
     ``d`` is [M, n]: n paired differences for each of M experiments, all at the same look;
     ``earlier`` the seed counts of the earlier looks (default: the plan's looks below n).
-    Returns arrays of length M: ``equivalent``, ``better``, ``worse`` (booleans, exclusive),
-    ``mean``, ``half`` (half-width of the repeated (1 − α) interval), ``half_eq`` (of the
+    Returns arrays of length M: ``equivalent``, ``better``, ``worse`` (booleans, exclusive;
+    the same as :func:`~normlab.analysis.wording.sequential_word` of each row, vectorised for
+    simulations), ``significant`` (the repeated (1 − α) interval excludes zero, equivalent or
+    not), ``mean``, ``half`` (half-width of the repeated (1 − α) interval), ``half_eq`` (of the
     (1 − 2α) one), and the scalars ``critical`` / ``critical_eq``.
     """
     arr = np.asarray(d, dtype=np.float64)
@@ -323,6 +331,7 @@ def look_decisions(
         "equivalent": equivalent,
         "better": better,
         "worse": worse,
+        "significant": sig,
         "mean": mean,
         "half": half,
         "half_eq": half_eq,
@@ -344,7 +353,7 @@ def plan_for(
     testbed: str = "gpt",
 ) -> SequentialPlan:
     """The plan for ``metric`` whose equivalence margin is the smallest difference that matters
-    (:func:`normlab.analysis.wording.smallest_for`), on the scale the differences are given:
+    (:func:`normlab.analysis.smallest.smallest_for`), on the scale the differences are given:
     δ itself for an absolute δ; ln(1 + δ) for a relative δ on a ratio metric (the differences
     are then log ratios ln(x / y)); δ · |baseline_mean| for a relative δ on a difference metric
     (no margin without a baseline mean). ``margin`` is the experiment's margin in its quality
@@ -375,6 +384,68 @@ def next_round_size(n_done: int, plan: SequentialPlan) -> int:
     return later[0] - n_done if later else 0
 
 
+def _g4(v: float | None) -> str:
+    """An end of a repeated interval (±inf where a look may not spend anything yet)."""
+    return f"{v:+.4g}"
+
+
+def _before_a_look(d: np.ndarray, plan: SequentialPlan, next_n: int | None) -> Decision:
+    """The state with fewer than two paired seeds: no look is made, the next is at least 2."""
+    n = int(d.size)
+    verdict = sequential_word(
+        n_pairs=n,
+        equivalent=False,
+        significant=False,
+        effect=None,
+        lower_is_better=plan.lower_is_better,
+        last_look=n >= plan.max_seeds,
+    )
+    return Decision(
+        decided=False,
+        stop=False,
+        verdict=verdict,
+        reason=f"{counted(n, 'paired seed')}: at least 2 are needed for a look",
+        n=n,
+        look=0,
+        mean=float(d.mean()) if n else None,
+        low=None,
+        high=None,
+        eq_low=None,
+        eq_high=None,
+        critical=math.inf,
+        critical_eq=None,
+        next_n=next_n if next_n is not None else 2,
+    )
+
+
+def _look_reason(
+    verdict: str,
+    plan: SequentialPlan,
+    interval: tuple[float, float],
+    eq_interval: tuple[float | None, float | None],
+    final: bool,
+) -> str:
+    """Why the look gave ``verdict``: the repeated interval it read, against zero or the
+    margin."""
+    pct, pct_eq = round(100 * (1 - plan.alpha)), round(100 * (1 - 2 * plan.alpha))
+    if verdict == EQUIVALENT:
+        if not plan.margin:
+            return "identical in every pair"
+        low, high = eq_interval
+        return (
+            f"the repeated {pct_eq}% interval [{_g4(low)}, {_g4(high)}] lies inside "
+            f"±{plan.margin:g}"
+        )
+    repeated = f"the repeated {pct}% interval [{_g4(interval[0])}, {_g4(interval[1])}]"
+    if verdict in BETTER_WORSE:
+        return f"{repeated} excludes zero"
+    return (
+        f"{repeated} includes zero"
+        + (f" and does not fit inside ±{plan.margin:g}" if plan.margin else "")
+        + (f" after the most seeds planned ({plan.max_seeds})" if final else "")
+    )
+
+
 def decide(
     differences: Sequence[float],
     plan: SequentialPlan,
@@ -384,75 +455,45 @@ def decide(
 
     ``differences`` are d_k = arm − baseline on the metric's scale (log ratios for ratio
     metrics, with the margin on that scale too); ``earlier`` the seed counts of the looks
-    already made (default: the plan's looks below n). Rules: module docstring.
+    already made (default: the plan's looks below n). The tests: module docstring; the word:
+    :func:`~normlab.analysis.wording.sequential_word`.
     """
     d = np.asarray(differences, dtype=np.float64)
     if d.ndim != 1 or not np.all(np.isfinite(d)):
         raise ValueError(f"differences must be a 1-d sequence of finite numbers, got {d!r}")
     n = int(d.size)
-    nxt = [m for m in plan.looks if m > n]
-    next_n = nxt[0] if nxt else None
+    next_n = next((m for m in plan.looks if m > n), None)
     if n < 2:
-        return Decision(
-            False,
-            False,
-            "open",
-            f"{n} paired seeds: at least 2 are needed for a look",
-            n,
-            0,
-            float(d.mean()) if n else None,
-            None,
-            None,
-            None,
-            None,
-            math.inf,
-            None,
-            next_n if next_n is not None else 2,
-        )
-    hist = _history(n, plan, earlier)
+        return _before_a_look(d, plan, next_n)
+    look = len(_history(n, plan, earlier))
     r = look_decisions(d[None, :], plan, earlier)
     mean, half, half_eq = float(r["mean"][0]), float(r["half"][0]), float(r["half_eq"][0])
-    c, c_eq = float(r["critical"]), float(r["critical_eq"])
-    low, high = mean - half, mean + half
-    has_eq = bool(plan.margin)
-    eq_low = mean - half_eq if has_eq else None
-    eq_high = mean + half_eq if has_eq else None
-    pct = round(100 * (1 - plan.alpha))
-    pct_eq = round(100 * (1 - 2 * plan.alpha))
     final = n >= plan.max_seeds
-    if r["equivalent"][0]:
-        verdict = "equivalent"
-        reason = (
-            f"the repeated {pct_eq}% interval [{eq_low:+.4g}, {eq_high:+.4g}] lies inside "
-            f"±{plan.margin:g}"
-            if has_eq
-            else "identical in every pair"
-        )
-    elif r["better"][0] or r["worse"][0]:
-        verdict = "better" if r["better"][0] else "worse"
-        reason = f"the repeated {pct}% interval [{low:+.4g}, {high:+.4g}] excludes zero"
-    else:
-        verdict = "inconclusive" if final else "open"
-        reason = (
-            f"the repeated {pct}% interval [{low:+.4g}, {high:+.4g}] includes zero"
-            + (f" and does not fit inside ±{plan.margin:g}" if has_eq else "")
-            + (f" after the most seeds planned ({plan.max_seeds})" if final else "")
-        )
-    decided = verdict in DECIDED
+    verdict = sequential_word(
+        n_pairs=n,
+        equivalent=bool(r["equivalent"][0]),
+        significant=bool(r["significant"][0]),
+        effect=mean,
+        lower_is_better=plan.lower_is_better,
+        last_look=final,
+    )
+    eq = (mean - half_eq, mean + half_eq) if plan.margin else (None, None)
+    reason = _look_reason(verdict, plan, (mean - half, mean + half), eq, final)
+    decided = is_decided(verdict)
     return Decision(
         decided=decided,
         stop=decided or final,
         verdict=verdict,
-        reason=f"{reason} (look {len(hist)}, n = {n})",
+        reason=f"{reason} (look {look}, n = {n})",
         n=n,
-        look=len(hist),
+        look=look,
         mean=mean,
-        low=low,
-        high=high,
-        eq_low=eq_low,
-        eq_high=eq_high,
-        critical=c,
-        critical_eq=c_eq if has_eq else None,
+        low=mean - half,
+        high=mean + half,
+        eq_low=eq[0],
+        eq_high=eq[1],
+        critical=float(r["critical"]),
+        critical_eq=float(r["critical_eq"]) if plan.margin else None,
         next_n=None if decided or final else next_n,
     )
 

@@ -1,19 +1,20 @@
-"""Stability of an arm: divergences and loss / gradient spikes, judged against the baseline.
+"""Stability of an arm: divergences and loss / gradient spikes, counted against the baseline.
 
-Rules: a diverged run is a result, not missing data. An arm whose share of diverged runs
-(diverged / (finished + diverged)) exceeds the baseline's is ``worse``, a smaller share is
-``better`` — any excess counts, since a divergence at this scale is rare and costly; the
-counts are reported so the reader can weigh them. With equal shares, the paired difference in
-spikes per run (loss + gradient spikes, seed by seed) decides when the exact two-sided sign test
-rejects "more and fewer spikes are equally likely" at level α (spike counts are small integers:
-one extra spike in each of three seeds has probability 1/4 by chance, which a zero-width
-t-interval would call certain). A spike interval that excludes zero while the sign test cannot
-confirm it (three seeds cannot reach p < 0.05) gives ``inconclusive``, never "no detectable
-difference"; otherwise the verdict is ``similar``.
+What is counted: a diverged run is a result, not missing data, so each arm's share of diverged
+runs is diverged / (finished + diverged); the paired difference in spikes per run (loss +
+gradient spikes, seed by seed) is tested with the exact two-sided sign test at level α (spike
+counts are small integers: one extra spike in each of three seeds has probability 1/4 by
+chance, which a zero-width t-interval would call certain); and whether each arm failed to
+learn — its runs mostly diverged, did not learn or stalled while the other arm's did not
+(:func:`normlab.analysis.learning.arm_failed`).
 
-Failing to learn is instability too: before any of the above, an arm whose runs mostly diverged,
-did not learn or stalled while the baseline's did not (:func:`normlab.analysis.learning.arm_failed`)
-is ``worse`` with ``failed`` set, and the reverse makes it ``better``.
+The word these give is rule 5 of :mod:`normlab.analysis.wording`
+(:func:`~normlab.analysis.wording.stability_word`): failing to learn first, then any excess of
+diverged runs (a divergence at this scale is rare and costly; the counts are reported so the
+reader can weigh them), then the spikes' sign test; a spike interval that excludes zero while
+the sign test cannot confirm it (three seeds cannot reach p < 0.05) is ``inconclusive``, never
+"no detectable difference"; otherwise ``similar``. This module writes the sentence that says
+why.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import PairedComparison, compare_paired
-from normlab.analysis.format import fmt_p
+from normlab.analysis.format import fmt_interval, fmt_p
 from normlab.analysis.learning import RunLearning, arm_failed, run_learning
 from normlab.analysis.runs import RunResult
 from normlab.analysis.stats import sign_test
-from normlab.analysis.wording import interval_words
+from normlab.analysis.wording import WORSE, stability_word
 from normlab.run_format import DONE_STATUSES
 
 __all__ = ["ArmStability", "StabilityVerdict", "arm_stability", "stability_verdict"]
@@ -129,38 +131,119 @@ def _failure_words(outcomes: list[RunLearning]) -> str:
         )
         if any(o.outcome == key for o in outcomes)
     ]
-    return f"of {n} runs, {', '.join(parts)}" if parts else f"all {n} runs learned"
+    if not parts:
+        return "the one run learned" if n == 1 else f"all {counted(n, 'run')} learned"
+    return f"of {counted(n, 'run')}, {', '.join(parts)}"
+
+
+def _spikes_interval(spikes: PairedComparison) -> str:
+    """The spike difference's interval, ``95% CI +0.33 to +2.00``."""
+    label = f"{round(100 * spikes.confidence)}% CI"
+    return fmt_interval(spikes.ci_low, spikes.ci_high, _two_places, label=label, to=True)
+
+
+def _two_places(v: float | None) -> str:
+    return f"{v:+.2f}"
 
 
 def _spikes_reason(lead: str, spikes: PairedComparison, diffs: list[float]) -> str:
     """``lead``; more / fewer spikes in k of n paired seeds, the sign test and the interval."""
     sign = sign_test(diffs)
-    more = spikes.verdict == "worse"
+    more = spikes.verdict == WORSE
     k = sign.n_pos if more else sign.n_neg
-    pct = round(100 * spikes.confidence)
     return (
-        f"{lead}; {'more' if more else 'fewer'} spikes in {k} of {sign.n} paired seeds "
-        f"(exact sign test {fmt_p(spikes.p_value)}; mean {spikes.mean_diff:+.2f} per run, "
-        f"{pct}% CI {spikes.ci_low:+.2f} to {spikes.ci_high:+.2f})"
+        f"{lead}; {'more' if more else 'fewer'} spikes in {k} of "
+        f"{counted(sign.n, 'paired seed')} (exact sign test {fmt_p(spikes.p_value)}; mean "
+        f"{spikes.mean_diff:+.2f} per run, {_spikes_interval(spikes)})"
     )
 
 
-def stability_verdict(
-    arm_runs: list[RunResult], base_runs: list[RunResult], alpha: float = 0.05
-) -> StabilityVerdict:
-    """Judge ``arm_runs`` against ``base_runs`` by the rules in the module docstring."""
-    arm, base = arm_stability(arm_runs), arm_stability(base_runs)
-    arm_learn = [run_learning(r) for r in arm_runs if r.done]
-    base_learn = [run_learning(r) for r in base_runs if r.done]
-    failed, base_failed = arm_failed(arm_learn, base_learn), arm_failed(base_learn, arm_learn)
-    a_share, b_share = arm.diverged_share, base.diverged_share
+def _learning_reason(failed: bool, arm: list[RunLearning], base: list[RunLearning]) -> str:
+    """Why one of the two arms failed to learn: each arm's failed runs."""
+    if failed:
+        return f"failed to learn ({_failure_words(arm)}; baseline: {_failure_words(base)})"
+    return f"the baseline failed to learn ({_failure_words(base)}; this arm: {_failure_words(arm)})"
+
+
+def _unconfirmed_reason(lead: str, spikes: PairedComparison, diffs: list[float]) -> str:
+    """``lead``; the spike interval that excludes zero, and the sign test that cannot confirm
+    it."""
+    sign = sign_test(diffs)
+    fewer = (spikes.mean_diff or 0.0) < 0
+    k = sign.n_neg if fewer else sign.n_pos
+    return (
+        f"{lead}; {'fewer' if fewer else 'more'} spikes in {k} of "
+        f"{counted(sign.n, 'paired seed')} (mean {spikes.mean_diff:+.2f} per run, "
+        f"{_spikes_interval(spikes)}, which excludes zero), but the exact sign test "
+        f"({fmt_p(spikes.p_value)}) cannot confirm it with {counted(sign.n, 'seed')}"
+    )
+
+
+def _reason(
+    rule: str,
+    arm: ArmStability,
+    base: ArmStability,
+    learning: tuple[bool, list[RunLearning], list[RunLearning]],
+    spikes: PairedComparison,
+    diffs: list[float],
+) -> str:
+    """The sentence for the stability word that ``rule`` of
+    :data:`~normlab.analysis.wording.STABILITY_RULES` gave."""
+    if rule == "no result":
+        return "one of the arms has no finished or diverged run"
+    if rule == "learning":
+        return _learning_reason(*learning)
+    div = (
+        f"{arm.n_diverged} of {counted(arm.n_done, 'run')} diverged (baseline: "
+        f"{base.n_diverged} of {base.n_done})"
+    )
+    lead = "no run diverged in either arm" if arm.n_diverged == 0 else div
+    if rule == "divergence":
+        return div
+    if rule == "spikes":
+        return _spikes_reason(lead, spikes, diffs)
+    if rule == "unconfirmed":
+        return _unconfirmed_reason(lead, spikes, diffs)
+    return f"{lead}; no detectable difference in spikes"
+
+
+def _paired_spikes(
+    arm_runs: list[RunResult], base_runs: list[RunResult], alpha: float
+) -> tuple[PairedComparison, list[float]]:
+    """The sign-test comparison of spikes per run, paired by seed over the finished or
+    diverged runs, and the per-seed differences (arm − baseline)."""
     arm_by_seed = {r.seed: r for r in arm_runs if r.status in DONE_STATUSES}
     base_by_seed = {r.seed: r for r in base_runs if r.status in DONE_STATUSES}
     paired = sorted(set(arm_by_seed) & set(base_by_seed))
     x = [_spikes(arm_by_seed[s]) for s in paired]
     y = [_spikes(base_by_seed[s]) for s in paired]
     spikes = compare_paired(x, y, seeds=paired, lower_is_better=True, alpha=alpha, discrete=True)
-    stats = dict(
+    return spikes, [a - b for a, b in zip(x, y, strict=True)]
+
+
+def stability_verdict(
+    arm_runs: list[RunResult], base_runs: list[RunResult], alpha: float = 0.05
+) -> StabilityVerdict:
+    """The stability word of ``arm_runs`` against ``base_runs`` (rule 5 of
+    :mod:`normlab.analysis.wording`; the counts it reads: module docstring) and the sentence
+    that says why."""
+    arm, base = arm_stability(arm_runs), arm_stability(base_runs)
+    arm_learn = [run_learning(r) for r in arm_runs if r.done]
+    base_learn = [run_learning(r) for r in base_runs if r.done]
+    failed, base_failed = arm_failed(arm_learn, base_learn), arm_failed(base_learn, arm_learn)
+    spikes, diffs = _paired_spikes(arm_runs, base_runs, alpha)
+    word, rule = stability_word(
+        arm_share=arm.diverged_share,
+        baseline_share=base.diverged_share,
+        failed=failed,
+        baseline_failed=base_failed,
+        spikes_verdict=spikes.verdict,
+        spikes_low=spikes.ci_low,
+        spikes_high=spikes.ci_high,
+    )
+    return StabilityVerdict(
+        word,
+        _reason(rule, arm, base, (failed, arm_learn, base_learn), spikes, diffs),
         spikes_mean_diff=spikes.mean_diff,
         spikes_ci_low=spikes.ci_low,
         spikes_ci_high=spikes.ci_high,
@@ -168,41 +251,3 @@ def stability_verdict(
         failed=failed,
         baseline_failed=base_failed,
     )
-    if a_share is None or b_share is None:
-        return StabilityVerdict(
-            "inconclusive", "one of the arms has no finished or diverged run", **stats
-        )
-    if failed != base_failed:
-        learn = (
-            f"failed to learn ({_failure_words(arm_learn)}; baseline: {_failure_words(base_learn)})"
-            if failed
-            else f"the baseline failed to learn ({_failure_words(base_learn)}; this arm: "
-            f"{_failure_words(arm_learn)})"
-        )
-        return StabilityVerdict("worse" if failed else "better", learn, **stats)
-    div = (
-        f"{arm.n_diverged} of {arm.n_done} runs diverged (baseline: "
-        f"{base.n_diverged} of {base.n_done})"
-    )
-    if a_share > b_share:
-        return StabilityVerdict("worse", div, **stats)
-    if a_share < b_share:
-        return StabilityVerdict("better", div, **stats)
-    lead = "no run diverged in either arm" if arm.n_diverged == 0 else div
-    if spikes.verdict in ("better", "worse"):
-        reason = _spikes_reason(lead, spikes, [a - b for a, b in zip(x, y, strict=True)])
-        return StabilityVerdict(spikes.verdict, reason, **stats)
-    if interval_words(spikes.ci_low, spikes.ci_high) == "excludes zero":
-        sign = sign_test([a - b for a, b in zip(x, y, strict=True)])
-        fewer = (spikes.mean_diff or 0.0) < 0
-        k = sign.n_neg if fewer else sign.n_pos
-        pct = round(100 * spikes.confidence)
-        return StabilityVerdict(
-            "inconclusive",
-            f"{lead}; {'fewer' if fewer else 'more'} spikes in {k} of {sign.n} paired seeds "
-            f"(mean {spikes.mean_diff:+.2f} per run, {pct}% CI {spikes.ci_low:+.2f} to "
-            f"{spikes.ci_high:+.2f}, which excludes zero), but the exact sign test "
-            f"({fmt_p(spikes.p_value)}) cannot confirm it with {sign.n} seeds",
-            **stats,
-        )
-    return StabilityVerdict("similar", f"{lead}; no detectable difference in spikes", **stats)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
 from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
 from normlab.analysis.lr_sweep_folder import compare_sweep
@@ -76,9 +77,9 @@ def _censored(
     if one_sided == 0:
         return c
     note = (
-        f"{one_sided} paired seeds where only one arm reached the target count in the sign test "
-        f"on who reached it first; the ratio and its interval use the {c.n_pairs} seeds where "
-        "both did"
+        f"{counted(one_sided, 'paired seed')} where only one arm reached the target count in "
+        f"the sign test on who reached it first; the ratio and its interval use the "
+        f"{counted(c.n_pairs, 'seed')} where both did"
     )
     return decide_by_sign_test(
         c,

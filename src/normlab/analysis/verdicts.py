@@ -1,25 +1,13 @@
-"""Per-arm verdicts against the baseline, and the decision they lead to.
+"""Per-arm verdicts against the baseline, the decision they lead to, and their sentences.
 
-Each candidate arm A is judged against the baseline B on quality (the testbed's final validation
+Each candidate arm A is compared with the baseline B on quality (the testbed's final validation
 metric: bits per byte for the GPT, flow-matching loss for the DiT; see
 :mod:`normlab.analysis.comparison`), throughput and peak memory (paired log ratios), and
-stability (:mod:`normlab.analysis.stability`). The decision, first rule that applies:
-
-0. A failed to learn (stalled, did not learn or diverged in most runs; see
-   :mod:`normlab.analysis.learning`) → ``keep`` B, reason "failed to learn";
-1. A is less stable than B            → ``keep`` B;
-2. A's quality is worse               → ``keep`` B;
-3. A's quality is better              → ``switch`` to A;
-4. A is more stable, quality not worse → ``switch`` to A;
-5. quality equivalent and A faster    → ``switch``; A slower → ``keep``; no detectable speed
-   difference, or speed not comparable → ``either`` (nothing is gained by switching; the
-   reason says which: a speed test that fails to reject is not evidence of equal speed);
-6. quality inconclusive               → ``undecided``, with the seeds that would likely settle it.
-
-Every word (quality, speed, memory) comes from :func:`normlab.analysis.wording.judge`: better or
-worse needs the interval to exclude zero *and* a difference at least the smallest that matters
-(the margin for quality, 2 % for speed, 1 % for memory); a significant quality difference below
-the margin whose interval reaches past it is ``unclear size`` and leaves the arm undecided.
+stability (:mod:`normlab.analysis.stability`). The words — quality (rule 4 of
+:mod:`normlab.analysis.wording`), speed and memory (rule 3) — and the decision (rule 7: keep,
+switch, either or undecided, first rule that applies) are the wording module's; this module
+gathers them into an :class:`ArmVerdict` and writes the sentences that quote the numbers
+behind them.
 """
 
 from __future__ import annotations
@@ -27,26 +15,22 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import EXACT_TEST, PairedComparison
-from normlab.analysis.format import fmt_p, fmt_ratio, fmt_signed
+from normlab.analysis.format import fmt_interval, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.power import forecast_words
 from normlab.analysis.stability import StabilityVerdict
-from normlab.analysis.wording import Smallest, judge
+from normlab.analysis.wording import (
+    BETTER_WORSE,
+    EQUIVALENT,
+    UNCLEAR_SIZE,
+    arm_decision,
+    memory_word,
+    quality_word,
+    speed_word,
+)
 
 __all__ = ["ArmVerdict", "arm_verdict", "quality_sentence", "speed_sentence"]
-
-_SPEED_WORDS = {
-    "better": "faster",
-    "worse": "slower",
-    "equivalent": "same speed",
-    "unclear size": "unclear size",
-}
-_MEMORY_WORDS = {
-    "better": "less",
-    "worse": "more",
-    "equivalent": "same",
-    "unclear size": "unclear size",
-}
 
 
 @dataclass(frozen=True)
@@ -90,36 +74,34 @@ def quality_sentence(
     ``what`` names the metric ("validation bpb", "validation loss") and ``unit`` suffixes its
     numbers ("bpb", "MSE")."""
     pct = round(100 * c.confidence)
-    diff = (
-        f"difference {fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}; {pct}% CI "
-        f"{fmt_signed(c.ci_low)} to {fmt_signed(c.ci_high)}, n = {c.n_pairs} paired seeds)"
-    )
+    ci = fmt_interval(c.ci_low, c.ci_high, label=f"{pct}% CI", to=True)
+    seeds = f"n = {counted(c.n_pairs, 'paired seed')}"
+    diff = f"difference {fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}; {ci}, {seeds})"
     margin = f"±{c.margin:g} {unit}" if c.margin is not None else "no margin"
     if c.n_pairs < 2:
         return f"Quality cannot be judged: {c.note}."
-    if c.verdict == "equivalent" and c.tost_low is not None:
+    if c.verdict == EQUIVALENT and c.tost_low is not None:
         tost_pct = round(100 * (1 - 2 * (1 - c.confidence)))
         extra = (
-            f"; the difference is detectable ({pct}% CI {fmt_signed(c.ci_low)} to "
-            f"{fmt_signed(c.ci_high)}) but smaller than the margin"
+            f"; the difference is detectable ({ci}) but smaller than the margin"
             if c.significant
             else ""
         )
+        tost = fmt_interval(c.tost_low, c.tost_high, label=f"{tost_pct}% CI", to=True)
         return (
             f"Final {what} is equivalent within {margin}: difference "
-            f"{fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}), whose {tost_pct}% CI "
-            f"{fmt_signed(c.tost_low)} to {fmt_signed(c.tost_high)} lies inside the margin "
-            f"(TOST {fmt_p(c.tost_p)}, n = {c.n_pairs} paired seeds){extra}."
+            f"{fmt_signed(c.mean_diff)} {unit} ({arm} − {baseline}), whose {tost} lies inside "
+            f"the margin (TOST {fmt_p(c.tost_p)}, {seeds}){extra}."
         )
-    if c.verdict == "equivalent":
+    if c.verdict == EQUIVALENT:
         return f"Final {what} is identical in every pair: {diff}."
-    if c.verdict == "unclear size":
+    if c.verdict == UNCLEAR_SIZE:
         return (
             f"Final {what} differs detectably but by less than the margin: {diff}, "
             f"{fmt_p(c.p_value)}; the interval reaches past {margin}, so whether the difference "
             "matters is still open."
         )
-    if c.verdict in ("better", "worse"):
+    if c.verdict in BETTER_WORSE:
         word = "lower (better)" if c.verdict == "better" else "higher (worse)"
         evidence = "the same in every pair" if c.test == EXACT_TEST else fmt_p(c.p_value)
         return f"Final {what} is {word}: {diff}, {evidence}."
@@ -136,21 +118,23 @@ def quality_sentence(
     )
 
 
+def _ratio_interval(c: PairedComparison) -> str:
+    """The ratio's interval, ``95% CI 1.021× to 1.094×``."""
+    label = f"{round(100 * c.confidence)}% CI"
+    return fmt_interval(c.ratio_ci_low, c.ratio_ci_high, fmt_ratio, label=label, to=True)
+
+
 def speed_sentence(c: PairedComparison, word: str | None = None) -> str:
     """One sentence on the throughput ratio with its interval (``word``: the speed word of
-    :func:`_ratio_word`, computed when not given)."""
+    :func:`~normlab.analysis.wording.speed_word`, computed when not given)."""
     if c.n_pairs < 2 or c.ratio is None:
         if c.ratio is not None:
             return (
                 f"Throughput {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
             )
         return "Throughput cannot be compared (no paired seed)."
-    pct = round(100 * c.confidence)
-    word = word or _ratio_word(c, _SPEED_WORDS, "tokens_per_s", False)
-    return (
-        f"Throughput {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
-        f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
-    )
+    word = word or speed_word(c)
+    return f"Throughput {fmt_ratio(c.ratio)} the baseline's ({_ratio_interval(c)}): {word}."
 
 
 def _memory_sentence(c: PairedComparison, word: str) -> str:
@@ -158,34 +142,7 @@ def _memory_sentence(c: PairedComparison, word: str) -> str:
         return "Peak memory cannot be compared (no paired seed)."
     if c.n_pairs < 2:
         return f"Peak memory {fmt_ratio(c.ratio)} the baseline's from a single pair (no interval)."
-    pct = round(100 * c.confidence)
-    return (
-        f"Peak memory {fmt_ratio(c.ratio)} the baseline's ({pct}% CI {fmt_ratio(c.ratio_ci_low)} "
-        f"to {fmt_ratio(c.ratio_ci_high)}): {word}."
-    )
-
-
-def _ratio_word(
-    c: PairedComparison, words: dict[str, str], metric: str, lower_is_better: bool
-) -> str:
-    """The speed or memory word of ``c`` by :func:`~normlab.analysis.wording.judge`."""
-    if c.n_pairs < 2:
-        return "inconclusive"
-    word = judge(c, metric, lower_is_better=lower_is_better, scale="ratio", primary=True).word
-    return words.get(word, word)
-
-
-def _equivalent_quality_decision(arm: str, speed: str) -> tuple[str, str]:
-    """Rule 5: (decision, reason) for an arm whose quality is equivalent, by its speed word."""
-    if speed == "faster":
-        return "switch", f"{arm} is equivalent in quality and faster"
-    if speed == "slower":
-        return "keep", f"{arm} is equivalent in quality but slower"
-    if speed == "same speed":
-        return "either", f"{arm} is equivalent in quality and speed"
-    if speed == "inconclusive":
-        return "either", f"{arm} is equivalent in quality; its speed could not be compared"
-    return "either", f"{arm} is equivalent in quality, with no detectable speed difference"
+    return f"Peak memory {fmt_ratio(c.ratio)} the baseline's ({_ratio_interval(c)}): {word}."
 
 
 def arm_verdict(
@@ -198,37 +155,25 @@ def arm_verdict(
     what: str = "validation bpb",
     unit: str = "bpb",
 ) -> ArmVerdict:
-    """Combine the comparisons of ``arm`` into verdicts and a decision (rules: module docstring).
+    """Combine the comparisons of ``arm`` into its words and decision (rules 3, 4 and 7 of
+    :mod:`normlab.analysis.wording`) with their sentences.
 
     ``what`` and ``unit`` name the quality metric and its unit (see :func:`quality_sentence`)."""
-    speed = _ratio_word(throughput, _SPEED_WORDS, "tokens_per_s", False)
-    q_word = judge(
-        quality,
-        "quality",
-        lower_is_better=True,
-        smallest=Smallest("absolute", quality.margin or 0.0),
-        primary=True,
-    )
-    if quality.verdict in ("better", "worse") and q_word.word == "unclear size":
-        quality = replace(quality, verdict="unclear size")
+    speed = speed_word(throughput)
+    quality = replace(quality, verdict=quality_word(quality))
     q_text = quality_sentence(quality, arm, baseline, what, unit)
     s_text = speed_sentence(throughput, speed)
     stab_text = f"Stability: {stability.reason}."
-    if stability.failed:
-        decision, reason = "keep", f"{arm} failed to learn"
-    elif stability.verdict == "worse":
-        decision, reason = "keep", f"{arm} is less stable"
-    elif quality.verdict == "worse":
-        decision, reason = "keep", f"{arm} gives worse {what}"
-    elif quality.verdict == "better":
-        decision, reason = "switch", f"{arm} gives better {what}"
-    elif stability.verdict == "better":
-        decision, reason = "switch", f"{arm} is more stable and its quality is not worse"
-    elif quality.verdict == "equivalent":
-        decision, reason = _equivalent_quality_decision(arm, speed)
-    else:
-        decision, reason = "undecided", f"{arm} cannot be told apart from {baseline} yet"
-    mem_word = _ratio_word(memory, _MEMORY_WORDS, "peak_memory_bytes", True)
+    decision, reason = arm_decision(
+        arm,
+        baseline,
+        what,
+        quality=quality.verdict,
+        speed=speed,
+        stability=stability.verdict,
+        failed=stability.failed,
+    )
+    mem_word = memory_word(memory)
     return ArmVerdict(
         arm=arm,
         baseline_arm=baseline,

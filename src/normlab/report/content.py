@@ -11,12 +11,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from normlab._plural import counted
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
 from normlab.analysis.lr_sweep import tuning_seed_words
 from normlab.analysis.power import SPREAD_CONFIDENCE, forecast_range
 from normlab.analysis.runs import CompareFolder
-from normlab.analysis.wording import badge_in_analysis, judge_in_analysis, smallest_for
+from normlab.analysis.smallest import smallest_for
+from normlab.analysis.wording import badge_in_analysis, judge_in_analysis
 from normlab.report.imported import import_paragraphs
 from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import LR_SWEEP_DIR, TestbedFormat, plot_path, testbed_format
@@ -159,7 +161,7 @@ def _title(folder: CompareFolder) -> str:
             if k != "norm" and isinstance(v, list) and len(v) > 1
         ]
         return " · ".join([title, *others])
-    return " vs ".join(folder.arms) if len(folder.arms) <= 3 else f"{len(folder.arms)} arms"
+    return " vs ".join(folder.arms) if len(folder.arms) <= 3 else counted(len(folder.arms), "arm")
 
 
 def confidence_pct(a: dict[str, Any]) -> int:
@@ -549,7 +551,7 @@ def _fp8_note(a: dict[str, Any]) -> list[str]:
 
 def _smallest_words(a: dict[str, Any]) -> str:
     """The smallest difference that matters of each compared metric, as the field declarations
-    give it (:func:`normlab.analysis.wording.smallest_for`): ``label δ``, metrics with the same
+    give it (:func:`normlab.analysis.smallest.smallest_for`): ``label δ``, metrics with the same
     δ together."""
     testbed = str(a.get("testbed") or "gpt")
     groups: dict[str, list[str]] = {}
@@ -590,7 +592,7 @@ def _sequential_method(a: dict[str, Any]) -> list[str]:
     done = []
     for look in state.get("looks", []):
         words = ", ".join(f"{arm} {d['verdict']}" for arm, d in look["arms"].items())
-        done.append(f"after {look['n_seeds']} seeds: {words or 'no open arm'}")
+        done.append(f"after {counted(look['n_seeds'], 'seed')}: {words or 'no open arm'}")
     stopped = (state.get("stopped") or {}).get("words", "the rounds were interrupted")
     return [
         f"Seeds were added in rounds until decided (--until-decided): a {state['procedure']} "
@@ -686,8 +688,8 @@ def _subtitle(folder: CompareFolder, a: dict[str, Any]) -> str:
     """Arms × seeds, the runs with a result, the baseline, the margin and the folder's name."""
     n_done = sum(r.done for r in folder.runs)
     return (
-        f"{len(folder.arms)} arms × {len(folder.seeds)} seeds, {n_done} of {len(folder.runs)} "
-        f"runs with a result · baseline {a['baseline_arm']} · "
+        f"{counted(len(folder.arms), 'arm')} × {counted(len(folder.seeds), 'seed')}, {n_done} "
+        f"of {counted(len(folder.runs), 'run')} with a result · baseline {a['baseline_arm']} · "
         f"{_margin_text(a, _testbed(a).short_unit)} · folder {folder.path.resolve().name}"
     )
 

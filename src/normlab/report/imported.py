@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from normlab._plural import counted, noun
 from normlab.run_format.imported import import_record
 from normlab.run_format.testbeds import parse_script_testbed
 
@@ -54,7 +55,10 @@ def pairing_lines(experiment: dict[str, Any]) -> list[str]:
         if any(a not in present for a in arms)
     ]
     full = [seed for seed, present in seeds.items() if all(a in present for a in arms)]
-    arms_line = f"Arms present per seed: all {len(arms)} arms in seeds {_listed(full) or 'none'}"
+    arms_line = (
+        f"Arms present per seed: all {counted(len(arms), 'arm')} in {noun(len(full), 'seed')} "
+        f"{_listed(full) or 'none'}"
+    )
     if unpaired:
         arms_line += (
             f"; unpaired: {_listed(unpaired)}, left out of every paired comparison with a "
@@ -104,7 +108,7 @@ def import_paragraphs(experiment: dict[str, Any]) -> list[str]:
     stored = f" (stored as {field})" if field != metric else ""
     source = (
         f"The runs were trained elsewhere and imported from {kind} ({record.get('path')}) by "
-        f"normlab report --import: {len(runs)} runs, each run's arm read by --arm-from "
+        f"normlab report --import: {counted(len(runs), 'run')}, each run's arm read by --arm-from "
         f"'{record.get('arm_from')}' and its seed by --seed-from '{record.get('seed_from')}'. "
         f"Quality is the last value of {metric}{stored} each run logged ({direction} is "
         f"better); a run whose {metric} or loss was not finite at some step counts as diverged "

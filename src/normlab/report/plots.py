@@ -24,6 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, MaxNLocator, NullFormatter
 
+from normlab._plural import counted
 from normlab.analysis.health import (
     CHECKED_XHAT_MS,
     HEALTH_TOLERANCE,
@@ -272,7 +273,7 @@ def plot_training_loss(
     with plot_style():
         fig, (full, zoom) = _figure(10.0, 4.4 + 0.22 * math.ceil(len(bands) / 3), 2, [1.35, 1.0])
         for arm, band in bands.items():
-            label = f"{arm} ({_n_runs(curves[arm])} seeds)"
+            label = f"{arm} ({counted(_n_runs(curves[arm]), 'seed')})"
             _draw_band(full, band, colors[arm], label)
             _draw_band(zoom, band, colors[arm], "_nolegend_")
         diverged = any(c.run.status == "diverged" for runs in curves.values() for c in runs)
@@ -282,7 +283,7 @@ def plot_training_loss(
             ax.set_xlabel("step")
         _integer_steps(full, zoom)
         full.set_ylabel(f"training loss ({unit})")
-        smooth = f", moving average over {window} steps" if window > 1 else ""
+        smooth = f", moving average over {counted(window, 'step')}" if window > 1 else ""
         _title(fig, f"Training loss: mean over seeds, band = min–max{smooth}")
         full.set_title("Whole run", loc="left", fontsize=10, fontweight="normal")
         last = max((float(b.steps.max()) for b in bands.values() if b.steps.size), default=1.0)
@@ -306,7 +307,7 @@ def plot_validation(
     with plot_style():
         fig, (full, zoom) = _figure(10.0, 4.2 + 0.22 * math.ceil(len(bands) / 3), 2, [1.35, 1.0])
         for arm, band in bands.items():
-            label = f"{arm} ({_n_runs(curves[arm])} seeds)"
+            label = f"{arm} ({counted(_n_runs(curves[arm]), 'seed')})"
             _draw_band(full, band, colors[arm], label, marker="o")
             _draw_band(zoom, band, colors[arm], "_nolegend_", marker="o")
         for ax in (full, zoom):
@@ -332,7 +333,7 @@ def plot_grad_norm(
     with plot_style():
         fig, (ax,) = _figure(10.0, 3.9 + 0.22 * math.ceil((len(bands) + 2) / 3))
         for arm, band in bands.items():
-            _draw_band(ax, band, colors[arm], f"{arm} ({_n_runs(curves[arm])} seeds)")
+            _draw_band(ax, band, colors[arm], f"{arm} ({counted(_n_runs(curves[arm]), 'seed')})")
         drawn = _markers(ax, curves, colors, GRAD_ANOMALIES, "grad_norm")
         if clip is not None:
             ax.axhline(
@@ -349,7 +350,7 @@ def plot_grad_norm(
         _integer_steps(ax)
         ax.set_xlabel("step")
         ax.set_ylabel("gradient L2 norm (log scale)")
-        smooth = f", moving average over {window} steps" if window > 1 else ""
+        smooth = f", moving average over {counted(window, 'step')}" if window > 1 else ""
         _title(fig, f"Gradient norm before clipping: mean over seeds, band = min–max{smooth}")
         _marker_legend(ax, "gradient spike" if drawn else None, False)
     return fig
