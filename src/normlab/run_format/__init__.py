@@ -16,12 +16,17 @@ which names a folder may hold, which read the names declared in
 """
 
 from normlab.run_format.fields import (
+    AVERAGED_PREFIX,
+    BRANCHES,
+    BRANCHES_FIELD,
     CRASH_FIELDS,
     CRASHED,
     DIVERGED,
     DONE_STATUSES,
     FACTORS,
+    FINAL_PREFIX,
     FINISHED,
+    FULL_VAL_PREFIX,
     GROUPS,
     HEAD_FIELDS,
     MARGIN,
@@ -39,6 +44,7 @@ from normlab.run_format.fields import (
     Smallest,
     SummaryField,
     compared_field,
+    prefixed,
 )
 from normlab.run_format.files import (
     ANALYSIS_FILE,
@@ -80,6 +86,7 @@ from normlab.run_format.ladder import (
 from normlab.run_format.records import (
     ANOMALY_KINDS,
     ANOMALY_RECORD,
+    BRANCH_RECORD,
     EVAL_RECORD,
     GRAD_ANOMALIES,
     GRAD_SPIKE,
@@ -107,6 +114,10 @@ __all__ = [
     "ANALYSIS_FILE",
     "ANOMALY_KINDS",
     "ANOMALY_RECORD",
+    "AVERAGED_PREFIX",
+    "BRANCHES",
+    "BRANCHES_FIELD",
+    "BRANCH_RECORD",
     "COMMAND_FILE",
     "CRASHED",
     "CRASH_FIELDS",
@@ -119,8 +130,10 @@ __all__ = [
     "EVAL_RECORD",
     "EXPERIMENT_FILE",
     "FACTORS",
+    "FINAL_PREFIX",
     "FINISHED",
     "FLOW_UNIT",
+    "FULL_VAL_PREFIX",
     "GPT",
     "GRAD_ANOMALIES",
     "GRAD_SPIKE",
@@ -178,6 +191,7 @@ __all__ = [
     "compared_field",
     "parse_run_id",
     "plot_path",
+    "prefixed",
     "run_dir",
     "run_id",
     "testbed_format",
