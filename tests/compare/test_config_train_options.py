@@ -8,14 +8,9 @@ from typing import Any
 
 import pytest
 
-from normlab.experiment.config import (
-    RECORDED_WHEN_SET,
-    ConfigError,
-    TrainSettings,
-    train_value,
-    validate_config,
-)
+from normlab.experiment.config import ConfigError, TrainSettings, validate_config
 from normlab.experiment.execution.grid import shared_settings
+from normlab.run_format.train_options import OPTIONS_OFF, RECORDED_WHEN_SET, train_option
 
 BEFORE = [
     "steps", "tokens", "batch_size", "lr", "arm_lr", "min_lr_ratio", "warmup", "weight_decay",
@@ -45,11 +40,15 @@ def test_set_options_are_recorded_and_read_back() -> None:
     recorded = validate_config({"train": train}).dump()["train"]
     assert recorded["cooldown"] == 0.2 and recorded["decay"] == "linear"  # kept under wsd
     assert {k: recorded[k] for k in train} == train
-    assert train_value(recorded, "cooldown") == 0.2
-    assert train_value({}, "schedule") == "cosine" and train_value({}, "branches") is None
-    assert train_value({}, "full_val") is False
+    assert train_option(recorded, "average_last") == 0.1
+    assert train_option({}, "schedule") == "cosine" and train_option({}, "branches") is None
+    assert train_option({}, "full_val") is False
+    with pytest.raises(ValueError, match="key: expected one of schedule, branches"):
+        train_option(recorded, "cooldown")
     for key in RECORDED_WHEN_SET:
         assert TrainSettings.model_fields[key].description, key  # the later flags' help
+    for key, off in OPTIONS_OFF.items():  # the values that turn them off are the defaults
+        assert TrainSettings.model_fields[key].default == off, key
 
 
 @pytest.mark.parametrize(

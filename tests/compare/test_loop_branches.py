@@ -12,6 +12,7 @@ import pytest
 
 from loop_runs import dit_config, gpt_config, lm_config, train_one, untimed, write_corpus
 from normlab import run_format as RF
+from normlab.experiment.config import validate_config
 from normlab.experiment.training.branches import branch_plan
 from normlab.experiment.training.schedule import schedule_of
 
@@ -41,8 +42,7 @@ def check_branches(
     for key in ("final_val_loss", "final_train_loss", "n_skipped_steps", "steps", "tokens"):
         assert main[key] == plain[key], key
     assert list(main["branches"]) == [str(b) for b in sorted(budgets)]
-    rates = {"lr": 1.0, "warmup": make(wsd)["train"]["warmup"], "min_lr_ratio": 0.1}
-    plan = branch_plan(schedule_of({**wsd, **rates}), budgets)
+    plan = branch_plan(schedule_of(validate_config(make(wsd)).dump()["train"]), budgets)
     starts = {b: s for s, bs in plan.items() for b in bs}
     branch_records = {r["steps"]: r for r in records if r["type"] == RF.BRANCH_RECORD}
     quality = [f for f in RF.testbed_format(testbed).validation_fields if "_val_" in f]

@@ -10,7 +10,6 @@ from fractions import Fraction
 import pytest
 import torch
 
-from normlab.experiment.config import fraction_steps
 from normlab.experiment.training.schedule import (
     Schedule,
     lr_at,
@@ -20,6 +19,7 @@ from normlab.experiment.training.schedule import (
 )
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.mup import set_lr
+from normlab.run_format.train_options import fraction_steps
 
 
 def hand_wsd(step: int, peak: float, n: int, w: int, r: float, f: float, decay: str) -> float:
@@ -101,6 +101,8 @@ def test_the_cosine_schedule_of_a_run_is_lr_at_bit_for_bit() -> None:
         schedule.cooldown_start()
     with pytest.raises(ValueError, match="kind: expected one of cosine, wsd"):
         Schedule("step", 1.0, 10, 0, 0.1, 0.2, "linear")
+    with pytest.raises(ValueError, match="cooldown, decay: a wsd schedule needs both"):
+        schedule_of({**train, "schedule": "wsd", "cooldown": 0.2, "decay": None})
 
 
 def test_a_wsd_run_and_its_budgets_share_the_stable_prefix() -> None:
@@ -127,6 +129,7 @@ def test_mup_group_rates_follow_the_wsd_schedule() -> None:
     assert any(m != 1.0 for m in mults)
     schedule = schedule_of(
         {"lr": 1e-2, "steps": 20, "warmup": 2, "min_lr_ratio": 0.1, "schedule": "wsd"}
+        | {"cooldown": 0.2, "decay": "linear"}
     )
     for step in (1, 10, 20):
         set_lr(opt, schedule.lr(step))

@@ -51,14 +51,19 @@ from normlab.models.config import ConfigModel
 from normlab.run_format import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
 from normlab.run_format.script import check_script_command
 from normlab.run_format.testbeds import script_testbed
+from normlab.run_format.train_options import (
+    OPTIONS_OFF,
+    RECORDED_WHEN_SET,
+    WSD,
+    WSD_SETTINGS,
+    fraction_steps,
+)
 from normlab.trackers.exporting import TRACKER_KINDS, parse_kinds
 
 __all__ = [
     "DEFAULT_STEPS",
     "DEFAULT_TUNING_SEEDS",
     "EXECUTORS",
-    "RECORDED_WHEN_SET",
-    "WSD_KEYS",
     "AnomalySettings",
     "ConfigError",
     "ExperimentConfig",
@@ -70,13 +75,11 @@ __all__ = [
     "check_scale",
     "config_class",
     "describe_errors",
-    "fraction_steps",
     "load_config_file",
     "load_yaml",
     "merge_overrides",
     "testbed_defaults",
     "testbed_options",
-    "train_value",
     "validate_config",
 ]
 
@@ -201,31 +204,8 @@ class ScaleSettings(Section):
         }
 
 
-def fraction_steps(total_steps: int, fraction: float) -> int:
-    """The steps a fraction f of a budget of n steps takes: ⌊f·n + ½⌋ (rounded half up).
-    A wsd cooldown is the last ``fraction_steps(n, cooldown)`` steps; ``average_last``
-    averages the weights after each of the last ``fraction_steps(n, average_last)`` steps."""
-    return math.floor(fraction * total_steps + 0.5)
-
-
-WSD_KEYS: tuple[str, ...] = ("schedule", "cooldown", "decay", "branches")
-"""The ``train`` keys of the warm-up–stable–decay schedule."""
-RECORDED_WHEN_SET: tuple[str, ...] = (
-    *WSD_KEYS,
-    "init_seed",
-    "data_seed",
-    "full_val",
-    "average_last",
-)
-"""The ``train`` keys a run config (``run.json``) and ``experiment.json`` hold only when they are
-set (not at their default; ``cooldown`` and ``decay`` always under ``wsd``): a run without them
-computes what it did before they existed, and its files say so by not naming them."""
-
-
-def train_value(train: Mapping[str, Any], key: str) -> Any:
-    """The setting ``key`` of a run config's ``train`` section: the recorded value, or the
-    field's default where the record leaves it out (:data:`RECORDED_WHEN_SET`)."""
-    return train[key] if key in train else TrainSettings.model_fields[key].default
+WSD_ONLY: tuple[str, ...] = (*WSD_SETTINGS, "branches")
+"""The ``train`` keys that only the ``wsd`` schedule takes."""
 
 
 class TrainSettings(Section):
@@ -244,10 +224,12 @@ class TrainSettings(Section):
     equal (each run's ``run.json`` holds its own ``train.lr``).
     A testbed may have its own defaults for some keys (its ``TestbedConfig.train_defaults``).
 
-    Budget and noise studies (:data:`RECORDED_WHEN_SET`: a run config records them only when
-    they change what a run computes, so a run without them is the run it always was):
+    Budget and noise studies (a run config records them only when set, so a run without them
+    is the run it always was: :mod:`normlab.run_format.train_options`, whose values that turn
+    them off are these fields' defaults):
     ``schedule`` ``wsd`` (warm-up, stable, decay) replaces the cosine decay by a constant peak
-    and a ``cooldown`` over the last :func:`fraction_steps` (steps, ``cooldown``) steps, of
+    and a ``cooldown`` over the last
+    :func:`~normlab.run_format.train_options.fraction_steps` (steps, ``cooldown``) steps, of
     shape ``decay`` (:func:`normlab.experiment.training.schedule.wsd_lr_at`); ``branches``
     (wsd only) trains, from the one stable run, the cooldown of each shorter budget B as a run
     of ``steps: B`` would (:mod:`normlab.experiment.training.branches`). ``init_seed`` and
@@ -255,7 +237,7 @@ class TrainSettings(Section):
     (:func:`normlab.experiment.testbeds.init_seed`, :func:`~normlab.experiment.testbeds.data_seed`).
     ``full_val`` (gpt, lm) also validates the final model on the whole validation split;
     ``average_last`` evaluates a uniform average of the weights over the last
-    :func:`fraction_steps` (steps, ``average_last``) steps. Their rules against the resolved
+    ``fraction_steps`` (steps, ``average_last``) steps. Their rules against the resolved
     steps and processes: :meth:`check_options`.
     """
 
@@ -294,7 +276,7 @@ class TrainSettings(Section):
     throughput_warmup: int = Field(5, ge=0)
     target_val_loss: float | None = Field(2.0, gt=0)
     schedule: Literal["cosine", "wsd"] = Field(
-        "cosine",
+        OPTIONS_OFF["schedule"],
         description="Learning-rate schedule: cosine (warm-up, then cosine decay) or wsd "
         "(warm-up, constant peak, then a cooldown over the last --cooldown of the steps).",
     )
@@ -311,28 +293,28 @@ class TrainSettings(Section):
         "progress, down to min_lr_ratio of the peak.",
     )
     branches: list[Annotated[int, Field(ge=1)]] | None = Field(
-        None,
+        OPTIONS_OFF["branches"],
         description="wsd: shorter budgets (steps) whose cooldowns branch off the one stable "
         "run, each trained and evaluated as a run of that many steps.",
     )
     init_seed: int | None = Field(
-        None,
+        OPTIONS_OFF["init_seed"],
         ge=0,
         description="The seed of the initial weights in every run (default: the run's seed).",
     )
     data_seed: int | None = Field(
-        None,
+        OPTIONS_OFF["data_seed"],
         ge=0,
         description="The seed of the batch order and every draw during training in every run "
         "(default: the run's seed).",
     )
     full_val: bool = Field(
-        False,
+        OPTIONS_OFF["full_val"],
         description="Also validate the final model on every non-overlapping window of the "
         "validation split (gpt, lm).",
     )
     average_last: float | None = Field(
-        None,
+        OPTIONS_OFF["average_last"],
         gt=0,
         le=1,
         description="Also evaluate the uniform average of the weights over this last fraction "
@@ -356,18 +338,18 @@ class TrainSettings(Section):
 
     @model_serializer(mode="wrap")
     def _record_options_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        """The section's data without the keys of :data:`RECORDED_WHEN_SET` that are at their
-        default (``cooldown`` and ``decay`` are kept under ``wsd``), so that ``run.json`` and
-        ``experiment.json`` of a run without them are what they were before they existed."""
+        """The section's data without the options that are off
+        (:data:`~normlab.run_format.train_options.OPTIONS_OFF`) and, unless the schedule is
+        ``wsd``, its settings, so that ``run.json`` and ``experiment.json`` of a run without
+        them are what they were before they existed."""
         data = handler(self)
         for key in RECORDED_WHEN_SET:
-            kept = key in WSD_KEYS and self.schedule == "wsd"
-            if (
-                key in data
-                and not kept
-                and getattr(self, key) == type(self).model_fields[key].default
-            ):
-                del data[key]
+            if key in WSD_SETTINGS:
+                off = self.schedule != WSD
+            else:
+                off = getattr(self, key) == OPTIONS_OFF[key]
+            if off:
+                data.pop(key, None)
         return data
 
     def check_options(self, steps: int, world_size: int) -> None:
@@ -377,10 +359,10 @@ class TrainSettings(Section):
         1 ≤ :func:`fraction_steps` (n, ``cooldown``) ≤ n − ``warmup`` (a cooldown of at least
         one step that starts after the warm-up); branches distinct and below the steps;
         ``average_last`` averaging at least one step; branches and averaging on one process."""
-        if self.schedule != "wsd":
+        if self.schedule != WSD:
             given = [
                 k
-                for k in WSD_KEYS[1:]
+                for k in WSD_ONLY
                 if k in self.model_fields_set and not (k == "branches" and self.branches is None)
             ]
             if given:

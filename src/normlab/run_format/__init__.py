@@ -5,7 +5,8 @@ The training side (:mod:`normlab.experiment`) writes these files and the reading
 the files (:mod:`~normlab.run_format.files`), the records of ``metrics.jsonl``
 (:mod:`~normlab.run_format.records`), the run statuses and the summary fields with their
 labels, units, display formats and comparison properties (:mod:`~normlab.run_format.fields`),
-and what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`).
+what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`), and the ``train`` options
+a run config records only when set (:mod:`~normlab.run_format.train_options`).
 :mod:`~normlab.run_format.folder` is the one reader and writer of a run's files (``runs/<id>/``)
 and of the folder's records (``experiment.json``, ``sequential.json``, ``command.json``, the
 analysis): every module that touches them calls it. Two things are left to their owners: the data

@@ -1,7 +1,7 @@
 """A uniform average of a model's weights over the last steps of its training
 (``train.average_last``), kept outside the model and evaluated at the end.
 
-With K = :func:`~normlab.experiment.config.fraction_steps` (n, a) of a run's n steps, the
+With K = :func:`~normlab.run_format.train_options.fraction_steps` (n, a) of a run's n steps, the
 average is θ̄ = (1 / K) Σ_{s = n − K + 1}^{n} θ_s, θ_s every parameter after step s (a step the
 fp16 gradient scaler skipped counts, with the weights it left). The sum is accumulated in
 float64 on the parameter's device, outside the model; the model is only read

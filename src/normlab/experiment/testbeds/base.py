@@ -28,6 +28,7 @@ from rich.console import Console
 from torch import nn
 
 from normlab.models.norms import check_model_norm
+from normlab.run_format.train_options import train_option
 
 __all__ = [
     "Experiment",
@@ -117,7 +118,7 @@ def init_seed(spec: Mapping[str, Any]) -> int:
     the run's ``seed`` where it is None or not recorded. It drives the paired initialisation
     (every shared parameter's generator, :func:`normlab._seeds.parameter_seed`) and nothing
     else."""
-    value = spec["train"].get("init_seed")
+    value = train_option(spec["train"], "init_seed")
     return int(spec["seed"] if value is None else value)
 
 
@@ -128,7 +129,7 @@ def data_seed(spec: Mapping[str, Any]) -> int:
     noises, times and label dropout, :class:`normlab.models.flow_batches.FlowBatches`) and
     torch's global generator during training (dropout, where a model has it); not the DiT's
     images, validation triples or sample noises, which follow ``shapes.seed``."""
-    value = spec["train"].get("data_seed")
+    value = train_option(spec["train"], "data_seed")
     return int(spec["seed"] if value is None else value)
 
 

@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from normlab.experiment.config import fraction_steps, train_value
 from normlab.models.dit import DiT
 from normlab.models.external import SourceLM
 from normlab.models.gpt import GPT
 from normlab.models.mup import param_groups
+from normlab.run_format.train_options import COSINE, WSD, fraction_steps, train_option
 
 
 def lr_at(step: int, peak_lr: float, total_steps: int, warmup: int, min_ratio: float) -> float:
@@ -51,7 +51,7 @@ def wsd_lr_at(
     """Learning rate of 1-based ``step`` under warm-up–stable–decay.
 
     With n = ``total_steps``, w = ``warmup``, r = ``min_ratio`` and a cooldown of
-    D = :func:`~normlab.experiment.config.fraction_steps` (n, ``cooldown``) steps
+    D = :func:`~normlab.run_format.train_options.fraction_steps` (n, ``cooldown``) steps
     (1 ≤ D ≤ n − w): warm-up (step ≤ w) lr = peak · step / w; stable (w < step ≤ n − D)
     lr = peak; cooldown (step > n − D), with progress p = (step − (n − D)) / D ∈ (0, 1]:
     lr = peak · (r + (1 − r) · (1 − p)) for ``decay`` ``linear``, and
@@ -78,7 +78,7 @@ def wsd_lr_at(
     return peak_lr * (min_ratio + (1.0 - min_ratio) * shape)
 
 
-SCHEDULES: tuple[str, ...] = ("cosine", "wsd")
+SCHEDULES: tuple[str, ...] = (COSINE, WSD)
 """The learning-rate schedules (``train.schedule``)."""
 DECAYS: tuple[str, ...] = ("linear", "sqrt")
 """The shapes of a wsd cooldown (``train.decay``)."""
@@ -87,25 +87,31 @@ DECAYS: tuple[str, ...] = ("linear", "sqrt")
 @dataclass(frozen=True)
 class Schedule:
     """A run's learning-rate schedule: ``kind`` ``cosine`` (:func:`lr_at`) or ``wsd``
-    (:func:`wsd_lr_at`, with ``cooldown`` and ``decay``), peak ``peak_lr`` over
-    ``total_steps``."""
+    (:func:`wsd_lr_at`, with ``cooldown`` and ``decay``, None for cosine), peak ``peak_lr``
+    over ``total_steps``."""
 
     kind: str
     peak_lr: float
     total_steps: int
     warmup: int
     min_ratio: float
-    cooldown: float
-    decay: str
+    cooldown: float | None = None
+    decay: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in SCHEDULES:
             raise ValueError(f"kind: expected one of {', '.join(SCHEDULES)}, got {self.kind!r}")
+        if self.kind == WSD and (self.cooldown is None or self.decay is None):
+            raise ValueError(
+                f"cooldown, decay: a wsd schedule needs both, got {self.cooldown!r} and "
+                f"{self.decay!r}"
+            )
 
     def lr(self, step: int) -> float:
         """The rate of 1-based ``step``."""
-        if self.kind == "cosine":
+        if self.kind == COSINE:
             return lr_at(step, self.peak_lr, self.total_steps, self.warmup, self.min_ratio)
+        assert self.cooldown is not None and self.decay is not None  # __post_init__
         return wsd_lr_at(
             step,
             self.peak_lr,
@@ -119,7 +125,7 @@ class Schedule:
     def cooldown_start(self) -> int:
         """The last step of a wsd schedule's stable phase, n − D (its state is where a
         cooldown of this length begins); ValueError for ``cosine``, which has none."""
-        if self.kind != "wsd":
+        if self.kind != WSD or self.cooldown is None:
             raise ValueError(f"kind: only a wsd schedule has a cooldown, this one is {self.kind}")
         return self.total_steps - fraction_steps(self.total_steps, self.cooldown)
 
@@ -129,15 +135,17 @@ class Schedule:
 
 
 def schedule_of(train: Mapping[str, Any]) -> Schedule:
-    """The schedule of a run config's ``train`` section (cosine where it names none)."""
+    """The schedule of a run config's ``train`` section (cosine where it names none; a wsd
+    schedule's ``cooldown`` and ``decay`` are recorded with it)."""
+    kind = str(train_option(train, "schedule"))
+    wsd = {k: train.get(k) if kind == WSD else None for k in ("cooldown", "decay")}
     return Schedule(
-        kind=str(train_value(train, "schedule")),
+        kind=kind,
         peak_lr=float(train["lr"]),
         total_steps=int(train["steps"]),
         warmup=int(train["warmup"]),
         min_ratio=float(train["min_lr_ratio"]),
-        cooldown=float(train_value(train, "cooldown")),
-        decay=str(train_value(train, "decay")),
+        **wsd,
     )
 
 

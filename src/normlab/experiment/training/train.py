@@ -36,7 +36,6 @@ import torch
 from torch import nn
 
 from normlab._resources import peak_memory
-from normlab.experiment.config import fraction_steps, train_value
 from normlab.experiment.measure.activations import SavedActivationBytes
 from normlab.experiment.measure.anomaly import SpikeDetector, SpikeRule
 from normlab.experiment.measure.averaging import WeightAverage
@@ -74,6 +73,7 @@ from normlab.run_format import (
     testbed_format,
 )
 from normlab.run_format.folder import append_record
+from normlab.run_format.train_options import fraction_steps, train_option
 
 
 class RunAborted(RuntimeError):
@@ -248,11 +248,11 @@ class RunLoop:
         whole-split evaluation, the weight average (none of them for a run without them)."""
         t = self.t
         self.schedule = schedule_of(t)
-        budgets = train_value(t, "branches")
+        budgets = train_option(t, "branches")
         self.branch_plan = branch_plan(self.schedule, budgets) if budgets else {}
         self.branches: dict[int, dict[str, Any]] = {}
-        self.full_val = bool(train_value(t, "full_val"))
-        fraction = train_value(t, "average_last")
+        self.full_val = bool(train_option(t, "full_val"))
+        fraction = train_option(t, "average_last")
         self.averager = None
         if fraction is not None:
             first = self.total_steps - fraction_steps(self.total_steps, fraction) + 1
