@@ -10,7 +10,14 @@ pre-tokenized ids — with your tokenizer); tiny procedural images of shapes for
 time) batches drawn from them are the flow model's (:mod:`normlab.models.flow_batches`).
 """
 
-from normlab.data.batches import TrainBatches, batch_seed, validation_offsets, validation_windows
+from normlab.data.batches import (
+    OffsetWindows,
+    TrainBatches,
+    batch_seed,
+    split_offsets,
+    validation_offsets,
+    validation_windows,
+)
 from normlab.data.bpb import BpbTally, bits_per_byte, token_nats, window_bytes
 from normlab.data.bpe import corpus_bpe, train_bpe, training_texts
 from normlab.data.cache import (
@@ -81,6 +88,7 @@ __all__ = [
     "ByteTokenizer",
     "Document",
     "HFTokenizer",
+    "OffsetWindows",
     "ShapeData",
     "SourceFile",
     "TokenData",
@@ -112,6 +120,7 @@ __all__ = [
     "request_key",
     "source_format",
     "split_by_file",
+    "split_offsets",
     "split_single",
     "stdlib_root",
     "token_dtype",

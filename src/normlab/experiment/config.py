@@ -23,16 +23,18 @@ import re
 import reprlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     BaseModel,
     Field,
+    SerializerFunctionWrapHandler,
     ValidationError,
     ValidationInfo,
     create_model,
     field_validator,
+    model_serializer,
     model_validator,
 )
 
@@ -49,6 +51,13 @@ from normlab.models.config import ConfigModel
 from normlab.run_format import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
 from normlab.run_format.script import check_script_command
 from normlab.run_format.testbeds import script_testbed
+from normlab.run_format.train_options import (
+    OPTIONS_OFF,
+    RECORDED_WHEN_SET,
+    WSD,
+    WSD_SETTINGS,
+    fraction_steps,
+)
 from normlab.trackers.exporting import TRACKER_KINDS, parse_kinds
 
 __all__ = [
@@ -195,6 +204,10 @@ class ScaleSettings(Section):
         }
 
 
+WSD_ONLY: tuple[str, ...] = (*WSD_SETTINGS, "branches")
+"""The ``train`` keys that only the ``wsd`` schedule takes."""
+
+
 class TrainSettings(Section):
     """Optimisation and evaluation: AdamW, linear warm-up then cosine decay, gradient clipping.
 
@@ -210,6 +223,22 @@ class TrainSettings(Section):
     ``arm_lr`` ({arm: rate}) trains the arms it names at their own peak rate, everything else
     equal (each run's ``run.json`` holds its own ``train.lr``).
     A testbed may have its own defaults for some keys (its ``TestbedConfig.train_defaults``).
+
+    Budget and noise studies (a run config records them only when set, so a run without them
+    is the run it always was: :mod:`normlab.run_format.train_options`, whose values that turn
+    them off are these fields' defaults):
+    ``schedule`` ``wsd`` (warm-up, stable, decay) replaces the cosine decay by a constant peak
+    and a ``cooldown`` over the last
+    :func:`~normlab.run_format.train_options.fraction_steps` (steps, ``cooldown``) steps, of
+    shape ``decay`` (:func:`normlab.experiment.training.schedule.wsd_lr_at`); ``branches``
+    (wsd only) trains, from the one stable run, the cooldown of each shorter budget B as a run
+    of ``steps: B`` would (:mod:`normlab.experiment.training.branches`). ``init_seed`` and
+    ``data_seed`` (None: the run's seed) split the paired seed into its two streams
+    (:func:`normlab.experiment.testbeds.init_seed`, :func:`~normlab.experiment.testbeds.data_seed`).
+    ``full_val`` (gpt, lm) also validates the final model on the whole validation split;
+    ``average_last`` evaluates a uniform average of the weights over the last
+    ``fraction_steps`` (steps, ``average_last``) steps. Their rules against the resolved
+    steps and processes: :meth:`check_options`.
     """
 
     steps: int | None = Field(
@@ -246,6 +275,51 @@ class TrainSettings(Section):
     layer_grad_interval: int = Field(10, ge=1)
     throughput_warmup: int = Field(5, ge=0)
     target_val_loss: float | None = Field(2.0, gt=0)
+    schedule: Literal["cosine", "wsd"] = Field(
+        OPTIONS_OFF["schedule"],
+        description="Learning-rate schedule: cosine (warm-up, then cosine decay) or wsd "
+        "(warm-up, constant peak, then a cooldown over the last --cooldown of the steps).",
+    )
+    cooldown: float = Field(
+        0.2,
+        gt=0,
+        le=1,
+        description="wsd: the fraction of the steps the cooldown takes (at least one step, "
+        "after the warm-up).",
+    )
+    decay: Literal["linear", "sqrt"] = Field(
+        "linear",
+        description="wsd: the cooldown's shape, linear (1 − p) or sqrt (1 − √p), p its "
+        "progress, down to min_lr_ratio of the peak.",
+    )
+    branches: list[Annotated[int, Field(ge=1)]] | None = Field(
+        OPTIONS_OFF["branches"],
+        description="wsd: shorter budgets (steps) whose cooldowns branch off the one stable "
+        "run, each trained and evaluated as a run of that many steps.",
+    )
+    init_seed: int | None = Field(
+        OPTIONS_OFF["init_seed"],
+        ge=0,
+        description="The seed of the initial weights in every run (default: the run's seed).",
+    )
+    data_seed: int | None = Field(
+        OPTIONS_OFF["data_seed"],
+        ge=0,
+        description="The seed of the batch order and every draw during training in every run "
+        "(default: the run's seed).",
+    )
+    full_val: bool = Field(
+        OPTIONS_OFF["full_val"],
+        description="Also validate the final model on every non-overlapping window of the "
+        "validation split (gpt, lm).",
+    )
+    average_last: float | None = Field(
+        OPTIONS_OFF["average_last"],
+        gt=0,
+        le=1,
+        description="Also evaluate the uniform average of the weights over this last fraction "
+        "of the steps (training is unchanged).",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -261,6 +335,80 @@ class TrainSettings(Section):
                 f"give steps or tokens, not both (steps={self.steps}, tokens={self.tokens})"
             )
         return self
+
+    @model_serializer(mode="wrap")
+    def _record_options_when_set(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The section's data without the options that are off
+        (:data:`~normlab.run_format.train_options.OPTIONS_OFF`) and, unless the schedule is
+        ``wsd``, its settings, so that ``run.json`` and ``experiment.json`` of a run without
+        them are what they were before they existed."""
+        data = handler(self)
+        for key in RECORDED_WHEN_SET:
+            if key in WSD_SETTINGS:
+                off = self.schedule != WSD
+            else:
+                off = getattr(self, key) == OPTIONS_OFF[key]
+            if off:
+                data.pop(key, None)
+        return data
+
+    def check_options(self, steps: int, world_size: int) -> None:
+        """Raise ``ValueError`` naming the key unless the options fit the run's resolved
+        ``steps`` and ``world_size`` processes: ``cooldown``, ``decay`` and ``branches`` only
+        under ``wsd``; under ``wsd`` each budget n (the steps and every branch) has
+        1 ≤ :func:`fraction_steps` (n, ``cooldown``) ≤ n − ``warmup`` (a cooldown of at least
+        one step that starts after the warm-up); branches distinct and below the steps;
+        ``average_last`` averaging at least one step; branches and averaging on one process."""
+        if self.schedule != WSD:
+            given = [
+                k
+                for k in WSD_ONLY
+                if k in self.model_fields_set and not (k == "branches" and self.branches is None)
+            ]
+            if given:
+                raise ValueError(
+                    f"train.{given[0]}: only with train.schedule: wsd (--schedule wsd); the "
+                    f"{self.schedule} schedule has no cooldown"
+                )
+        else:
+            for budget in (steps, *(self.branches or ())):
+                self._check_cooldown(budget, steps)
+        self._check_branches(steps)
+        if self.average_last is not None and fraction_steps(steps, self.average_last) < 1:
+            raise ValueError(
+                f"train.average_last: {self.average_last:g} of {steps} steps averages no "
+                "step; expected a fraction that rounds to at least one step"
+            )
+        one_process = [k for k in ("branches", "average_last") if getattr(self, k) is not None]
+        if world_size > 1 and one_process:
+            raise ValueError(
+                f"train.{one_process[0]}: only for runs on one process, got {world_size} "
+                "processes per run (--nproc-per-node, --nnodes)"
+            )
+
+    def _check_cooldown(self, budget: int, steps: int) -> None:
+        """1 ≤ D ≤ budget − warmup for D = :func:`fraction_steps` (budget, ``cooldown``)."""
+        d = fraction_steps(budget, self.cooldown)
+        if 1 <= d <= budget - self.warmup:
+            return
+        which = f"train.steps = {steps}" if budget == steps else f"the branch of {budget} steps"
+        raise ValueError(
+            f"train.cooldown: {self.cooldown:g} of {which} makes a cooldown of {d} step(s); "
+            f"expected at least 1 step, starting after the {self.warmup} warm-up steps (at "
+            f"most {budget} − {self.warmup} = {budget - self.warmup})"
+        )
+
+    def _check_branches(self, steps: int) -> None:
+        """Branches distinct and shorter than the run."""
+        branches = self.branches or []
+        if len(set(branches)) != len(branches):
+            raise ValueError(f"train.branches: a budget is listed twice in {branches}")
+        longer = [b for b in branches if b >= steps]
+        if longer:
+            raise ValueError(
+                f"train.branches: the branch of {longer[0]} steps is not shorter than the run "
+                f"(train.steps = {steps}); expected budgets below it"
+            )
 
 
 class AnomalySettings(Section):
@@ -583,6 +731,13 @@ class ExperimentBase(Section):
                 "decays to the last step), or 0 for no warm-up. Lower --warmup or raise --steps "
                 "(or --tokens)"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _check_train_options(self) -> ExperimentBase:
+        """The ``train`` options against the resolved steps and processes per run
+        (:meth:`TrainSettings.check_options`)."""
+        self.train.check_options(self.resolved_steps(), self.scale.world_size)
         return self
 
     @model_validator(mode="after")

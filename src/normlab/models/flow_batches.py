@@ -21,6 +21,7 @@ every arm and every seed carries the same noise to its samples.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 import torch
@@ -121,6 +122,24 @@ class FlowBatches:
         if self.null_class is not None:
             label = drop_labels(label, self.label_dropout, self.dropout_generator, self.null_class)
         return x1, label, x0, t
+
+    def get_state(self) -> dict[str, Any]:
+        """Where the stream is (copies): the order generator's state, the rest of the current
+        epoch's permutation, and the states of the noise and label-dropout generators."""
+        return {
+            "order_rng": self.order_rng.bit_generator.state,
+            "order": self._order.copy(),
+            "noise": self.generator.get_state(),
+            "dropout": self.dropout_generator.get_state(),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Put the stream back where :meth:`get_state` found it: the next batches are the ones
+        that followed then."""
+        self.order_rng.bit_generator.state = state["order_rng"]
+        self._order = state["order"].copy()
+        self.generator.set_state(state["noise"])
+        self.dropout_generator.set_state(state["dropout"])
 
 
 def validation_triples(

@@ -5,7 +5,8 @@ The training side (:mod:`normlab.experiment`) writes these files and the reading
 the files (:mod:`~normlab.run_format.files`), the records of ``metrics.jsonl``
 (:mod:`~normlab.run_format.records`), the run statuses and the summary fields with their
 labels, units, display formats and comparison properties (:mod:`~normlab.run_format.fields`),
-and what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`).
+what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`), and the ``train`` options
+a run config records only when set (:mod:`~normlab.run_format.train_options`).
 :mod:`~normlab.run_format.folder` is the one reader and writer of a run's files (``runs/<id>/``)
 and of the folder's records (``experiment.json``, ``sequential.json``, ``command.json``, the
 analysis): every module that touches them calls it. Two things are left to their owners: the data
@@ -16,12 +17,17 @@ which names a folder may hold, which read the names declared in
 """
 
 from normlab.run_format.fields import (
+    AVERAGED_PREFIX,
+    BRANCHES,
+    BRANCHES_FIELD,
     CRASH_FIELDS,
     CRASHED,
     DIVERGED,
     DONE_STATUSES,
     FACTORS,
+    FINAL_PREFIX,
     FINISHED,
+    FULL_VAL_PREFIX,
     GROUPS,
     HEAD_FIELDS,
     MARGIN,
@@ -39,6 +45,7 @@ from normlab.run_format.fields import (
     Smallest,
     SummaryField,
     compared_field,
+    prefixed,
 )
 from normlab.run_format.files import (
     ANALYSIS_FILE,
@@ -80,6 +87,7 @@ from normlab.run_format.ladder import (
 from normlab.run_format.records import (
     ANOMALY_KINDS,
     ANOMALY_RECORD,
+    BRANCH_RECORD,
     EVAL_RECORD,
     GRAD_ANOMALIES,
     GRAD_SPIKE,
@@ -107,6 +115,10 @@ __all__ = [
     "ANALYSIS_FILE",
     "ANOMALY_KINDS",
     "ANOMALY_RECORD",
+    "AVERAGED_PREFIX",
+    "BRANCHES",
+    "BRANCHES_FIELD",
+    "BRANCH_RECORD",
     "COMMAND_FILE",
     "CRASHED",
     "CRASH_FIELDS",
@@ -119,8 +131,10 @@ __all__ = [
     "EVAL_RECORD",
     "EXPERIMENT_FILE",
     "FACTORS",
+    "FINAL_PREFIX",
     "FINISHED",
     "FLOW_UNIT",
+    "FULL_VAL_PREFIX",
     "GPT",
     "GRAD_ANOMALIES",
     "GRAD_SPIKE",
@@ -178,6 +192,7 @@ __all__ = [
     "compared_field",
     "parse_run_id",
     "plot_path",
+    "prefixed",
     "run_dir",
     "run_id",
     "testbed_format",

@@ -17,12 +17,17 @@ import math
 from dataclasses import dataclass
 
 __all__ = [
+    "AVERAGED_PREFIX",
+    "BRANCHES",
+    "BRANCHES_FIELD",
     "CRASHED",
     "CRASH_FIELDS",
     "DIVERGED",
     "DONE_STATUSES",
     "FACTORS",
+    "FINAL_PREFIX",
     "FINISHED",
+    "FULL_VAL_PREFIX",
     "GROUPS",
     "HEAD_FIELDS",
     "MARGIN",
@@ -40,6 +45,7 @@ __all__ = [
     "Smallest",
     "SummaryField",
     "compared_field",
+    "prefixed",
 ]
 
 FINISHED = "finished"
@@ -417,6 +423,31 @@ peak memory and throughput (lists by rank) and their totals Σ_r (``tokens_per_s
 throughput, the total; ``peak_memory_bytes`` the largest rank's peak). Quality metrics count
 finished runs only (a diverged run's last numbers describe a truncated run; its divergence is
 judged under stability); spike counts also count diverged runs."""
+
+FINAL_PREFIX = "final_"
+"""A run's (or a branch's) last evaluation in its summary: ``final_`` + the ``eval`` record's
+field (``final_val_loss``, ``final_val_bpb``)."""
+FULL_VAL_PREFIX = "full_"
+"""The final model evaluated on the whole validation split (``train.full_val``): ``full_`` + the
+``eval`` record's field (``full_val_loss``, ``full_val_bpb``)."""
+AVERAGED_PREFIX = "avg_"
+"""The uniform average of the weights over the last steps (``train.average_last``), evaluated at
+the end: ``avg_`` + the ``eval`` record's field, and ``avg_full_`` + it on the whole split."""
+
+
+def prefixed(prefix: str, values: dict[str, object]) -> dict[str, object]:
+    """``values`` with every key given ``prefix`` (an evaluation's values as summary fields)."""
+    return {f"{prefix}{key}": value for key, value in values.items()}
+
+
+BRANCHES_FIELD = "branches"
+"""The summary field of a run with ``train.branches``: {budget B (a string): {``status``,
+``diverged_at``, :data:`FINAL_PREFIX` + each ``eval`` field at step B (and
+:data:`FULL_VAL_PREFIX` + each with ``train.full_val``), ``final_train_loss``, ``tokens``,
+``train_s``}}, one entry per branch the run reached."""
+BRANCHES = SummaryField(BRANCHES_FIELD)
+"""The declaration of :data:`BRANCHES_FIELD`, among every testbed's optional fields
+(:attr:`normlab.run_format.testbeds.TestbedFormat.optional`)."""
 
 CRASH_FIELDS: tuple[str, ...] = ("error", "traceback")
 """Added to the summary of a ``crashed`` run: ``"ErrorType: message"`` and the traceback."""

@@ -9,6 +9,10 @@
 ``health``          ``step``, ``layers``: {norm layer name: {``kind``, ``in_rms``, ``out_rms``,
                     ``xhat_ms``, ``xhat_mean``, ``xhat_var``, ``gain_mean``, ``gain_max_abs``,
                     ``formula_err``, ``calls``}} on a fixed validation batch, at every evaluation
+``branch``          ``steps`` (the budget B), ``from_step``, ``status``, ``diverged_at``, the
+                    ``eval`` values at step B (and ``full_`` ones with ``train.full_val``),
+                    ``final_train_loss``, ``tokens_seen``, ``train_s``: a cooldown branched off
+                    a wsd run (``train.branches``)
 ==================  ============================================================================
 """
 
@@ -17,6 +21,7 @@ from __future__ import annotations
 __all__ = [
     "ANOMALY_KINDS",
     "ANOMALY_RECORD",
+    "BRANCH_RECORD",
     "EVAL_RECORD",
     "GRAD_ANOMALIES",
     "GRAD_SPIKE",
@@ -38,6 +43,9 @@ LAYER_GRAD_RECORD = "layer_grad_norms"
 """Gradient norms per parameter group, every ``layer_grad_interval`` steps."""
 ANOMALY_RECORD = "anomaly"
 """A spike or a non-finite value."""
+BRANCH_RECORD = "branch"
+"""A shorter budget's cooldown, branched off the stable phase of a wsd run and trained to its
+end as a run of that many steps would be (:mod:`normlab.experiment.training.branches`)."""
 HEALTH_RECORD = "health"
 """Norm health: per norm layer, its input RMS, output RMS, statistics of x̂ recomputed from the
 input (null where the layer's formula is unknown), of its gain and of the x̂ it returned, at

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
 from normlab.run_format.fields import (
+    AVERAGED_PREFIX,
+    BRANCHES,
+    FULL_VAL_PREFIX,
     GROUPS,
     HEAD_FIELDS,
     MARGIN,
@@ -75,6 +78,11 @@ class TestbedFormat:
     ("bpb"), ``curve_title`` titles the validation plot; ``run_columns`` are the validation
     fields the report's run table shows after the quality metric, with their headers;
     ``method_note`` is a paragraph for the report's method section ("" for none).
+    ``optional``: fields a run's summary holds only when the run sets the option that makes
+    them (``train.full_val``, ``train.average_last``, ``train.branches``), after every field of
+    :attr:`fields`, in this order; declared with their label and unit
+    (:attr:`optional_metrics`) but never part of :attr:`fields`, so a run without them, its
+    crashed summary and the analysis are what they were before they existed.
     """
 
     name: str
@@ -95,6 +103,7 @@ class TestbedFormat:
     settings: str | None = None
     run_columns: tuple[tuple[str, str], ...] = ()
     method_note: str = ""
+    optional: tuple[SummaryField, ...] = ()
 
     @cached_property
     def fields(self) -> tuple[SummaryField, ...]:
@@ -112,11 +121,24 @@ class TestbedFormat:
         return tuple(f.name for f in self.fields)
 
     @cached_property
+    def optional_fields(self) -> tuple[str, ...]:
+        """The names of :attr:`optional`, in summary.json's order."""
+        return tuple(f.name for f in self.optional)
+
+    @cached_property
     def metrics(self) -> tuple[MetricSpec, ...]:
         """The compared fields, grouped in the order of
         :data:`~normlab.run_format.fields.GROUPS` (summary order within a group), with the
         testbed's units and margin factors filled in."""
-        compared = [f for f in self.fields if f.compare is not None]
+        return self._metric_specs(self.fields)
+
+    @cached_property
+    def optional_metrics(self) -> tuple[MetricSpec, ...]:
+        """:attr:`metrics` of the :attr:`optional` fields that have a comparison."""
+        return self._metric_specs(self.optional)
+
+    def _metric_specs(self, fields: tuple[SummaryField, ...]) -> tuple[MetricSpec, ...]:
+        compared = [f for f in fields if f.compare is not None]
         compared.sort(key=lambda f: GROUPS.index(f.compare.group))  # type: ignore[union-attr]
         units = {"quality": self.unit, "train": self.train_unit}
         factors = {None: None, "quality": 1.0, "train": self.train_per_quality}
@@ -166,6 +188,31 @@ class TestbedFormat:
         return display
 
 
+def _bpb_options() -> tuple[SummaryField, ...]:
+    """The optional fields of a testbed judged on validation bpb: per evaluation variant, its
+    ``val_loss`` (shown, not compared, like ``final_val_loss``) and its ``val_bpb`` (compared
+    like ``final_val_bpb``), then :data:`~normlab.run_format.fields.BRANCHES`."""
+    found: list[SummaryField] = []
+    for prefix, what in (
+        (FULL_VAL_PREFIX, "on the whole split"),
+        (AVERAGED_PREFIX, "of the averaged weights"),
+        (AVERAGED_PREFIX + FULL_VAL_PREFIX, "of the averaged weights on the whole split"),
+    ):
+        found.append(SummaryField(f"{prefix}val_loss", _LOSS))
+        found.append(
+            compared_field(
+                f"{prefix}val_bpb",
+                _LOSS,
+                label=f"validation bpb {what}",
+                unit=QUALITY_UNIT,
+                group="quality",
+                margin="quality",
+                smallest=MARGIN,
+            )
+        )
+    return (*found, BRANCHES)
+
+
 GPT = TestbedFormat(
     name="gpt",
     validation=(
@@ -202,6 +249,7 @@ GPT = TestbedFormat(
     short_label="final val bpb",
     curve_word="bpb",
     curve_title="Validation bits per byte",
+    optional=_bpb_options(),
 )
 """The byte-level GPT: validation loss in nats per byte (``final_val_loss``, shown, not
 compared), bits per byte at the end and at best (compared; the end decides quality)."""
@@ -274,6 +322,18 @@ DIT = TestbedFormat(
     curve_word="loss",
     curve_title="Validation flow-matching loss",
     settings=_DIT_SETTINGS,
+    optional=(
+        compared_field(
+            f"{AVERAGED_PREFIX}val_loss",
+            _LOSS,
+            label="validation loss of the averaged weights",
+            unit=QUALITY_UNIT,
+            group="quality",
+            margin="quality",
+            smallest=MARGIN,
+        ),
+        BRANCHES,
+    ),
     run_columns=(
         ("final_sample_sw2", "sample SW2"),
         ("final_sample_class_acc", "sample class acc"),
@@ -335,6 +395,7 @@ LM = TestbedFormat(
     curve_word="bpb",
     curve_title="Validation bits per byte",
     settings="lm",
+    optional=_bpb_options(),
     method_note=(
         "The model is the user's own causal LM (lm.model), built afresh for every arm and seed "
         "with each of its norm modules replaced by the arm's norm; norm modules the arm cannot "

@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.testbeds import TESTBEDS, build_model
+from normlab.experiment.testbeds import TESTBEDS, build_model, init_seed
 from normlab.models import check_paired
 from normlab.run_format import FACTORS, run_id
 
@@ -135,7 +135,7 @@ def plan_runs(
         seed_runs = []
         for arm, norm, placement, precision in cfg.arm_factors():
             factors = dict(zip(FACTORS, (norm, placement, precision), strict=True))
-            model = build_model({**settings, **factors}, seed)
+            model = build_model({**settings, **factors}, init_seed({**settings, "seed": seed}))
             models[arm] = model
             n_params, n_norm_params = model.count_parameters()
             extra = testbed.arm_fields(model)

@@ -8,16 +8,20 @@ import math
 
 import torch
 
+from normlab.data.batches import OffsetWindows
 from normlab.models.flow import euler_sample, flow_matching_loss
 from normlab.models.gpt import GPT
 
 
 @torch.no_grad()
-def validation_loss(model: GPT, windows: torch.Tensor, batch_size: int, device: str) -> float:
+def validation_loss(
+    model: GPT, windows: torch.Tensor | OffsetWindows, batch_size: int, device: str
+) -> float:
     """Mean next-byte cross-entropy (nats per byte) over every position of every window.
 
-    ``windows``: [n, context + 1] int64; the model sees the first ``context`` tokens of each and
-    predicts the following ones. Bits per byte = loss / ln 2 (one token is one byte).
+    ``windows``: [n, context + 1] int64 (a tensor, or windows cut as they are read,
+    :class:`normlab.data.OffsetWindows`); the model sees the first ``context`` tokens of each
+    and predicts the following ones. Bits per byte = loss / ln 2 (one token is one byte).
     """
     was_training = model.training
     model.eval()

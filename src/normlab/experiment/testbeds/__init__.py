@@ -23,6 +23,8 @@ from normlab.experiment.testbeds.base import (
     TestbedConfig,
     check_data_fits,
     check_fingerprint,
+    data_seed,
+    init_seed,
 )
 from normlab.experiment.testbeds.dit import DiTTestbed
 from normlab.experiment.testbeds.gpt import GPTTestbed, warm_up_gpt
@@ -37,6 +39,8 @@ __all__ = [
     "build_model",
     "check_data_fits",
     "check_fingerprint",
+    "data_seed",
+    "init_seed",
     "make_testbed",
     "quality_fields",
     "testbed_class",
@@ -74,8 +78,8 @@ def quality_fields(spec: dict[str, Any]) -> tuple[str, ...]:
 
 
 def build_model(spec: dict[str, Any], seed: int) -> nn.Module:
-    """The arm's model with the paired initialisation for ``seed``; ``spec`` is a resolved run
-    config (its testbed's sections, ``norm``, ``placement``)."""
+    """The arm's model with the paired initialisation for ``seed`` (a run's :func:`init_seed`);
+    ``spec`` is a resolved run config (its testbed's sections, ``norm``, ``placement``)."""
     return testbed_class(spec).build_model(spec, seed)
 
 

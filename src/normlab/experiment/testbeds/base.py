@@ -28,6 +28,7 @@ from rich.console import Console
 from torch import nn
 
 from normlab.models.norms import check_model_norm
+from normlab.run_format.train_options import train_option
 
 __all__ = [
     "Experiment",
@@ -37,6 +38,8 @@ __all__ = [
     "baseline_factors",
     "check_data_fits",
     "check_fingerprint",
+    "data_seed",
+    "init_seed",
 ]
 
 Experiment = Any
@@ -110,6 +113,26 @@ class TestbedConfig:
     ladder: LadderRule | None = None
 
 
+def init_seed(spec: Mapping[str, Any]) -> int:
+    """The seed of a run's initial weights: ``train.init_seed`` of the run config ``spec``, or
+    the run's ``seed`` where it is None or not recorded. It drives the paired initialisation
+    (every shared parameter's generator, :func:`normlab._seeds.parameter_seed`) and nothing
+    else."""
+    value = train_option(spec["train"], "init_seed")
+    return int(spec["seed"] if value is None else value)
+
+
+def data_seed(spec: Mapping[str, Any]) -> int:
+    """The seed of what a run draws while it trains: ``train.data_seed`` of the run config
+    ``spec``, or the run's ``seed`` where it is None or not recorded. It drives the batch order
+    (the text testbeds' windows, :class:`normlab.data.TrainBatches`; the DiT's image order,
+    noises, times and label dropout, :class:`normlab.models.flow_batches.FlowBatches`) and
+    torch's global generator during training (dropout, where a model has it); not the DiT's
+    images, validation triples or sample noises, which follow ``shapes.seed``."""
+    value = train_option(spec["train"], "data_seed")
+    return int(spec["seed"] if value is None else value)
+
+
 class Testbed(Protocol):
     """A testbed: what a run records of the config and how its model is built (class level),
     and one run's model and data as the training loop uses them (an instance, made from the
@@ -117,7 +140,9 @@ class Testbed(Protocol):
 
     Optional: ``health_batch(model, device)`` runs ``model`` on a fixed validation batch; where
     a testbed has it, the training loop records norm health on that batch at every evaluation
-    (:func:`normlab.experiment.training.train.health_record`)."""
+    (:func:`normlab.experiment.training.train.health_record`). ``full_evaluate(device)``: the
+    validation record's values on the whole validation split (``train.full_val``; the text
+    testbeds, whose ``evaluate`` sees ``train.eval_windows`` windows of it)."""
 
     name: ClassVar[str]
     """The experiment config's ``testbed`` value."""
@@ -131,8 +156,9 @@ class Testbed(Protocol):
     data_fingerprint: str
 
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
-        """One run of this testbed: its model (paired initialisation for ``spec["seed"]``) and
-        data (checked against ``spec["data"]["fingerprint"]``)."""
+        """One run of this testbed: its model (paired initialisation for :func:`init_seed`),
+        its batches (drawn from :func:`data_seed`) and data (checked against
+        ``spec["data"]["fingerprint"]``)."""
 
     @staticmethod
     def run_settings(cfg: Experiment, data_info: dict[str, Any]) -> dict[str, Any]:
@@ -168,6 +194,13 @@ class Testbed(Protocol):
 
     def train_loss(self, device: torch.device) -> torch.Tensor:
         """The next training batch's loss (a 0-d tensor with a graph)."""
+
+    def stream_state(self) -> object:
+        """Where the training batches are (a copy): :meth:`restore_stream` with it makes the
+        next batches the ones that followed then."""
+
+    def restore_stream(self, state: object) -> None:
+        """Put the training batches back where :meth:`stream_state` found them."""
 
     def evaluate(self, device: torch.device) -> dict[str, float]:
         """The validation record's values: ``val_loss`` (and, for the GPT, ``val_bpb``)."""

@@ -21,7 +21,13 @@ from torch import nn
 from normlab.data.shapes import balanced_selection, load_shapes, prepare_shapes, unpatchify
 from normlab.experiment.measure.evaluate import flow_validation_loss, generate_samples
 from normlab.experiment.measure.posttrain import BFloat16Inputs, posttrain_summary
-from normlab.experiment.testbeds.base import Experiment, TestbedConfig, check_fingerprint
+from normlab.experiment.testbeds.base import (
+    Experiment,
+    TestbedConfig,
+    check_fingerprint,
+    data_seed,
+    init_seed,
+)
 from normlab.models import (
     DiT,
     DiTConfig,
@@ -149,7 +155,8 @@ def dit_parameter_groups(model: DiT) -> dict[str, list[str]]:
 class DiTTestbed:
     """The DiT testbed: the embedded shapes, made again from ``spec["shapes"]`` and checked
     against ``spec["data"]["fingerprint"]``; paired batches, noises and times from the run's
-    seed."""
+    data seed (:func:`~normlab.experiment.testbeds.base.data_seed`), its initial weights from
+    its init seed."""
 
     name: ClassVar[str] = "dit"
     config: ClassVar[TestbedConfig] = TestbedConfig(
@@ -169,6 +176,8 @@ class DiTTestbed:
             "(text) is for the gpt testbed",
             "margin_bpb": "the dit testbed's equivalence margin is margin_val_loss",
             "train.eval_windows": "the dit testbed validates on every image of shapes.n_val",
+            "train.full_val": "the dit testbed already validates on every image of "
+            "shapes.n_val (its val_loss is the whole split's)",
         },
         arms_hint="two or more norms (--norms, e.g. adaln_zero,adarms; the dit testbed is "
         "pre-norm only)",
@@ -226,7 +235,7 @@ class DiTTestbed:
                 f"model: seq_len {cfg.seq_len} and in_channels {cfg.in_channels} do not match the "
                 f"data's tokens {tuple(data.train.shape[1:])}"
             )
-        self.model = build_dit(cfg, spec["seed"])
+        self.model = build_dit(cfg, init_seed(spec))
         self.conditional = cfg.n_classes > 0
         self.null_class = cfg.null_class
         self.batch_size = t["batch_size"]
@@ -237,7 +246,7 @@ class DiTTestbed:
             data.train,
             data.train_labels,
             t["batch_size"],
-            spec["seed"],
+            data_seed(spec),
             distribution,
             label_dropout=dit.label_dropout,
             null_class=self.null_class,
@@ -275,6 +284,12 @@ class DiTTestbed:
 
     def train_loss(self, device: torch.device) -> torch.Tensor:
         return self._loss(self.batches.next(), device)
+
+    def stream_state(self) -> object:
+        return self.batches.get_state()
+
+    def restore_stream(self, state: object) -> None:
+        self.batches.set_state(state)  # type: ignore[arg-type]
 
     def evaluate(self, device: torch.device) -> dict[str, float]:
         """The flow-matching loss on the validation triples with their true labels (no label

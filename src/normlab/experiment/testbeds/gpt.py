@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.console import Console
 from torch import nn
 
-from normlab.data.batches import TrainBatches, validation_windows
+from normlab.data.batches import OffsetWindows, TrainBatches, split_offsets, validation_windows
 from normlab.data.cache import (
     DEFAULT_MAX_BYTES,
     DEFAULT_VAL_FRACTION,
@@ -31,6 +31,8 @@ from normlab.experiment.testbeds.base import (
     baseline_factors,
     check_data_fits,
     check_fingerprint,
+    data_seed,
+    init_seed,
 )
 from normlab.models import GPT, GPTConfig, GPTSettings, build_gpt
 from normlab.models.config import ConfigModel
@@ -167,7 +169,7 @@ class GPTTestbed:
         summary="gpt (byte-level GPT)",
         sections={"model": GPTSettings, "data": DataSettings},
         sample_length=("model", "context"),
-        options=("margin_bpb", "train.eval_windows"),
+        options=("margin_bpb", "train.eval_windows", "train.full_val"),
         ladder=GPT_LADDER,
     )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("gpt").validation_fields
@@ -219,10 +221,11 @@ class GPTTestbed:
         data = load_tokens(Path(run_dir).parent.parent / "data")
         check_fingerprint(data.info["fingerprint"], spec, "cache")
         cfg = gpt_config(spec)
-        self.model = build_gpt(cfg, spec["seed"])
+        self.model = build_gpt(cfg, init_seed(spec))
         self.batch_size = t["batch_size"]
-        self.batches = TrainBatches(data.train, t["batch_size"], cfg.context, spec["seed"])
+        self.batches = TrainBatches(data.train, t["batch_size"], cfg.context, data_seed(spec))
         self.windows = validation_windows(data.val, cfg.context, t["eval_windows"])
+        self.val, self.context = data.val, cfg.context
         self.tokens_per_step = t["batch_size"] * cfg.context
         self.data_fingerprint = data.info["fingerprint"]
 
@@ -234,8 +237,24 @@ class GPTTestbed:
         _, loss = self.model(x.to(device), y.to(device))
         return loss
 
+    def stream_state(self) -> object:
+        return self.batches.get_state()
+
+    def restore_stream(self, state: object) -> None:
+        self.batches.set_state(state)  # type: ignore[arg-type]
+
     def evaluate(self, device: torch.device) -> dict[str, float]:
         val_loss = validation_loss(self.model, self.windows, self.batch_size, str(device))
+        return {"val_loss": val_loss, "val_bpb": bits_per_byte(val_loss)}
+
+    def full_evaluate(self, device: torch.device) -> dict[str, float]:
+        """``val_loss`` and ``val_bpb`` over every non-overlapping window of ``context + 1``
+        bytes of the validation split (:func:`normlab.data.batches.split_offsets`), in batches
+        of ``batch_size``, drawing no random numbers."""
+        split = OffsetWindows(
+            self.val, split_offsets(self.val.shape[0], self.context), self.context + 1
+        )
+        val_loss = validation_loss(self.model, split, self.batch_size, str(device))
         return {"val_loss": val_loss, "val_bpb": bits_per_byte(val_loss)}
 
     def parameter_groups(self) -> dict[str, list[str]]:

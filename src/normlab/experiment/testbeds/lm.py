@@ -27,13 +27,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import numpy as np
 import torch
 from pydantic import BaseModel, Field, field_validator
 from rich.console import Console
 from torch import nn
 
 from normlab.data import BpbTally, corpus_bpe, load_tokenizer, window_bytes
-from normlab.data.batches import TrainBatches, validation_windows
+from normlab.data.batches import OffsetWindows, TrainBatches, split_offsets, validation_windows
 from normlab.data.cache import check_source, load_tokens, prepare_tokens
 from normlab.data.pretokenized import is_pretokenized, open_token_source
 from normlab.experiment.measure.posttrain import posttrain_summary
@@ -44,6 +45,8 @@ from normlab.experiment.testbeds.base import (
     baseline_factors,
     check_data_fits,
     check_fingerprint,
+    data_seed,
+    init_seed,
 )
 from normlab.experiment.testbeds.gpt import DataSettings, bpb_quality
 from normlab.models.config import ConfigModel
@@ -306,6 +309,7 @@ class LMTestbed:
             "data.bpe_merges",
             "margin_bpb",
             "train.eval_windows",
+            "train.full_val",
         ),
         train_defaults=LM_TRAIN_DEFAULTS,
         check_norm=check_slot_norm,
@@ -402,15 +406,16 @@ class LMTestbed:
                 f"data: the cache's vocabulary is {data.vocab_size}, run.json expects "
                 f"{spec['data']['vocab_size']}"
             )
-        self.model: SourceLM = self.build_model(spec, spec["seed"])  # type: ignore[assignment]
+        self.model: SourceLM = self.build_model(spec, init_seed(spec))  # type: ignore[assignment]
         context = spec["lm"]["context"]
         self.context = context
         self.batch_size = t["batch_size"]
-        self.batches = TrainBatches(data.train, t["batch_size"], context, spec["seed"])
+        self.batches = TrainBatches(data.train, t["batch_size"], context, data_seed(spec))
         self.windows = validation_windows(data.val, context, t["eval_windows"])
         self.window_bytes = window_bytes(
             data.val_bytes, data.val.shape[0], context, t["eval_windows"]
         )
+        self.val, self.val_bytes = data.val, data.val_bytes
         self.tokens_per_step = t["batch_size"] * context
         self.data_fingerprint = data.info["fingerprint"]
 
@@ -434,16 +439,31 @@ class LMTestbed:
         x, y = self.batches.next()
         return self._loss(self.model, x.to(device), y.to(device))
 
+    def stream_state(self) -> object:
+        return self.batches.get_state()
+
+    def restore_stream(self, state: object) -> None:
+        self.batches.set_state(state)  # type: ignore[arg-type]
+
     @torch.no_grad()
-    def _tally(self, model: nn.Module, device: torch.device) -> BpbTally:
-        """Σ nats, tokens and bytes over the validation windows, in eval mode (restored)."""
+    def _tally(
+        self,
+        model: nn.Module,
+        device: torch.device,
+        windows: torch.Tensor | OffsetWindows | None = None,
+        covered_bytes: torch.Tensor | OffsetWindows | None = None,
+    ) -> BpbTally:
+        """Σ nats, tokens and bytes over ``windows`` (default: the validation windows) whose
+        predicted tokens cover ``covered_bytes``, in eval mode (restored)."""
+        if windows is None or covered_bytes is None:
+            windows, covered_bytes = self.windows, self.window_bytes
         was_training = model.training
         model.eval()
         tally = BpbTally()
         try:
-            for start in range(0, self.windows.shape[0], self.batch_size):
-                chunk = self.windows[start : start + self.batch_size].to(device)
-                covered = self.window_bytes[start : start + self.batch_size]
+            for start in range(0, windows.shape[0], self.batch_size):
+                chunk = windows[start : start + self.batch_size].to(device)
+                covered = covered_bytes[start : start + self.batch_size]
                 tally.add(model(chunk[:, :-1]), chunk[:, 1:], covered.to(device))
         finally:
             model.train(was_training)
@@ -452,6 +472,20 @@ class LMTestbed:
     def evaluate(self, device: torch.device) -> dict[str, float]:
         """``val_loss`` = Σ nats / tokens (nats per token), ``val_bpb`` = Σ nats / ln 2 / bytes."""
         tally = self._tally(self.model, device)
+        return {"val_loss": tally.loss, "val_bpb": tally.bpb}
+
+    def full_evaluate(self, device: torch.device) -> dict[str, float]:
+        """:meth:`evaluate` over every non-overlapping window of ``lm.context + 1`` tokens of
+        the validation split (:func:`normlab.data.batches.split_offsets`), in batches of
+        ``batch_size``, drawing no random numbers."""
+        offsets = split_offsets(self.val.shape[0], self.context)
+        counts = self.val_bytes
+        if counts is None:  # bytes: every token covers one
+            counts = np.broadcast_to(np.int64(1), self.val.shape)
+        windows = OffsetWindows(self.val, offsets, self.context + 1)
+        tally = self._tally(
+            self.model, device, windows, OffsetWindows(counts, offsets, self.context, 1)
+        )
         return {"val_loss": tally.loss, "val_bpb": tally.bpb}
 
     def parameter_groups(self) -> dict[str, list[str]]:

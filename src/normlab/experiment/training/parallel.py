@@ -195,9 +195,9 @@ def main_rank_model(task: Any, spec: dict[str, Any], trained: nn.Module, par: Ru
     state = full_state_dict(trained)
     if not par.ctx.is_main:
         return False
-    from normlab.experiment.testbeds import build_model
+    from normlab.experiment.testbeds import build_model, init_seed
 
-    model = build_model(spec, spec["seed"])
+    model = build_model(spec, init_seed(spec))
     model.load_state_dict(state)
     task.model = model.to(par.ctx.device)
     return True

@@ -31,6 +31,7 @@ __all__ = [
     "DEFAULT_PRECISION",
     "TRAINING_PRECISIONS",
     "PrecisionStep",
+    "StepOutcome",
     "autocast_for",
     "check_precision",
 ]

@@ -12,6 +12,13 @@ gradient scaler skips (inf/NaN in the scaled gradients) is counted in ``n_skippe
 neither a divergence nor a gradient anomaly. Norm health (:mod:`normlab.experiment.measure.health`)
 is recorded after every evaluation on a fixed validation batch, in float32, without drawing random
 numbers, so it changes nothing of the training.
+
+Options of budget and noise studies (absent from a run config, they change nothing): the
+schedule (:func:`normlab.experiment.training.schedule.schedule_of`: cosine, or wsd), cooldowns
+branched from the stable run (``train.branches``, :mod:`normlab.experiment.training.branches`),
+the final model on the whole validation split (``train.full_val``) and an average of the last
+weights (``train.average_last``, :mod:`normlab.experiment.measure.averaging`), whose fields
+follow the summary's (:meth:`RunLoop.option_fields`).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -30,19 +38,29 @@ from torch import nn
 from normlab._resources import peak_memory
 from normlab.experiment.measure.activations import SavedActivationBytes
 from normlab.experiment.measure.anomaly import SpikeDetector, SpikeRule
+from normlab.experiment.measure.averaging import WeightAverage
 from normlab.experiment.measure.health import norm_health
-from normlab.experiment.testbeds import Testbed, make_testbed
+from normlab.experiment.testbeds import Testbed, data_seed, make_testbed, testbed_of
 from normlab.experiment.training import parallel as par_
-from normlab.experiment.training.precision import DEFAULT_PRECISION, PrecisionStep, autocast_for
-from normlab.experiment.training.schedule import lr_at, make_optimizer
+from normlab.experiment.training.branches import branch_entry, branch_plan, run_branch
+from normlab.experiment.training.precision import (
+    DEFAULT_PRECISION,
+    PrecisionStep,
+    StepOutcome,
+    autocast_for,
+)
+from normlab.experiment.training.schedule import make_optimizer, schedule_of
 from normlab.experiment.training.step_timer import StepTimer
 from normlab.models import GPTConfig, combined_digest, shared_parameter_digests
 from normlab.models.mup import set_lr
 from normlab.run_format import (
     ANOMALY_RECORD,
+    AVERAGED_PREFIX,
+    BRANCHES_FIELD,
     DIVERGED,
     EVAL_RECORD,
     FINISHED,
+    FULL_VAL_PREFIX,
     GRAD_SPIKE,
     HEALTH_RECORD,
     LAYER_GRAD_RECORD,
@@ -51,8 +69,11 @@ from normlab.run_format import (
     NONFINITE_LOSS,
     POSTTRAIN_FIELDS,
     TRAIN_RECORD,
+    prefixed,
+    testbed_format,
 )
 from normlab.run_format.folder import append_record
+from normlab.run_format.train_options import fraction_steps, train_option
 
 
 class RunAborted(RuntimeError):
@@ -147,23 +168,41 @@ def train_run(
     run = RunLoop(spec, Path(run_dir))
     if wait_for_start is not None:
         wait_for_start()
-    run.begin()
-    for step in range(1, run.total_steps + 1):
+
+    def check_stop(step: int) -> None:
         if should_stop is not None and should_stop():
             raise RunAborted(f"stopped at step {step}: the grid's process is gone")
+
+    run.begin()
+    run.branch_off(0, check_stop)
+    for step in range(1, run.total_steps + 1):
+        check_stop(step)
         if not run.train_step(step):
             break  # diverged
         if step % run.t["eval_interval"] == 0 or step == run.total_steps:
             run.evaluate(step)
+        run.branch_off(step, check_stop)
         if on_step is not None:
             on_step(step)
     return run.summary()
 
 
+@dataclass
+class StepResult:
+    """One optimiser step: the (global) loss, the precision's outcome, whether loss and
+    gradient were finite (a step the fp16 scaler skipped counts as finite), its seconds."""
+
+    loss: float
+    outcome: StepOutcome
+    finite: bool
+    step_time: float
+
+
 class RunLoop:
     """One run's training, step by step: :meth:`__init__` sets it up (paired model checked,
     warm-up, optimiser), :meth:`begin` starts the clocks and evaluates step 0,
-    :meth:`train_step` trains one step and logs it, :meth:`evaluate` validates, and
+    :meth:`train_step` trains one step (:meth:`optimise`) and logs it, :meth:`evaluate`
+    validates, :meth:`branch_off` trains the cooldowns that branch off after a step, and
     :meth:`summary` makes the run's summary. Rank 0 alone writes ``metrics.jsonl``."""
 
     def __init__(self, spec: dict[str, Any], run_dir: Path) -> None:
@@ -172,7 +211,7 @@ class RunLoop:
         self.par = par = par_.run_parallel(spec)  # one process: rank 0 of 1, nothing changes
         self.device = device = par.ctx.device
         torch.set_num_threads(spec["threads"])
-        torch.manual_seed(spec["seed"])
+        torch.manual_seed(data_seed(spec))  # the run's seed unless train.data_seed is set
         self.task = task = make_testbed(spec, run_dir)
         self.model = model = task.model
         check_paired_start(model, spec)
@@ -202,6 +241,22 @@ class RunLoop:
         self.evals: list[dict[str, Any]] = []
         self.counts = {LOSS_SPIKE: 0, GRAD_SPIKE: 0, "clipped": 0}
         self.status, self.diverged_at, self.steps_done = FINISHED, None, 0
+        self.set_up_options()
+
+    def set_up_options(self) -> None:
+        """The schedule, and the run options' state: the branches' plan and records, the
+        whole-split evaluation, the weight average (none of them for a run without them)."""
+        t = self.t
+        self.schedule = schedule_of(t)
+        budgets = train_option(t, "branches")
+        self.branch_plan = branch_plan(self.schedule, budgets) if budgets else {}
+        self.branches: dict[int, dict[str, Any]] = {}
+        self.full_val = bool(train_option(t, "full_val"))
+        fraction = train_option(t, "average_last")
+        self.averager = None
+        if fraction is not None:
+            first = self.total_steps - fraction_steps(self.total_steps, fraction) + 1
+            self.averager = WeightAverage(self.model, first)
 
     def log(self, record: dict[str, Any]) -> None:
         """Append ``record`` to the run's ``metrics.jsonl`` (rank 0 writes the run's files)."""
@@ -237,14 +292,13 @@ class RunLoop:
         if health is not None:
             self.log(health)
 
-    def train_step(self, step: int) -> bool:
-        """One optimiser step at the scheduled learning rate, timed and logged (``train``
-        record, and ``layer_grad_norms`` every ``layer_grad_interval`` steps), then the
-        divergence and spike checks. False when the loss or gradient was not finite (the run
-        diverged and stops)."""
-        t, par, device, precision = self.t, self.par, self.device, self.precision
-        lr = lr_at(step, t["lr"], self.total_steps, t["warmup"], t["min_lr_ratio"])
-        set_lr(self.optimizer, lr)  # each group at lr · its μP multiplier (1 under sp)
+    def optimise(self, lr: float, read_layers: bool) -> StepResult:
+        """One optimiser step at rate ``lr`` (each group at lr · its μP multiplier, 1 under
+        sp), timed: the next batch's loss under the precision's autocast, backward, the
+        per-group gradient norms when ``read_layers``, clipping and the step. Nothing logged:
+        the run's steps and a branch's share it."""
+        par, device, precision = self.par, self.device, self.precision
+        set_lr(self.optimizer, lr)
         self.timer.start()
         with precision.autocast():
             loss = self.task.train_loss(device)
@@ -255,13 +309,25 @@ class RunLoop:
             loss_value,
             partial(par_.grad_norm, self.params, self.max_norm, par),
             partial(par_.layer_grad_norms, self.trained, self.groups, par, _group_grad_norms)
-            if step % t["layer_grad_interval"] == 0
+            if read_layers
             else None,
         )
         grad_norm, skipped = outcome.grad_norm, outcome.skipped
         finite = math.isfinite(loss_value) and (math.isfinite(grad_norm) or skipped)
         _sync(device)
-        step_time = self.timer.stop()  # CUDA events on a GPU
+        return StepResult(loss_value, outcome, finite, self.timer.stop())  # CUDA events on a GPU
+
+    def train_step(self, step: int) -> bool:
+        """One optimiser step at the scheduled learning rate (:meth:`optimise`), logged
+        (``train`` record, and ``layer_grad_norms`` every ``layer_grad_interval`` steps), then
+        the divergence and spike checks, and the weight average's update. False when the loss
+        or gradient was not finite (the run diverged and stops)."""
+        t, precision = self.t, self.precision
+        lr = self.schedule.lr(step)
+        result = self.optimise(lr, step % t["layer_grad_interval"] == 0)
+        outcome, loss_value, finite = result.outcome, result.loss, result.finite
+        grad_norm, skipped = outcome.grad_norm, outcome.skipped
+        step_time = result.step_time
         self.train_time += step_time
         self.steps_done = step
         clipped = outcome.stepped and grad_norm > self.max_norm
@@ -290,7 +356,20 @@ class RunLoop:
             self.status, self.diverged_at = DIVERGED, step
             return False
         self.check_spikes(step, loss_value, None if skipped else grad_norm)
+        if self.averager is not None:
+            self.averager.update(step)
         return True
+
+    def branch_off(self, step: int, check_stop: Callable[[int], None]) -> None:
+        """Train, evaluate and log every cooldown that starts after ``step``
+        (:func:`normlab.experiment.training.branches.run_branch`), the run's state put back
+        after each; the run's clock (``wall_s``) leaves their time out."""
+        for budget in self.branch_plan.get(step, ()):
+            started = time.perf_counter()
+            record = run_branch(self, step, budget, check_stop)
+            self.log(record)
+            self.branches[budget] = record
+            self.wall_start += time.perf_counter() - started
 
     def check_spikes(self, step: int, loss: float, grad_norm: float | None) -> None:
         """Feed the loss (and the gradient norm, unless the step was skipped) to the spike
@@ -333,6 +412,7 @@ class RunLoop:
         if final is not None:
             quality.update(task.finish(device))
             posttrain.update(task.posttrain(device, final))
+        options = self.option_fields(final is not None)
         return {
             "run_id": spec["run_id"],
             "arm": spec["arm"],
@@ -366,7 +446,45 @@ class RunLoop:
             "threads": torch.get_num_threads(),
             "data_fingerprint": task.data_fingerprint,
             **ranks,
+            **options,  # the run options' fields, only where the run sets them
         }
+
+    def option_fields(self, finished: bool) -> dict[str, Any]:
+        """The summary fields of the run's options, after every other field (none for a run
+        without them): ``train.full_val``: the final model on the whole validation split
+        (``full_`` + each ``eval`` field); ``train.average_last``: the averaged weights
+        (``avg_`` + each, and ``avg_full_`` + each with ``full_val``); ``train.branches``:
+        ``branches``, {B: its entry} for every branch the run reached. Unless the run finished,
+        the evaluations' fields (as :attr:`TestbedFormat.optional` names them) are null."""
+        task, device = self.task, self.device
+        wanted = [FULL_VAL_PREFIX] if self.full_val else []
+        if self.averager is not None:
+            wanted.append(AVERAGED_PREFIX)
+            wanted += [AVERAGED_PREFIX + FULL_VAL_PREFIX] if self.full_val else []
+        fields: dict[str, Any] = {}
+        if not finished:
+            declared = testbed_format(testbed_of(self.spec)).optional_fields
+            fields = {f: None for p in wanted for f in declared if _variant_of(f) == p}
+        else:
+            if self.full_val:
+                fields.update(prefixed(FULL_VAL_PREFIX, task.full_evaluate(device)))
+            if self.averager is not None:
+                with self.averager.swapped_in():
+                    fields.update(prefixed(AVERAGED_PREFIX, task.evaluate(device)))
+                    if self.full_val:
+                        full = task.full_evaluate(device)
+                        fields.update(prefixed(AVERAGED_PREFIX + FULL_VAL_PREFIX, full))
+        if self.branch_plan:
+            entries = {str(b): branch_entry(r) for b, r in sorted(self.branches.items())}
+            fields[BRANCHES_FIELD] = entries
+        return fields
+
+
+def _variant_of(field: str) -> str:
+    """The evaluation variant of an optional field: its prefix before ``val_`` (``full_``,
+    ``avg_``, ``avg_full_``), "" for others."""
+    head, found, _ = field.partition("val_")
+    return head if found else ""
 
 
 def check_paired_start(model: nn.Module, spec: dict[str, Any]) -> None:
