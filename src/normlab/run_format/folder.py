@@ -17,8 +17,9 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`read_analysis`, :func:`run_folders`; the trackers' stores of ``compare --log-to``:
   :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
 - a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
-  (``ladder.json``), :func:`rung_path` (each rung's compare folder) and :func:`ladder_run_id` /
-  :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``);
+  (``ladder.json``), :func:`write_ladder_analysis` (its ``summary.json``), :func:`rung_path`
+  (each rung's compare folder) and :func:`ladder_run_id` / :func:`split_ladder_run_id`
+  (``<key>=<value>/<run_id>``);
 - a learning-rate sweep (``compare --lr-sweep``): :func:`sweep_path` (each rate's compare
   folder of tuning runs).
 
@@ -66,6 +67,7 @@ from normlab.run_format.files import (
     TRACKERS_RECORD_FILE,
     run_dir,
 )
+from normlab.run_format.ladder import LADDER_KEY
 from normlab.run_format.records import TRAIN_RECORD
 from normlab.run_format.script import FINGERPRINT_FILE, SCRIPT_LOG_FILE
 
@@ -102,6 +104,7 @@ __all__ = [
     "write_experiment",
     "write_fingerprint",
     "write_images",
+    "write_ladder_analysis",
     "write_records",
     "write_run_config",
     "write_sequential",
@@ -402,6 +405,12 @@ def write_ladder_plan(out: Path | str, record: dict[str, Any]) -> Path:
 def read_ladder_plan(out: Path | str) -> dict[str, Any]:
     """``out/ladder.json``; ``ValueError`` naming the file if it is not a JSON object."""
     return read_json_object(Path(out) / LADDER_FILE)
+
+
+def write_ladder_analysis(out: Path | str, ladder: dict[str, Any], plan: dict[str, Any]) -> Path:
+    """Write a ladder folder's analysis, ``out/summary.json`` = {:data:`LADDER_KEY`: ``ladder``
+    (the fit and predictions), ``plan``: its ``ladder.json``}, atomically."""
+    return write_analysis(out, {LADDER_KEY: ladder, "plan": plan})
 
 
 def rung_path(out: Path | str, setting: str) -> Path:
