@@ -4,7 +4,8 @@ Every module that reads or writes a run's folder (``runs/<run_id>/``) or the fol
 records calls these functions, by the names that :mod:`normlab.run_format.files` declares:
 
 - a run folder: :func:`create_run` (empty it, write ``run.json``), :func:`read_run_config`,
-  :func:`write_summary` / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
+  :func:`write_summary` (called by :mod:`normlab.run_format.summary` alone, which every module
+  that ends a run calls) / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
   and :func:`read_records` (``metrics.jsonl``; :func:`write_records` writes it whole, for an
   import), :class:`MetricsTail` (the last step logged, read as the file grows),
   :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths of those files for
@@ -231,7 +232,9 @@ def has_summary(run: Path | str) -> bool:
 
 
 def write_summary(run: Path | str, summary: dict[str, Any]) -> Path:
-    """Write the run's ``summary.json`` atomically (non-finite numbers as null)."""
+    """Write the run's ``summary.json`` atomically (non-finite numbers as null). Only
+    :mod:`normlab.run_format.summary` calls it (:func:`~normlab.run_format.summary.finish_run`,
+    :func:`~normlab.run_format.summary.record_crash`)."""
     return write_json_atomic(summary_path(run), summary)
 
 

@@ -51,8 +51,10 @@ from normlab.run_format import (
     NONFINITE_LOSS,
     POSTTRAIN_FIELDS,
     TRAIN_RECORD,
+    testbed_format,
 )
 from normlab.run_format.folder import append_record
+from normlab.run_format.summary import build_summary
 
 
 class RunAborted(RuntimeError):
@@ -309,8 +311,9 @@ class RunLoop:
         self.log({"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z})
 
     def summary(self) -> dict[str, Any]:
-        """The run's summary (summary.json's fields, in order); {} on ranks other than 0.
-        A finished run first gets its testbed's end-of-run fields and post-training numbers."""
+        """The run's summary (:func:`normlab.run_format.summary.build_summary` from what the
+        loop measured); {} on ranks other than 0. A finished run first gets its testbed's
+        end-of-run fields and post-training numbers."""
         spec, task, device, par = self.spec, self.task, self.device, self.par
         peak_bytes, peak_kind = peak_memory(device)
         tokens_per_s = statistics.median(self.throughputs) if self.throughputs else None
@@ -333,14 +336,8 @@ class RunLoop:
         if final is not None:
             quality.update(task.finish(device))
             posttrain.update(task.posttrain(device, final))
-        return {
-            "run_id": spec["run_id"],
-            "arm": spec["arm"],
-            "seed": spec["seed"],
-            "norm": spec["norm"],
-            "placement": spec["placement"],
+        measured = {
             "precision": run_precision(spec),
-            "status": self.status,
             "diverged_at": self.diverged_at,
             "steps": self.steps_done,
             "tokens": self.steps_done * self.tokens_per_step,
@@ -367,6 +364,7 @@ class RunLoop:
             "data_fingerprint": task.data_fingerprint,
             **ranks,
         }
+        return build_summary(testbed_format(spec.get("testbed")), spec, self.status, measured)
 
 
 def check_paired_start(model: nn.Module, spec: dict[str, Any]) -> None:
