@@ -55,10 +55,9 @@ from normlab.run_format.folder import (
     read_run_config,
     write_fingerprint,
     write_run_config,
-    write_summary,
 )
 from normlab.run_format.script import ENV, RUN_DIR_ENV, SEED_ENV
-from normlab.run_format.testbeds import parse_script_testbed
+from normlab.run_format.summary import IDENTITY, build_summary, finish_run
 
 __all__ = ["DEFAULT_ROOT", "Run", "batch_digest", "init", "shared_digests"]
 
@@ -139,8 +138,6 @@ class Run:
         self.run_dir = Path(run_dir)
         self.active = active
         self.finished = False
-        self._metric: str | None = None
-        self._lower = True
         self._started = time.perf_counter()
         self._tokens = 0
         self._first_log: tuple[float, int] | None = None
@@ -170,9 +167,6 @@ class Run:
                 "train": {"steps": 0},
             }
             write_run_config(self.run_dir, spec)
-        fmt_metric = parse_script_testbed(spec.get("testbed"))
-        if fmt_metric is not None:
-            self._metric, self._lower = fmt_metric
         return spec
 
     # -- logging -------------------------------------------------------------------------------
@@ -244,53 +238,40 @@ class Run:
         return (n1 - n0) / (t1 - t0) if t1 > t0 and n1 > n0 else None
 
     def summary(self, status: str, **extra: Any) -> dict[str, Any]:
-        """The run's summary: identity, status, ``steps`` (the last step logged), ``tokens``,
-        ``final_<m>`` for every metric logged with :meth:`log_eval` (and ``best_<m>`` for the
-        metric compare judges: its minimum, or maximum when higher is better),
-        ``final_train_loss`` (the last ``loss`` logged), ``tokens_per_s``
-        (:meth:`throughput`), ``peak_memory_bytes`` (:func:`normlab._resources.peak_memory`:
-        CUDA's max allocated bytes when CUDA is in use, else the peak resident set), ``wall_s``;
-        ``extra`` overrides or adds fields."""
+        """The run's summary (:func:`normlab.run_format.summary.build_summary`): identity,
+        status, ``steps`` (the last step logged), ``tokens``, ``final_train_loss`` (the last
+        ``loss`` logged), ``tokens_per_s`` (:meth:`throughput`), ``peak_memory_bytes``
+        (:func:`normlab._resources.peak_memory`: CUDA's max allocated bytes when CUDA is in use,
+        else the peak resident set), ``wall_s``; then ``final_<m>`` for every metric logged with
+        :meth:`log_eval` and ``best_<m>`` for the metric compare judges (its best finite value:
+        :func:`normlab.run_format.summary.logged_quality`); ``extra`` overrides or adds
+        fields."""
         spec = self._spec if self.active else {}
         fmt = testbed_format(spec["testbed"]) if "testbed" in spec else None
-        summary: dict[str, Any] = dict.fromkeys(fmt.summary_fields) if fmt else {}
-        for key in ("run_id", "arm", "seed", "norm", "placement", "precision"):
-            summary[key] = spec.get(key, getattr(self, key, None))
+        identity = {key: spec.get(key, getattr(self, key, None)) for key in IDENTITY}
         device = torch.device("cuda") if torch.cuda.is_initialized() else torch.device("cpu")
         peak, kind = peak_memory(device)
-        summary.update(
-            status=status,
-            diverged_at=self._diverged_at,
-            steps=self._last_step,
-            tokens=self._tokens,
-            final_train_loss=self._last_loss,
-            tokens_per_s=self.throughput(),
-            peak_memory_bytes=peak,
-            peak_memory_kind=kind,
-            wall_s=time.perf_counter() - self._started,
-            device=str(device),
-            torch_version=torch.__version__,
-            threads=torch.get_num_threads(),
-        )
-        for name, values in self._evals.items():
-            summary[f"final_{name}"] = values[-1]
-        if self._metric in self._evals:
-            finite = [v for v in self._evals[self._metric] if math.isfinite(v)]
-            if finite:
-                summary[f"best_{self._metric}"] = min(finite) if self._lower else max(finite)
-        summary.update(extra)
-        return summary
+        measured = {
+            "diverged_at": self._diverged_at,
+            "steps": self._last_step,
+            "tokens": self._tokens,
+            "final_train_loss": self._last_loss,
+            "tokens_per_s": self.throughput(),
+            "peak_memory_bytes": peak,
+            "peak_memory_kind": kind,
+            "wall_s": time.perf_counter() - self._started,
+            "device": str(device),
+            "torch_version": torch.__version__,
+            "threads": torch.get_num_threads(),
+        }
+        return build_summary(fmt, identity, status, measured, logged=self._evals, extra=extra)
 
     def finish(self, **extra: Any) -> dict[str, Any]:
         """Write ``summary.json`` (:meth:`summary`; status ``diverged`` when a logged value was
         not finite, else ``finished``) and return it. ``extra`` gives measured values the API
         cannot see (e.g. ``tokens_per_s=…``, ``peak_memory_bytes=…``) or adds fields."""
         status = DIVERGED if self._diverged_at is not None else FINISHED
-        summary = self.summary(status, **extra)
-        if self.active:
-            write_summary(self.run_dir, summary)
-        self.finished = True
-        return summary
+        return self._end(self.summary(status, **extra))
 
     def crash(self, error: BaseException) -> dict[str, Any]:
         """Write a ``crashed`` summary holding ``error`` and its traceback, and return it."""
@@ -299,8 +280,11 @@ class Run:
             error=f"{type(error).__name__}: {error}",
             traceback="".join(traceback.format_exception(error)),
         )
+        return self._end(summary)
+
+    def _end(self, summary: dict[str, Any]) -> dict[str, Any]:
         if self.active:
-            write_summary(self.run_dir, summary)
+            finish_run(self.run_dir, summary)
         self.finished = True
         return summary
 

@@ -32,12 +32,12 @@ from normlab.data import (
 from normlab.experiment.config import ConfigError, validate_config
 from normlab.experiment.execution.executors import _outcome
 from normlab.experiment.execution.grid import plan_runs
-from normlab.experiment.execution.summaries import crashed_summary, summary_fields
 from normlab.experiment.testbeds import build_model, make_testbed
 from normlab.experiment.testbeds.dit import dit_config
 from normlab.models import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT, shared_parameter_digests
 from normlab.models.flow_batches import FlowBatches, validation_triples
 from normlab.report import build_report
+from normlab.run_format.summary import crashed_summary
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
 TINY_DIT: dict[str, Any] = {
@@ -380,7 +380,7 @@ def test_batches_visit_every_image_once_per_epoch() -> None:
 
 def test_summary_fields_and_progress_line_follow_the_testbed(tmp_path: Path) -> None:
     spec = _planned(tmp_path, seeds=1)[0]
-    fields = summary_fields(spec)
+    fields = run_format.testbed_format(spec.get("testbed")).summary_fields
     assert "best_val_loss" in fields and not any("bpb" in f for f in fields)
     crashed = crashed_summary(spec, "RuntimeError: boom", "trace")
     assert not any("bpb" in k for k in crashed) and crashed["status"] == "crashed"
@@ -423,7 +423,7 @@ def test_end_to_end_writes_dit_metrics_analysis_and_report(
     run = out / "runs" / "adarms-pre__s1"
     spec = json.loads((run / "run.json").read_text())
     summary = json.loads((run / "summary.json").read_text())
-    assert list(summary) == list(summary_fields(spec))
+    assert list(summary) == list(run_format.testbed_format(spec.get("testbed")).summary_fields)
     assert summary["status"] == "finished" and summary["steps"] == 4
     assert summary["tokens"] == 4 * 4 * 4  # steps × images × patches per image
     assert summary["best_val_loss"] <= summary["final_val_loss"] < 2.5

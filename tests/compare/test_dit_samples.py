@@ -22,7 +22,6 @@ from normlab import run_format
 from normlab.cli import app
 from normlab.data import SHAPE_CLASSES, make_shapes, unpatchify
 from normlab.data.shapes import balanced_selection
-from normlab.experiment.execution.summaries import summary_fields
 from normlab.experiment.testbeds import QUALITY_FIELDS, make_testbed
 from normlab.experiment.testbeds import dit as dit_testbed
 from normlab.experiment.testbeds.dit import SAMPLE_GRID, SAMPLE_STEPS, SW2_PROJECTIONS
@@ -148,7 +147,7 @@ def test_finished_dit_runs_record_sw2_and_keep_samples(dit_out: Path) -> None:
     for run in sorted((dit_out / "runs").iterdir()):
         spec = json.loads((run / "run.json").read_text())
         summary = json.loads((run / "summary.json").read_text())
-        assert list(summary) == list(summary_fields(spec))
+        assert list(summary) == list(run_format.testbed_format(spec.get("testbed")).summary_fields)
         assert list(summary).index("final_sample_sw2") == list(summary).index("best_val_loss") + 1
         sw2 = summary["final_sample_sw2"]
         assert isinstance(sw2, float) and 0.0 < sw2 < 10.0

@@ -12,7 +12,7 @@ import html
 from pathlib import Path
 from typing import Any
 
-from normlab._io import write_bytes_atomic, write_json_atomic, write_text_atomic
+from normlab._io import write_bytes_atomic, write_text_atomic
 from normlab.analysis.ladder_folder import analyze_ladder
 from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
 from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
@@ -20,7 +20,6 @@ from normlab.report.sections import LR_SWEEP_PLOT
 from normlab.report.style import arm_colors
 from normlab.run_format import (
     ANALYSIS_FILE,
-    LADDER_KEY,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
     plot_path,
@@ -95,9 +94,7 @@ def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]
     for name in LADDER_PLOTS:
         if name not in figures:
             (out / plot_path(name)).unlink(missing_ok=True)
-    written[ANALYSIS_FILE] = write_json_atomic(
-        out / ANALYSIS_FILE, {LADDER_KEY: ladder, "plan": plan}
-    )
+    written[ANALYSIS_FILE] = run_folder.write_ladder_analysis(out, ladder, plan)
     sentences = prediction_lines(ladder)
     rungs = ", ".join(plan["rungs"])
     rates = _rate_lines(ladder, plan)

@@ -9,9 +9,11 @@ what each testbed's runs hold (:mod:`~normlab.run_format.testbeds`), and the ``t
 a run config records only when set (:mod:`~normlab.run_format.train_options`).
 :mod:`~normlab.run_format.folder` is the one reader and writer of a run's files (``runs/<id>/``)
 and of the folder's records (``experiment.json``, ``sequential.json``, ``command.json``, the
-analysis): every module that touches them calls it. Two things are left to their owners: the data
-cache under ``data/`` (:mod:`normlab.data`), and the runner's and the report reader's checks of
-which names a folder may hold, which read the names declared in
+analysis): every module that touches them calls it. A run's ``summary.json`` is built by one
+function and written by one module, :mod:`~normlab.run_format.summary` (``build_summary``,
+``finish_run``, ``record_crash``), whoever trained the run. Two things are left to their
+owners: the data cache under ``data/`` (:mod:`normlab.data`), and the runner's and the report
+reader's checks of which names a folder may hold, which read the names declared in
 :mod:`~normlab.run_format.files`. This package imports nothing of normlab but
 :mod:`normlab._io`, so every layer above may import it.
 """

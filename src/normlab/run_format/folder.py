@@ -4,7 +4,8 @@ Every module that reads or writes a run's folder (``runs/<run_id>/``) or the fol
 records calls these functions, by the names that :mod:`normlab.run_format.files` declares:
 
 - a run folder: :func:`create_run` (empty it, write ``run.json``), :func:`read_run_config`,
-  :func:`write_summary` / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
+  :func:`write_summary` (called by :mod:`normlab.run_format.summary` alone, which every module
+  that ends a run calls) / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
   and :func:`read_records` (``metrics.jsonl``; :func:`write_records` writes it whole, for an
   import), :class:`MetricsTail` (the last step logged, read as the file grows),
   :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths of those files for
@@ -17,8 +18,9 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`read_analysis`, :func:`run_folders`; the trackers' stores of ``compare --log-to``:
   :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
 - a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
-  (``ladder.json``), :func:`rung_path` (each rung's compare folder) and :func:`ladder_run_id` /
-  :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``);
+  (``ladder.json``), :func:`write_ladder_analysis` (its ``summary.json``), :func:`rung_path`
+  (each rung's compare folder) and :func:`ladder_run_id` / :func:`split_ladder_run_id`
+  (``<key>=<value>/<run_id>``);
 - a learning-rate sweep (``compare --lr-sweep``): :func:`sweep_path` (each rate's compare
   folder of tuning runs).
 
@@ -66,6 +68,7 @@ from normlab.run_format.files import (
     TRACKERS_RECORD_FILE,
     run_dir,
 )
+from normlab.run_format.ladder import LADDER_KEY
 from normlab.run_format.records import TRAIN_RECORD
 from normlab.run_format.script import FINGERPRINT_FILE, SCRIPT_LOG_FILE
 
@@ -102,6 +105,7 @@ __all__ = [
     "write_experiment",
     "write_fingerprint",
     "write_images",
+    "write_ladder_analysis",
     "write_records",
     "write_run_config",
     "write_sequential",
@@ -228,7 +232,9 @@ def has_summary(run: Path | str) -> bool:
 
 
 def write_summary(run: Path | str, summary: dict[str, Any]) -> Path:
-    """Write the run's ``summary.json`` atomically (non-finite numbers as null)."""
+    """Write the run's ``summary.json`` atomically (non-finite numbers as null). Only
+    :mod:`normlab.run_format.summary` calls it (:func:`~normlab.run_format.summary.finish_run`,
+    :func:`~normlab.run_format.summary.record_crash`)."""
     return write_json_atomic(summary_path(run), summary)
 
 
@@ -402,6 +408,12 @@ def write_ladder_plan(out: Path | str, record: dict[str, Any]) -> Path:
 def read_ladder_plan(out: Path | str) -> dict[str, Any]:
     """``out/ladder.json``; ``ValueError`` naming the file if it is not a JSON object."""
     return read_json_object(Path(out) / LADDER_FILE)
+
+
+def write_ladder_analysis(out: Path | str, ladder: dict[str, Any], plan: dict[str, Any]) -> Path:
+    """Write a ladder folder's analysis, ``out/summary.json`` = {:data:`LADDER_KEY`: ``ladder``
+    (the fit and predictions), ``plan``: its ``ladder.json``}, atomically."""
+    return write_analysis(out, {LADDER_KEY: ladder, "plan": plan})
 
 
 def rung_path(out: Path | str, setting: str) -> Path:

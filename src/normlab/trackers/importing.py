@@ -54,9 +54,9 @@ from normlab.run_format.folder import (
     read_experiment,
     write_experiment,
     write_records,
-    write_summary,
 )
 from normlab.run_format.imported import IMPORT_KEY, ImportRecord, SkippedRun, same_source
+from normlab.run_format.summary import build_summary, finish_run
 from normlab.run_format.testbeds import script_format, script_testbed
 from normlab.trackers.read_mlflow import read_mlflow
 from normlab.trackers.read_table import read_csv, read_jsonl
@@ -433,33 +433,31 @@ def _diverged_at(plan: ImportPlan, run: TrackedRun) -> int | None:
     return min(steps) if steps else None
 
 
-def _summary(plan: ImportPlan, arm: str, seed: int, run: TrackedRun) -> dict[str, Any] | None:
-    """The run's ``summary.json`` (None: the tracker says it has not ended, so it has none)."""
+def _summary(plan: ImportPlan, spec: dict[str, Any], run: TrackedRun) -> dict[str, Any] | None:
+    """The run's ``summary.json`` (:func:`normlab.run_format.summary.build_summary`; None: the
+    tracker says it has not ended, so it has none)."""
     if run.status not in (ENDED, FAILED):
         return None
     fmt = script_format(plan.metric_field, plan.lower_is_better)
-    summary: dict[str, Any] = dict.fromkeys(fmt.summary_fields)
-    summary.update(run_id=run_id(arm, seed), arm=arm, seed=seed, norm=arm, steps=run.last_step)
     values = [v for _, v in run.series.get(plan.metric, [])]
-    loss = run.series.get(TRAIN_LOSS)
+    source = {"source_run": run.name}
     if run.status == FAILED or not values:
         error = run.status_note or (
             f"the tracker run {run.name!r} logged no value of {plan.metric!r}"
         )
-        summary.update(status=CRASHED, error=error, traceback="")
-    else:
-        diverged = _diverged_at(plan, run)
-        finite = [v for v in values if math.isfinite(v)]
-        best = (min(finite) if plan.lower_is_better else max(finite)) if finite else None
-        summary.update(
-            status=DIVERGED if diverged is not None else FINISHED,
-            diverged_at=diverged,
-            final_train_loss=loss[-1][1] if loss else None,
-        )
-        summary[fmt.quality] = values[-1]
-        summary[fmt.best] = best
-    summary["source_run"] = run.name
-    return summary
+        failed = {"steps": run.last_step, "error": error, "traceback": ""}
+        return build_summary(fmt, spec, CRASHED, failed, extra=source)
+    diverged = _diverged_at(plan, run)
+    loss = run.series.get(TRAIN_LOSS)
+    measured = {
+        "steps": run.last_step,
+        "diverged_at": diverged,
+        "final_train_loss": loss[-1][1] if loss else None,
+    }
+    status = DIVERGED if diverged is not None else FINISHED
+    return build_summary(
+        fmt, spec, status, measured, logged={plan.metric_field: values}, extra=source
+    )
 
 
 def _records(plan: ImportPlan, run: TrackedRun) -> list[dict[str, Any]]:
@@ -561,9 +559,9 @@ def write_import(plan: ImportPlan, out: Path) -> Path:
             }
             folder = create_run(tmp, spec)
             write_records(folder, _records(plan, run))
-            summary = _summary(plan, arm, seed, run)
+            summary = _summary(plan, spec, run)
             if summary is not None:
-                write_summary(folder, summary)
+                finish_run(folder, summary)
         write_experiment(tmp, _experiment(plan))
         _swap(tmp, out)
     except BaseException:

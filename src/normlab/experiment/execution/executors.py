@@ -49,7 +49,6 @@ from normlab.experiment.execution.launching import (
     worker_env,
     world_size_of,
 )
-from normlab.experiment.execution.summaries import crashed_summary
 from normlab.experiment.execution.worker_process import WorkerProcess
 from normlab.run_format import DONE_STATUSES, FINISHED
 from normlab.run_format.folder import (
@@ -59,8 +58,8 @@ from normlab.run_format.folder import (
     read_run_config,
     read_summary,
     run_dir,
-    write_summary,
 )
+from normlab.run_format.summary import record_crash
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
 __all__ = [
@@ -226,12 +225,12 @@ def run_grid(
             summary = read_summary(a.run_dir)
             if summary is None:
                 code = a.process.exitcode
-                summary = crashed_summary(
+                summary = record_crash(
+                    a.run_dir,
                     a.spec,
                     f"the worker process exited with code {code} without a summary",
                     f"exit code {code} (a negative code is the signal that ended it)",
                 )
-                write_summary(a.run_dir, summary)
             summaries[a.spec["run_id"]] = summary
             finished_here = len(summaries) - (len(runs) - n_todo)
             progress.update(task, description=f"{finished_here}/{n_todo} runs")
@@ -484,11 +483,9 @@ class RayExecutor:
             if summary is not None:
                 return summary
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
-            summary = crashed_summary(
-                spec, f"the Ray task failed ({type(err).__name__}): {first}", str(err)
+            return record_crash(
+                folder, spec, f"the Ray task failed ({type(err).__name__}): {first}", str(err)
             )
-            write_summary(folder, summary)
-            return summary
 
 
 def make_executor(scale: ScaleSettings, on_result: OnResult | None = None) -> Executor:

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from normlab.distributed import LaunchResult, Layout, launch
-from normlab.experiment.execution.summaries import crashed_summary
 from normlab.experiment.training.train import RunAborted
-from normlab.run_format.folder import MetricsTail, read_run_config, read_summary, write_summary
+from normlab.run_format.folder import MetricsTail, read_run_config, read_summary
+from normlab.run_format.summary import record_crash
 
 __all__ = [
     "SUPERVISOR_ENV",
@@ -129,9 +129,7 @@ def launch_run(
     summary = read_summary(run_dir)
     if summary is not None:
         return summary
-    summary = crashed_summary(spec, *_failure(outcome, layout))
-    write_summary(run_dir, summary)
-    return summary
+    return record_crash(run_dir, spec, *_failure(outcome, layout))
 
 
 def _failure(outcome: dict[str, Any], layout: Layout) -> tuple[str, str]:

@@ -40,7 +40,6 @@ from normlab.experiment.execution.runner import (
     check_out_path,
     runs_not_planned,
 )
-from normlab.experiment.execution.summaries import crashed_summary
 from normlab.run_format import FACTORS, run_id
 from normlab.run_format.folder import (
     create_run,
@@ -52,8 +51,8 @@ from normlab.run_format.folder import (
     run_dir,
     runs_path,
     write_experiment,
-    write_summary,
 )
+from normlab.run_format.summary import record_crash
 
 __all__ = [
     "PAIRING_ERROR",
@@ -243,9 +242,7 @@ def check_script_pairing(
         )
         console.print(f"[red]{escape(error)}[/]")
         for spec in specs:
-            summary = crashed_summary(spec, error, "")
-            write_summary(run_dir(out, spec["run_id"]), summary)
-            refused[spec["run_id"]] = summary
+            refused[spec["run_id"]] = record_crash(run_dir(out, spec["run_id"]), spec, error, "")
     if unchecked:
         console.print(
             f"note: {len(unchecked)} runs recorded no fingerprint (run.fingerprint(model, "

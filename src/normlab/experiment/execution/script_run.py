@@ -26,7 +26,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from normlab.experiment.execution.summaries import crashed_summary
 from normlab.experiment.training.train import RunAborted
 from normlab.run_format import CRASHED, DONE_STATUSES, testbed_format
 from normlab.run_format.folder import (
@@ -36,12 +35,12 @@ from normlab.run_format.folder import (
     script_log_path,
 )
 from normlab.run_format.script import ENV, script_argv
+from normlab.run_format.summary import IDENTITY, crashed_summary
 
 __all__ = ["placeholder_values", "run_script", "script_outcome"]
 
 TAIL_CHARS = 2000
 """How much of the end of a failed script's output its crashed summary keeps."""
-_IDENTITY = ("run_id", "arm", "seed", "norm", "placement", "precision")
 
 
 def placeholder_values(spec: dict[str, Any], run_dir: Path) -> dict[str, str]:
@@ -166,4 +165,4 @@ def script_outcome(
             f"{metric}); nothing to judge",
             output,
         )
-    return {**own, **{k: spec.get(k) for k in _IDENTITY}}
+    return {**own, **{k: spec.get(k) for k in IDENTITY}}

@@ -23,9 +23,9 @@ from typing import Any
 from normlab.experiment.execution.launching import SUPERVISOR_ENV, launch_run, world_size_of
 from normlab.experiment.execution.lock import is_locked
 from normlab.experiment.execution.script_run import run_script
-from normlab.experiment.execution.summaries import crashed_summary
 from normlab.experiment.training.train import RunAborted, train_run
-from normlab.run_format.folder import read_run_config, write_summary
+from normlab.run_format.folder import read_run_config
+from normlab.run_format.summary import crashed_summary, finish_run
 
 __all__ = ["execute_run", "rank_main", "serve_run"]
 
@@ -56,8 +56,7 @@ def execute_run(
         raise
     except Exception as err:
         summary = crashed_summary(spec, f"{type(err).__name__}: {err}", traceback.format_exc())
-    write_summary(run_dir, summary)
-    return summary
+    return finish_run(run_dir, summary)
 
 
 def serve_run(run_dir: str, parent: int, progress_fd: int) -> int:
@@ -177,7 +176,7 @@ def _rank_main(argv: list[str]) -> int:
     try:
         summary = train_run(spec, run_dir, should_stop=gone)
         if summary:  # rank 0
-            write_summary(run_dir, summary)
+            finish_run(run_dir, summary)
     finally:
         teardown()
     exit_rank()  # done and on disk: skip the interpreter's shutdown (see exit_rank)

@@ -73,6 +73,7 @@ from normlab.run_format import (
     testbed_format,
 )
 from normlab.run_format.folder import append_record
+from normlab.run_format.summary import build_summary
 from normlab.run_format.train_options import fraction_steps, train_option
 
 
@@ -388,8 +389,9 @@ class RunLoop:
         self.log({"type": ANOMALY_RECORD, "step": step, "kind": kind, "value": value, "z": z})
 
     def summary(self) -> dict[str, Any]:
-        """The run's summary (summary.json's fields, in order); {} on ranks other than 0.
-        A finished run first gets its testbed's end-of-run fields and post-training numbers."""
+        """The run's summary (:func:`normlab.run_format.summary.build_summary` from what the
+        loop measured); {} on ranks other than 0. A finished run first gets its testbed's
+        end-of-run fields and post-training numbers."""
         spec, task, device, par = self.spec, self.task, self.device, self.par
         peak_bytes, peak_kind = peak_memory(device)
         tokens_per_s = statistics.median(self.throughputs) if self.throughputs else None
@@ -413,14 +415,8 @@ class RunLoop:
             quality.update(task.finish(device))
             posttrain.update(task.posttrain(device, final))
         options = self.option_fields(final is not None)
-        return {
-            "run_id": spec["run_id"],
-            "arm": spec["arm"],
-            "seed": spec["seed"],
-            "norm": spec["norm"],
-            "placement": spec["placement"],
+        measured = {
             "precision": run_precision(spec),
-            "status": self.status,
             "diverged_at": self.diverged_at,
             "steps": self.steps_done,
             "tokens": self.steps_done * self.tokens_per_step,
@@ -448,6 +444,7 @@ class RunLoop:
             **ranks,
             **options,  # the run options' fields, only where the run sets them
         }
+        return build_summary(testbed_format(spec.get("testbed")), spec, self.status, measured)
 
     def option_fields(self, finished: bool) -> dict[str, Any]:
         """The summary fields of the run's options, after every other field (none for a run
