@@ -75,6 +75,8 @@ class TestbedFormat:
     ("bpb"), ``curve_title`` titles the validation plot; ``run_columns`` are the validation
     fields the report's run table shows after the quality metric, with their headers;
     ``method_note`` is a paragraph for the report's method section ("" for none).
+    ``run_line`` names the quality metric in the line the grid prints as each run ends, with
+    the decimals of its value there (("val bpb", 3): "finished val bpb 2.549").
     """
 
     name: str
@@ -95,6 +97,7 @@ class TestbedFormat:
     settings: str | None = None
     run_columns: tuple[tuple[str, str], ...] = ()
     method_note: str = ""
+    run_line: tuple[str, int] = ("val loss", 4)
 
     @cached_property
     def fields(self) -> tuple[SummaryField, ...]:
@@ -202,6 +205,7 @@ GPT = TestbedFormat(
     short_label="final val bpb",
     curve_word="bpb",
     curve_title="Validation bits per byte",
+    run_line=("val bpb", 3),
 )
 """The byte-level GPT: validation loss in nats per byte (``final_val_loss``, shown, not
 compared), bits per byte at the end and at best (compared; the end decides quality)."""
@@ -274,6 +278,7 @@ DIT = TestbedFormat(
     curve_word="loss",
     curve_title="Validation flow-matching loss",
     settings=_DIT_SETTINGS,
+    run_line=("val loss", 4),
     run_columns=(
         ("final_sample_sw2", "sample SW2"),
         ("final_sample_class_acc", "sample class acc"),
@@ -335,6 +340,7 @@ LM = TestbedFormat(
     curve_word="bpb",
     curve_title="Validation bits per byte",
     settings="lm",
+    run_line=("val bpb", 3),
     method_note=(
         "The model is the user's own causal LM (lm.model), built afresh for every arm and seed "
         "with each of its norm modules replaced by the arm's norm; norm modules the arm cannot "
@@ -444,6 +450,7 @@ def _script_format(name: str, metric: str, lower_is_better: bool) -> TestbedForm
         short_label=f"final {metric}",
         curve_word=metric,
         curve_title=f"Validation {metric} (as the script logged it)",
+        run_line=(metric, 4),
         method_note=(
             "Every run was trained by the user's own script (compare --script), once per arm and "
             f"seed; quality is the last value of {metric} it logged with log_eval ({direction} "
