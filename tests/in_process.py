@@ -6,7 +6,8 @@ damaged token cache) does not need that process boundary, which tests/faults (a 
 a full disk) and tests/compare/test_runner.py check with real workers.
 :func:`use_in_process_workers` puts :class:`InProcessWorker` in the place of
 :class:`normlab.experiment.execution.worker_process.WorkerProcess` for one test: the runner's own
-loop (:func:`normlab.experiment.execution.executors.run_grid`: standby, release, progress,
+loop (:func:`normlab.experiment.execution.executors.run_grid` through
+:func:`normlab.experiment.execution.run_loop.train_runs`: standby, release, progress,
 the crashed summary of a worker that left none) is unchanged, and each run is trained by
 :func:`normlab.experiment.execution.worker.execute_run`, the worker's own body.
 

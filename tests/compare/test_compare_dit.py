@@ -30,8 +30,8 @@ from normlab.data import (
     unpatchify,
 )
 from normlab.experiment.config import ConfigError, validate_config
-from normlab.experiment.execution.executors import _outcome
 from normlab.experiment.execution.grid import plan_runs
+from normlab.experiment.execution.run_loop import outcome_line
 from normlab.experiment.testbeds import build_model, make_testbed
 from normlab.experiment.testbeds.dit import dit_config
 from normlab.models import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT, shared_parameter_digests
@@ -384,11 +384,11 @@ def test_summary_fields_and_progress_line_follow_the_testbed(tmp_path: Path) -> 
     assert "best_val_loss" in fields and not any("bpb" in f for f in fields)
     crashed = crashed_summary(spec, "RuntimeError: boom", "trace")
     assert not any("bpb" in k for k in crashed) and crashed["status"] == "crashed"
-    assert _outcome({"status": "finished", "final_val_loss": 0.25}) == (
+    assert outcome_line({"status": "finished", "final_val_loss": 0.25}, "dit") == (
         "[green]finished[/] val loss 0.2500"
     )
     gpt = {"status": "finished", "final_val_loss": 1.0, "final_val_bpb": 1.4427}
-    assert _outcome(gpt) == "[green]finished[/] val bpb 1.443"
+    assert outcome_line(gpt, "gpt") == "[green]finished[/] val bpb 1.443"
 
 
 # ---- a tiny experiment end to end, and its resume -------------------------------------------

@@ -98,7 +98,7 @@ def _all_crashed(*args: Any, **kwargs: Any) -> dict[str, dict[str, Any]]:
 def test_no_run_with_a_result_is_a_failure(
     config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("normlab.experiment.execution.runner.run_experiment", _all_crashed)
+    monkeypatch.setattr("normlab.experiment.execution.runner.train_grid", _all_crashed)
     code, output, error = invoke("--config", str(config), "--out", str(tmp_path / "out"))
     assert error is None and code == EXIT_NO_RESULT == 3, output
     assert "2 crashed" in output and "no run finished or diverged" in output
@@ -110,6 +110,6 @@ def test_one_run_with_a_result_is_a_success(
     def one_diverged(*args: Any, **kwargs: Any) -> dict[str, dict[str, Any]]:
         return {**_all_crashed(), "x__s0": {"status": "diverged"}}
 
-    monkeypatch.setattr("normlab.experiment.execution.runner.run_experiment", one_diverged)
+    monkeypatch.setattr("normlab.experiment.execution.runner.train_grid", one_diverged)
     code, output, _ = invoke("--config", str(config), "--out", str(tmp_path / "out"))
     assert code == 0, output

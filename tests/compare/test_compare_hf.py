@@ -248,8 +248,8 @@ def test_a_tokenizer_file_is_recorded_and_guarded(tmp_path: Path, corpus: Path) 
     from rich.console import Console
 
     from normlab.data import corpus_bpe, load_tokenizer
-    from normlab.experiment.execution.executors import finished_runs
     from normlab.experiment.execution.grid import plan_runs
+    from normlab.experiment.execution.run_loop import finished_runs
 
     def planned(tokenizer: Path, data: str = "data") -> list[dict[str, Any]]:
         cfg = validate_config(

@@ -23,7 +23,7 @@ from normlab.data import prepare_tokens
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.environment import environment
 from normlab.experiment.execution.grid import check_only_factors_differ, plan_runs
-from normlab.experiment.execution.runner import experiment_record
+from normlab.experiment.execution.own_grid import grid_record
 from normlab.run_format import EXPERIMENT_FILE
 
 TINY = {
@@ -56,7 +56,7 @@ def fake_finished_folder(out: Path, config: Path, corpus: Path, seeds: int) -> l
             k: spec[k] for k in ("run_id", "arm", "seed", "norm", "placement")
         }
         write_json_atomic(run_dir / "summary.json", {**summary, "status": "finished"})
-    record = experiment_record(cfg, runs, data_info, environment("cpu", 1))
+    record = grid_record(cfg, runs, data_info, environment("cpu", 1))
     write_json_atomic(out / EXPERIMENT_FILE, record)
     return [r["run_id"] for r in runs]
 

@@ -17,6 +17,7 @@ from normlab.cli import app
 from normlab.experiment.config import ConfigError, validate_config
 from normlab.experiment.execution import executors
 from normlab.experiment.execution.grid import plan_runs
+from normlab.experiment.execution.run_loop import finished_runs
 from normlab.experiment.execution.worker import execute_run
 from normlab.experiment.testbeds import build_model
 from normlab.report import build_report
@@ -65,7 +66,7 @@ class InProcess:
         self.trained: list[str] = []
 
     def run(self, runs, out, parallel, console, show_progress):
-        summaries = executors.finished_runs(runs, out)
+        summaries = finished_runs(runs, out)
         for spec in runs:
             if spec["run_id"] not in summaries:
                 run_folder.create_run(out, spec)

@@ -259,19 +259,17 @@ def test_the_posttrain_summary_has_an_fp8_delta(corpus: Path, tmp_path: Path) ->
 
 
 def _compare_in_process(cfg: Any, out: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
-    """What ``run_experiment`` writes, with every run trained in this process and the
+    """What ``train_grid`` writes, with every run trained in this process and the
     post-training step left out (the grid's worker processes cost seconds each)."""
     from normlab.experiment.execution.environment import environment
-    from normlab.experiment.execution.runner import experiment_record
+    from normlab.experiment.execution.own_grid import grid_record
     from normlab.experiment.measure.posttrain import POSTTRAIN_FIELDS
     from normlab.experiment.testbeds.gpt import GPTTestbed
 
     monkeypatch.setattr(GPTTestbed, "posttrain", lambda *a: dict.fromkeys(POSTTRAIN_FIELDS))
     info = prepare_tokens(out / "data", cfg.data.path)
     runs = plan_runs(cfg, "cpu", 1, info)
-    write_json_atomic(
-        out / "experiment.json", experiment_record(cfg, runs, info, environment("cpu", 1))
-    )
+    write_json_atomic(out / "experiment.json", grid_record(cfg, runs, info, environment("cpu", 1)))
     summaries = {}
     for spec in runs:
         run_dir = out / "runs" / spec["run_id"]

@@ -19,10 +19,11 @@ from normlab._io import read_jsonl, write_json_atomic
 from normlab._resources import peak_rss_bytes
 from normlab.data import prepare_tokens
 from normlab.experiment.config import validate_config
-from normlab.experiment.execution.executors import WORKER_ENV, is_done, worker_environment
+from normlab.experiment.execution.executors import WORKER_ENV, worker_environment
 from normlab.experiment.execution.grid import plan_runs
 from normlab.experiment.execution.lock import FolderLockedError, OutputLock
-from normlab.experiment.execution.runner import run_experiment
+from normlab.experiment.execution.run_loop import is_done
+from normlab.experiment.execution.runner import train_grid
 from normlab.experiment.execution.worker import execute_run
 from normlab.experiment.measure.activations import SavedActivationBytes
 from normlab.experiment.measure.posttrain import POSTTRAIN_FIELDS
@@ -165,7 +166,7 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
             OutputLock(folder).acquire()
         seen.append((folder, dict(done)))
 
-    summaries = run_experiment(cfg, out, show_progress=False, after_training=after)
+    summaries = train_grid(cfg, out, show_progress=False, after_training=after)
     assert seen == [(out, summaries)]
     assert [s["status"] for s in summaries.values()] == ["finished", "finished"]
     ln, rms = out / "runs" / "layernorm-pre__s0", out / "runs" / "rmsnorm-pre__s0"
@@ -212,7 +213,7 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
     (rms / "summary.json").unlink()
     with open(rms / "metrics.jsonl", "a") as f:
         f.write('{"type": "train", "st')
-    again = run_experiment(cfg, out, show_progress=False)
+    again = train_grid(cfg, out, show_progress=False)
     assert file_states(ln) == before  # the finished run was not touched
     assert again["rmsnorm-pre__s0"]["status"] == "finished"
     redone = read_jsonl(rms / "metrics.jsonl")
@@ -224,13 +225,13 @@ def test_grid_in_workers_then_resume_retrains_nothing_finished(
         tiny_config(corpus, train={**tiny_config(corpus)["train"], "lr": 0.1})
     )
     with pytest.raises(ValueError, match=r"train\.lr"):
-        run_experiment(changed, out, show_progress=False)
+        train_grid(changed, out, show_progress=False)
 
 
 def test_a_crash_is_recorded_and_the_grid_goes_on(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     cfg = validate_config(tiny_config(corpus, norms=["exploding", "vanishing", "rmsnorm"]))
-    summaries = run_experiment(cfg, out, show_progress=False)
+    summaries = train_grid(cfg, out, show_progress=False)
     exploding = summaries["exploding-pre__s0"]
     assert exploding["status"] == "crashed"
     assert "injected failure" in exploding["error"]
@@ -247,7 +248,7 @@ def test_the_lock_stops_a_second_command(corpus: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     cfg = validate_config(tiny_config(corpus))
     with OutputLock(out), pytest.raises(FolderLockedError, match="another normlab command"):
-        run_experiment(cfg, out, show_progress=False)
+        train_grid(cfg, out, show_progress=False)
     assert not (out / "experiment.json").exists()
     with OutputLock(out), pytest.raises(FolderLockedError):  # released: can be taken again
         OutputLock(out).acquire()
@@ -331,7 +332,7 @@ def test_killing_the_command_loses_no_finished_run(corpus: Path, tmp_path: Path)
     assert not (second / "summary.json").exists()
     before = file_states(first)
     cfg = validate_config(config)
-    summaries = run_experiment(cfg, out, show_progress=False)
+    summaries = train_grid(cfg, out, show_progress=False)
     assert file_states(first) == before
     assert summaries["rmsnorm-pre__s0"]["status"] == "finished"
     assert summaries["rmsnorm-pre__s0"]["steps"] == 1500
@@ -419,7 +420,7 @@ def test_cpu_peak_memory_is_the_workers_own_not_the_grid_processs(
     del ballast
     parent_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     cfg = validate_config(tiny_config_train(corpus_train))
-    summaries = run_experiment(cfg, tmp_path / "out", show_progress=False)
+    summaries = train_grid(cfg, tmp_path / "out", show_progress=False)
     for summary in summaries.values():
         assert summary["status"] == "finished"
         assert summary["peak_memory_kind"] == "max_rss"
@@ -458,7 +459,7 @@ def test_runs_trained_at_once_give_the_results_of_runs_trained_one_by_one(
     results = {}
     for parallel in (1, 2):
         cfg = validate_config(tiny_config(corpus, seeds=2, parallel=parallel))
-        summaries = run_experiment(cfg, tmp_path / f"p{parallel}", show_progress=False)
+        summaries = train_grid(cfg, tmp_path / f"p{parallel}", show_progress=False)
         assert len(summaries) == 4 and all(s["status"] == "finished" for s in summaries.values())
         results[parallel] = {run: [s[f] for f in fields] for run, s in summaries.items()}
     assert results[1] == results[2]

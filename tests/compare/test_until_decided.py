@@ -1,7 +1,7 @@
 """``compare --until-decided``: the rounds loop, its state file, the closing terminal lines and
 the settling command, and the descriptions the terminal prints.
 
-The rounds loop is driven by a stand-in for ``run_experiment`` that makes up each run's summary
+The rounds loop is driven by a stand-in for ``train_grid`` that makes up each run's summary
 from a rule (no training), except two tests that train a tiny model (the second command of one
 reuses the finished runs), their runs' workers threads of this process (:mod:`in_process`) and
 their reports' figures drawn but not rendered (:mod:`report_figures`).
@@ -26,8 +26,8 @@ from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_
 from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
 from normlab.experiment.config import validate_config
+from normlab.experiment.execution.own_grid import paired_description
 from normlab.experiment.execution.rounds import round_seconds, run_until_decided
-from normlab.experiment.execution.runner import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
 from report_figures import skip_rendering
 
@@ -40,7 +40,7 @@ def _cfg(seeds: int = 3) -> Any:
 
 
 class FakeTrain:
-    """A stand-in for ``run_experiment``: each run's final_val_bpb is ``value(arm, seed)``;
+    """A stand-in for ``train_grid``: each run's final_val_bpb is ``value(arm, seed)``;
     records the seeds of every call, and which runs it 'trained' (not already on its disk)."""
 
     def __init__(self, value: Any, wall_s: float = 10.0) -> None:
@@ -276,7 +276,7 @@ def test_compare_ends_with_the_answer(tmp_path: Path, monkeypatch: pytest.Monkey
         after_training(Path(out), summaries)
         return summaries
 
-    monkeypatch.setattr(runner, "run_experiment", fake)
+    monkeypatch.setattr(runner, "train_grid", fake)
     out = tmp_path / "cmp"
     result = CliRunner().invoke(
         app, ["compare", "--seeds", "3", "--lr", "0.01", "--out", str(out)],

@@ -539,10 +539,8 @@ def _train(
     )
     from normlab.experiment.execution.executors import GridStopped, make_executor
     from normlab.experiment.execution.lock import FolderLockedError
-    from normlab.experiment.execution.runner import run_experiment
-    from normlab.experiment.execution.script_grid import run_script_experiment
+    from normlab.experiment.execution.runner import train_grid
 
-    grid = run_script_experiment if isinstance(cfg, ScriptConfig) else run_experiment
     script = isinstance(cfg, ScriptConfig)
     exporter = Exporter(out, tuple(cfg.log_to), console.print) if cfg.log_to else None
     # normlab's own runs are exported as each ends; a script's once its seed's pairing is checked
@@ -561,7 +559,9 @@ def _train(
             after = _record_command_step(args, after, sequential=rounds is not None)
             if rounds is not None:
                 return _run_rounds(cfg, out, console, after, *rounds, grid_executor)
-            return grid(cfg, out, console=console, after_training=after, executor=grid_executor)
+            return train_grid(
+                cfg, out, console=console, after_training=after, executor=grid_executor
+            )
     except (GridStopped, ReportNotBuilt) as err:
         raise fail("compare", str(err), EXIT_STOPPED) from None
     except (FolderLockedError, ValueError, OSError, MemoryError, RecursionError) as err:
@@ -626,7 +626,7 @@ def status_counts(summaries: dict[str, dict[str, Any]]) -> dict[str, int]:
 
 
 def _build_report_step(console: Console) -> Callable[[Path, dict[str, dict[str, Any]]], None]:
-    """The step :func:`normlab.experiment.execution.runner.run_experiment` runs on the trained
+    """The step :func:`normlab.experiment.execution.runner.train_grid` runs on the trained
     folder, still locked: build the report (:func:`build_report_if_available`) when at least one run
     finished or diverged, else say why there is none."""
 
@@ -732,10 +732,7 @@ def _run_rounds(
         f"until decided: looks after {', '.join(map(str, looks))} seeds on {fmt.quality}, "
         f"{margin}, at most {max_time:g} s"
     )
-    from normlab.experiment.execution.script_grid import run_script_experiment
-
-    grid = run_script_experiment if isinstance(cfg, ScriptConfig) else runner.run_experiment
-    train = partial(grid, executor=executor)
+    train = partial(runner.train_grid, executor=executor)
     summaries, _ = run_until_decided(
         cfg, out, tracker, looks, max_time_s=max_time, console=console, finish=after, train=train
     )
@@ -816,13 +813,11 @@ def _plan(cfg: Any, out: Path) -> None:
     """``--plan``: prepare ``out`` and print the runs' commands, one a line, on stdout (all
     else goes to stderr, so the output can be piped to a scheduler)."""
     from normlab.experiment.execution.lock import FolderLockedError
-    from normlab.experiment.execution.runner import plan_experiment
-    from normlab.experiment.execution.script_grid import plan_script_experiment
+    from normlab.experiment.execution.runner import plan_grid
 
     console = Console(stderr=True)
-    plan = plan_script_experiment if isinstance(cfg, ScriptConfig) else plan_experiment
     try:
-        run_ids = plan(cfg, out, console=console)
+        run_ids = plan_grid(cfg, out, console=console)
     except (FolderLockedError, ValueError) as err:
         raise fail("compare", err, EXIT_REFUSED) from None
     for command in plan_commands(out, run_ids):
@@ -958,11 +953,9 @@ def _ladder(
         for setting, rung_cfg, n in rungs:
             err_console.print(f"rung {setting}: {n:,} parameters")
             try:
-                from normlab.experiment.execution.runner import plan_experiment
+                from normlab.experiment.execution.runner import plan_grid
 
-                todo = plan_experiment(
-                    rung_cfg, run_folder.rung_path(out, setting), console=err_console
-                )
+                todo = plan_grid(rung_cfg, run_folder.rung_path(out, setting), console=err_console)
             except ValueError as err:
                 raise fail("compare", err, EXIT_REFUSED) from None
             ids += [run_folder.ladder_run_id(setting, r) for r in todo]

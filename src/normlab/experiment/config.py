@@ -23,7 +23,7 @@ import re
 import reprlib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
@@ -64,9 +64,12 @@ __all__ = [
     "DEFAULT_STEPS",
     "DEFAULT_TUNING_SEEDS",
     "EXECUTORS",
+    "OWN_GRID",
+    "SCRIPT_GRID",
     "AnomalySettings",
     "ConfigError",
     "ExperimentConfig",
+    "GridConfig",
     "ScaleSettings",
     "ScriptConfig",
     "TrainSettings",
@@ -98,6 +101,81 @@ DEFAULT_TUNING_SEEDS = 2
 class Section(ConfigModel):
     """A config section, with the rules of the testbeds' sections (:class:`ConfigModel`):
     unknown keys, wrong types and non-finite floats (inf, nan) are errors."""
+
+
+OWN_GRID = "own"
+"""The kind of grid whose runs normlab trains on a registered testbed (:class:`ExperimentBase`)."""
+SCRIPT_GRID = "script"
+"""The kind of grid whose runs the user's own script trains (:class:`ScriptConfig`)."""
+
+
+class GridConfig(Section):
+    """What every grid's config holds, whoever trains its runs: the factors under study
+    (``norms``, ``placements``, ``precisions``), the ``seeds`` (a count 0 … n−1, or a list) and
+    the ``baseline`` arm, and the rules read from them: the arms are every norm × placement ×
+    precision (:meth:`arm_factors`), the baseline is the first arm unless named, and a named one
+    must be an arm (:meth:`check_baseline`).
+
+    Each subclass declares those fields with its own defaults and checks, and
+    ``grid_kind``: the kind of grid it describes (:data:`OWN_GRID` or :data:`SCRIPT_GRID`),
+    which chooses how :mod:`normlab.experiment.execution` plans, checks and trains it.
+    """
+
+    grid_kind: ClassVar[str]
+
+    if TYPE_CHECKING:  # declared by each subclass, with its own defaults and checks
+        norms: list[str]
+        placements: list[str]
+        precisions: list[str]
+        seeds: int | list[int]
+        baseline: str | None
+        parallel: int
+        threads: int | None
+        scale: ScaleSettings
+        log_to: list[str]
+
+        @property
+        def testbed(self) -> str: ...
+
+    def seed_list(self) -> list[int]:
+        """The seeds: ``0 … seeds−1`` for a count, else the list as given."""
+        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
+
+    def arm_factors(self) -> list[tuple[str, str, str, str]]:
+        """(arm name, norm, placement, precision) in grid order: precisions outermost, then
+        placements, norms inner. The name carries the precision only when several are given
+        (:func:`arm_name`)."""
+        several = len(self.precisions) > 1
+        return [
+            (arm_name(n, p, q if several else None), n, p, q)
+            for q in self.precisions
+            for p in self.placements
+            for n in self.norms
+        ]
+
+    def arm_names(self) -> list[str]:
+        """The arms' names, in grid order (:meth:`arm_factors`)."""
+        return [a for a, _, _, _ in self.arm_factors()]
+
+    def baseline_arm(self) -> str:
+        """The arm the others are compared with: ``baseline``, else the first arm."""
+        return self.baseline or self.arm_names()[0]
+
+    def check_baseline(self) -> None:
+        """Raise ``ValueError`` naming ``baseline`` when it is given and is not an arm."""
+        if self.baseline is not None and self.baseline not in self.arm_names():
+            raise ValueError(
+                f"baseline: {self.baseline!r} is not an arm; expected one of "
+                f"{', '.join(self.arm_names())}"
+            )
+
+    def margin(self) -> float | None:
+        """The equivalence margin of the quality metric, in its unit (None: none)."""
+        raise NotImplementedError
+
+    def dump(self) -> dict[str, Any]:
+        """The validated config as JSON-ready data (``experiment.json``'s ``config``)."""
+        raise NotImplementedError
 
 
 EXECUTORS = ("local", "ray")
@@ -470,7 +548,7 @@ def check_log_to(value: Any) -> Any:
     return value
 
 
-class ExperimentBase(Section):
+class ExperimentBase(GridConfig):
     """The whole experiment: the factors under study and everything held equal (the fields
     every testbed shares; :func:`config_class` adds the testbeds' sections).
 
@@ -496,6 +574,7 @@ class ExperimentBase(Section):
     at once (1 keeps timings clean).
     """
 
+    grid_kind: ClassVar[str] = OWN_GRID
     testbeds: ClassVar[dict[str, type[Testbed]]] = {}
     """The registered testbeds this config class was built from (:func:`config_class`)."""
     option_owners: ClassVar[dict[str, tuple[str, ...]]] = {}
@@ -762,37 +841,12 @@ class ExperimentBase(Section):
 
     @model_validator(mode="after")
     def _check_baseline(self) -> ExperimentBase:
-        if self.baseline is not None and self.baseline not in self.arm_names():
-            raise ValueError(
-                f"baseline: {self.baseline!r} is not an arm; expected one of "
-                f"{', '.join(self.arm_names())}"
-            )
+        self.check_baseline()
         return self
-
-    def seed_list(self) -> list[int]:
-        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
-
-    def arm_factors(self) -> list[tuple[str, str, str, str]]:
-        """(arm name, norm, placement, precision) in grid order: precisions outermost, then
-        placements, norms inner. The name carries the precision only when several are given
-        (:func:`arm_name`)."""
-        several = len(self.precisions) > 1
-        return [
-            (arm_name(n, p, q if several else None), n, p, q)
-            for q in self.precisions
-            for p in self.placements
-            for n in self.norms
-        ]
 
     def arms(self) -> list[tuple[str, str, str]]:
         """(arm name, norm, placement) in grid order (see :meth:`arm_factors`)."""
         return [(a, n, p) for a, n, p, _ in self.arm_factors()]
-
-    def arm_names(self) -> list[str]:
-        return [a for a, _, _, _ in self.arm_factors()]
-
-    def baseline_arm(self) -> str:
-        return self.baseline or self.arm_names()[0]
 
     def tokens_per_sample(self) -> int:
         """Tokens in one training sample (the testbed's ``sample_length``: the GPT's
@@ -1089,7 +1143,7 @@ def merge_overrides(base: dict[str, Any], overrides: dict[str, Any]) -> dict[str
 _FACTOR_VALUE = re.compile(r"^[^/\x00]+$")
 
 
-class ScriptConfig(ConfigModel):
+class ScriptConfig(GridConfig):
     """``normlab compare --script``: the grid of a user's own training script.
 
     ``command`` is the script's command line with placeholders (checked by
@@ -1108,6 +1162,8 @@ class ScriptConfig(ConfigModel):
     so a launch on several is its command's, e.g. ``torchrun …``); ``log_to`` the trackers each
     run is exported to.
     """
+
+    grid_kind: ClassVar[str] = SCRIPT_GRID
 
     command: str
     metric: str
@@ -1166,37 +1222,13 @@ class ScriptConfig(ConfigModel):
                 "norms: a comparison needs two or more arms; expected --norms a,b (or several "
                 "placements or precisions)"
             )
-        if self.baseline is not None and self.baseline not in self.arm_names():
-            raise ValueError(
-                f"baseline: {self.baseline!r} is not an arm; expected one of "
-                f"{', '.join(self.arm_names())}"
-            )
+        self.check_baseline()
         return self
 
     @property
     def testbed(self) -> str:
         """The run format's name of this grid's testbed (``script:<metric>:min|max``)."""
         return script_testbed(self.metric, self.lower_is_better)
-
-    def seed_list(self) -> list[int]:
-        return list(range(self.seeds)) if isinstance(self.seeds, int) else list(self.seeds)
-
-    def arm_factors(self) -> list[tuple[str, str, str, str]]:
-        """(arm name, norm, placement, precision), in :meth:`ExperimentConfig.arm_factors`'s
-        order."""
-        several = len(self.precisions) > 1
-        return [
-            (arm_name(n, p, q if several else None), n, p, q)
-            for q in self.precisions
-            for p in self.placements
-            for n in self.norms
-        ]
-
-    def arm_names(self) -> list[str]:
-        return [a for a, _, _, _ in self.arm_factors()]
-
-    def baseline_arm(self) -> str:
-        return self.baseline or self.arm_names()[0]
 
     def margin(self) -> float | None:
         """The equivalence margin, in the metric's unit (None when none was given)."""

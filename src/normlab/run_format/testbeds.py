@@ -83,6 +83,8 @@ class TestbedFormat:
     :attr:`fields`, in this order; declared with their label and unit
     (:attr:`optional_metrics`) but never part of :attr:`fields`, so a run without them, its
     crashed summary and the analysis are what they were before they existed.
+    ``run_line`` names the quality metric in the line the grid prints as each run ends, with
+    the decimals of its value there (("val bpb", 3): "finished val bpb 2.549").
     """
 
     name: str
@@ -104,6 +106,7 @@ class TestbedFormat:
     run_columns: tuple[tuple[str, str], ...] = ()
     method_note: str = ""
     optional: tuple[SummaryField, ...] = ()
+    run_line: tuple[str, int] = ("val loss", 4)
 
     @cached_property
     def fields(self) -> tuple[SummaryField, ...]:
@@ -250,6 +253,7 @@ GPT = TestbedFormat(
     curve_word="bpb",
     curve_title="Validation bits per byte",
     optional=_bpb_options(),
+    run_line=("val bpb", 3),
 )
 """The byte-level GPT: validation loss in nats per byte (``final_val_loss``, shown, not
 compared), bits per byte at the end and at best (compared; the end decides quality)."""
@@ -334,6 +338,7 @@ DIT = TestbedFormat(
         ),
         BRANCHES,
     ),
+    run_line=("val loss", 4),
     run_columns=(
         ("final_sample_sw2", "sample SW2"),
         ("final_sample_class_acc", "sample class acc"),
@@ -396,6 +401,7 @@ LM = TestbedFormat(
     curve_title="Validation bits per byte",
     settings="lm",
     optional=_bpb_options(),
+    run_line=("val bpb", 3),
     method_note=(
         "The model is the user's own causal LM (lm.model), built afresh for every arm and seed "
         "with each of its norm modules replaced by the arm's norm; norm modules the arm cannot "
@@ -505,6 +511,7 @@ def _script_format(name: str, metric: str, lower_is_better: bool) -> TestbedForm
         short_label=f"final {metric}",
         curve_word=metric,
         curve_title=f"Validation {metric} (as the script logged it)",
+        run_line=(metric, 4),
         method_note=(
             "Every run was trained by the user's own script (compare --script), once per arm and "
             f"seed; quality is the last value of {metric} it logged with log_eval ({direction} "

@@ -48,6 +48,7 @@ from normlab.run_format import (
     TRAIN_RECORD,
     run_id,
 )
+from normlab.run_format.experiment_record import experiment_record
 from normlab.run_format.folder import (
     create_run,
     has_experiment,
@@ -499,17 +500,17 @@ def import_record(plan: ImportPlan) -> ImportRecord:
 
 
 def _experiment(plan: ImportPlan) -> dict[str, Any]:
-    """``experiment.json``: the fields the analysis reads, as for a ``compare --script``."""
-    return {
-        "testbed": plan.testbed,
-        "arms": plan.arms,
-        "baseline_arm": plan.arms[0],
-        "seeds": plan.seeds,
-        "margin": plan.margin,
-        "target_val_loss": None,
-        "varied": {"norm": plan.arms},
-        "fixed": {"import.source": plan.source, "import.metric": plan.metric},
-        "config": {
+    """``experiment.json``: the fields the analysis reads, as for a ``compare --script``
+    (:func:`normlab.run_format.experiment_record.experiment_record`), and the import record."""
+    return experiment_record(
+        testbed=plan.testbed,
+        arms=plan.arms,
+        baseline_arm=plan.arms[0],
+        seeds=plan.seeds,
+        margin=plan.margin,
+        factors={"norm": plan.arms},
+        settings={"import.source": plan.source, "import.metric": plan.metric},
+        config={
             "import": plan.source,
             "arm_from": plan.arm_rule.text,
             "seed_from": plan.seed_rule.text,
@@ -518,11 +519,10 @@ def _experiment(plan: ImportPlan) -> dict[str, Any]:
             "margin": plan.margin,
             "baseline": plan.arms[0],
         },
-        "environment": {"normlab_version": __version__, "device": "not recorded (imported)"},
-        "data": {},
-        "runs": plan.run_ids(),
-        IMPORT_KEY: import_record(plan),
-    }
+        environment={"normlab_version": __version__, "device": "not recorded (imported)"},
+        runs=plan.run_ids(),
+        extra={IMPORT_KEY: import_record(plan)},
+    )
 
 
 def _swap(tmp: Path, out: Path) -> None:

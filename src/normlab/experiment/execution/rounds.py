@@ -3,7 +3,7 @@
 The look schedule ``looks`` is given, fixed before the first look: after n_1 = the seeds asked
 for, then every 2 more, and at ``--max-seeds`` (:func:`normlab.analysis.sequential.look_schedule`,
 where its default lives with the α-spending it sets). Round k trains the grid with the first n_k
-seeds by :func:`run_experiment` into the same ``out``, so every run already finished there (from
+seeds by :func:`train_grid` into the same ``out``, so every run already finished there (from
 an earlier round, or an earlier command) is reused; after it trains, while the folder is still
 locked, the ``looker`` looks at the runs (the decision rule lives on the analysis side; the CLI
 passes it in, since this package does not import the analysis) and its state is written to
@@ -28,7 +28,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.execution.runner import AfterTraining, run_experiment
+from normlab.experiment.execution.runner import AfterTraining, train_grid
 from normlab.run_format import folder as run_folder
 
 __all__ = [
@@ -90,12 +90,12 @@ def run_until_decided(
     console: Console | None = None,
     show_progress: bool = True,
     finish: AfterTraining | None = None,
-    train: Callable[..., dict[str, dict[str, Any]]] = run_experiment,
+    train: Callable[..., dict[str, dict[str, Any]]] = train_grid,
     clock: Callable[[], float] = time.perf_counter,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
     """Train in rounds at the seed counts ``looks`` until ``looker`` decides (module
     docstring). Returns the last round's {run_id: summary} and the looker's final state (also
-    written to ``out/````sequential.json``). ``train`` is :func:`run_experiment` (or a
+    written to ``out/````sequential.json``). ``train`` is :func:`train_grid` (or a
     stand-in with its signature, for tests)."""
     console = console or Console()
     out = Path(out)

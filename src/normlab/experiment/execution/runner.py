@@ -1,14 +1,20 @@
-"""Run a grid: lock the folder, cache the data, plan and check the runs, train each in its own
+"""Run a grid of either kind: lock the folder, plan and check the runs, train each in its own
 process, skip what is done, record what crashed. The report is not built here: the caller (the
-CLI) hands :func:`run_experiment` the step to run on the finished folder while it is locked.
+CLI) hands :func:`train_grid` the step to run on the finished folder while it is locked.
+
+One runner for every kind of grid (:mod:`normlab.experiment.execution.kinds`: normlab's own
+runs of a testbed, or a user's script): the config names its kind, and the kind says what is
+checked before anything is written, how the runs are planned, what ``experiment.json`` holds and
+what is checked after training; the steps, their order, the lock, the resume and the refusals
+are the same for both.
 
 Re-running the same command with the same ``--out`` skips every run whose ``summary.json`` says
 ``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
 at most the runs in progress.
 
-The runs are trained by an executor (:mod:`normlab.experiment.execution.executors`: ``local`` worker
-processes, or Ray tasks). :func:`plan_experiment` stops before training instead: it prepares the
-folder (data, ``experiment.json``, each run's ``run.json``) so that :func:`run_planned` can
+The runs are trained by an executor (:mod:`normlab.experiment.execution.executors`: ``local``
+worker processes, or Ray tasks). :func:`plan_grid` stops before training instead: it prepares
+the folder (data, ``experiment.json``, each run's ``run.json``) so that :func:`run_planned` can
 train any one run by its id, from any process on any host that sees the folder.
 """
 
@@ -25,29 +31,18 @@ from typing import Any
 from rich.console import Console
 
 from normlab.data.token_cache import is_cache_entry
-from normlab.distributed.wrap import DEFAULT_PRECISION
-from normlab.experiment.config import ExperimentConfig
-from normlab.experiment.execution.environment import default_threads, environment, resolve_device
-from normlab.experiment.execution.executors import (
-    Executor,
-    LocalExecutor,
-    _outcome,
-    finished_runs,
-    is_done,
-)
-from normlab.experiment.execution.grid import flatten, plan_runs
+from normlab.experiment.config import GridConfig
+from normlab.experiment.execution.executors import Executor, LocalExecutor
+from normlab.experiment.execution.kinds import GridKind, grid_kind
 from normlab.experiment.execution.lock import OutputLock
-from normlab.experiment.execution.sizes import check_experiment_sizes
-from normlab.experiment.testbeds import TESTBEDS
+from normlab.experiment.execution.run_loop import finished_runs, is_done, outcome_line
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
     EXPERIMENT_FILE,
-    FACTORS,
     LOCK_FILE,
     LR_SWEEP_DIR,
     TOKENS_FILE,
-    testbed_format,
 )
 from normlab.run_format.folder import (
     clear_run,
@@ -55,13 +50,24 @@ from normlab.run_format.folder import (
     has_experiment,
     has_run_config,
     read_experiment,
+    read_run_config,
     read_summary,
     run_dir,
     run_folders,
     runs_path,
     write_experiment,
 )
-from normlab.run_format.testbeds import NORM_SWAP_FIELD
+
+__all__ = [
+    "AfterTraining",
+    "check_out_contents",
+    "check_out_path",
+    "foreign_entries",
+    "plan_grid",
+    "run_planned",
+    "runs_not_planned",
+    "train_grid",
+]
 
 _CACHE_ENTRY = re.compile(
     rf"^(?:{re.escape(DATA_INFO_FILE)}|{re.escape(TOKENS_FILE)}"
@@ -71,74 +77,6 @@ _CACHE_ENTRY = re.compile(
 and, while it is being written, the temporary files of :mod:`normlab._io` (any token cache's
 names and a BPE's cache folder too: :func:`normlab.data.is_cache_entry`)."""
 _EXPERIMENT_TMP = re.compile(rf"^\.{re.escape(EXPERIMENT_FILE)}\..+\.tmp$")
-
-
-def experiment_record(
-    cfg: ExperimentConfig,
-    runs: list[dict[str, Any]],
-    data_info: dict[str, Any],
-    env: dict[str, Any],
-) -> dict[str, Any]:
-    """The content of ``experiment.json`` (see docs/run-format.md)."""
-    values = {
-        "norm": list(cfg.norms),
-        "placement": list(cfg.placements),
-        "precision": list(cfg.precisions),
-    }
-    varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": values["norm"]}
-    first = runs[0]
-    fixed = {f: v[0] for f, v in values.items() if f not in varied}
-    keys = (
-        "testbed",
-        "model",
-        "dit",
-        "shapes",
-        "lm",
-        "train",
-        "anomaly",
-        "device",
-        "threads",
-        "data",
-    )
-    fixed.update(flatten({k: first[k] for k in keys if k in first}))
-    rates: dict[str, Any] = {}
-    if cfg.train.arm_lr:  # each arm at its own rate: not a fixed setting
-        fixed.pop("train.lr", None)
-        rates = {"learning_rates": {a: cfg.arm_lr(a) for a in cfg.arm_names()}}
-    margin_key = testbed_format(cfg.testbed).margin_key
-    return {
-        "testbed": cfg.testbed,
-        "arms": cfg.arm_names(),
-        "baseline_arm": cfg.baseline_arm(),
-        "seeds": cfg.seed_list(),
-        margin_key: cfg.margin(),
-        "target_val_loss": cfg.train.target_val_loss,
-        "varied": varied,
-        "fixed": fixed,
-        "config": cfg.dump(),
-        "environment": env,
-        "data": data_info,
-        "runs": [r["run_id"] for r in runs],
-        "parameter_counts": {
-            r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs
-        },
-        **norm_swaps(runs),
-        **rates,
-    }
-
-
-def studied_factors(cfg: ExperimentConfig) -> list[str]:
-    """The factors the arms may differ in: norm and placement, and precision when several are
-    given."""
-    return [f for f in FACTORS if f != "precision" or len(cfg.precisions) > 1]
-
-
-def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """``{"norm_swaps": {arm: record}}`` when the runs carry a per-arm ``norm_swap`` record
-    (the lm testbed: which of the model's norm modules hold the arm's norm, which were held),
-    else {}."""
-    records = {r["arm"]: r[NORM_SWAP_FIELD] for r in runs if NORM_SWAP_FIELD in r}
-    return {"norm_swaps": records} if records else {}
 
 
 def runs_not_planned(runs: list[dict[str, Any]], out: Path) -> list[str]:
@@ -235,25 +173,30 @@ AfterTraining = Callable[[Path, dict[str, dict[str, Any]]], None]
 folder is still locked (the CLI builds the report there)."""
 
 
-def run_experiment(
-    cfg: ExperimentConfig,
+def train_grid(
+    cfg: GridConfig,
     out: Path,
     console: Console | None = None,
     show_progress: bool = True,
     after_training: AfterTraining | None = None,
     executor: Executor | None = None,
 ) -> dict[str, dict[str, Any]]:
-    """Run the whole experiment into ``out`` (see docs/run-format.md); returns {run_id:
-    summary}. ``executor`` trains the runs (default: :class:`LocalExecutor`).
+    """Run the whole grid of ``cfg`` (normlab's own runs or a user's script) into ``out`` (see
+    docs/run-format.md); returns {run_id: summary}. ``executor`` trains the runs (default:
+    :class:`LocalExecutor`).
 
     ``out`` (a new or empty folder, or creatable, or the folder of an earlier compare; see
-    :func:`check_out_contents`), the testbed's inputs (:meth:`Testbed.check_inputs`: the
-    ``--data`` path exists and can be read; for the lm testbed also the tokenizer and the model
-    source) and the device are checked before ``out`` is created or written; the data (enough
-    for one context window), the pairing of the arms, and that the finished runs already in
-    ``out`` were trained with the same settings are checked before ``experiment.json`` or any
-    run is written, so a refused command leaves them as they were. If this call created ``out``
-    and fails before writing ``experiment.json``, it removes the folder again.
+    :func:`check_out_contents`) and what the grid's kind checks first (:meth:`GridKind.check`;
+    normlab's own runs: the testbed's inputs, the ``--data`` path exists and can be read, for
+    the lm testbed also the tokenizer and the model source, the device, the memory and disk)
+    are checked before ``out`` is created or written; the planned runs (normlab's own: the data,
+    enough for one context window, and the pairing of the arms) and that the finished runs
+    already in ``out`` were trained with the same settings are checked before
+    ``experiment.json`` or any run is written, so a refused command leaves them as they were. If
+    this call created ``out`` and fails before writing ``experiment.json``, it removes the
+    folder again. After training, the kind checks what it could not check before
+    (:meth:`GridKind.after_training`: a script's seeds whose arms' fingerprints disagree are
+    refused, their runs recorded ``crashed``).
 
     Holds ``out/.lock`` throughout, ``after_training(out, summaries)`` included (the caller's
     next step on the folder, e.g. its report); raises
@@ -262,32 +205,44 @@ def run_experiment(
     """
     console = console or Console()
     out = Path(out)
-    with _prepared(cfg, out, console) as runs:
+    with _prepared(cfg, out, console) as (kind, runs):
         summaries = (executor or LocalExecutor()).run(
             runs, out, cfg.parallel, console, show_progress
         )
+        summaries.update(kind.after_training(runs, out, console))
         if after_training is not None:
             after_training(out, summaries)
     return summaries
 
 
 @contextmanager
-def _prepared(cfg: ExperimentConfig, out: Path, console: Console) -> Iterator[list[dict[str, Any]]]:
+def _prepared(
+    cfg: GridConfig, out: Path, console: Console
+) -> Iterator[tuple[GridKind, list[dict[str, Any]]]]:
     """Check everything that can be checked before ``out`` is written (its path and contents,
-    the testbed's inputs, the device, the sizes), take ``out``'s lock, prepare the data and
-    ``experiment.json`` (:func:`_prepare_locked`) and yield the planned runs; the lock is held
-    until the block ends. A folder this call created is removed again if the block fails
-    before anything was written into it."""
+    then the kind's :meth:`GridKind.check`), take ``out``'s lock, plan the runs, refuse finished
+    runs trained with other settings, say what the grid pairs, write ``experiment.json`` and
+    yield the kind and the planned runs; the lock is held until the block ends. A folder this
+    call created is removed again if the block fails before anything was written into it."""
+    kind = grid_kind(cfg)
     created = check_out_path(out)
     check_out_contents(out)
-    TESTBEDS[cfg.testbed].check_inputs(cfg)
-    device = resolve_device(cfg.device)
-    check_experiment_sizes(cfg, out)  # memory and disk, before anything is allocated
-    threads = cfg.threads or default_threads()
+    kind.check(out)
     lock = OutputLock(out)
     try:
         lock.acquire()
-        yield _prepare_locked(cfg, out, device, threads, console)
+        runs = kind.plan(out, console)
+        finished_runs(runs, out)  # refuses before experiment.json is touched
+        kind.describe(runs, console)
+        others = runs_not_planned(runs, out)
+        if others:
+            console.print(
+                f"note: {runs_path(out)} also holds {len(others)} runs that this command does "
+                f"not plan ({', '.join(others)}); they are kept, but left out of the analysis "
+                "and report"
+            )
+        write_experiment(out, kind.record(runs))
+        yield kind, runs
     except BaseException:
         if created is not None and lock.held and _is_unused(out):
             shutil.rmtree(created, ignore_errors=True)
@@ -296,50 +251,18 @@ def _prepared(cfg: ExperimentConfig, out: Path, console: Console) -> Iterator[li
         lock.release()
 
 
-def _prepare_locked(
-    cfg: ExperimentConfig,
-    out: Path,
-    device: str,
-    threads: int,
-    console: Console,
-) -> list[dict[str, Any]]:
-    """Prepare the data, plan and check the runs, write ``experiment.json``; returns the runs."""
-    data_info = prepare_data(cfg, out / DATA_DIR, console)
-    runs = plan_runs(cfg, device, threads, data_info)
-    if cfg.scale.world_size > 1:
-        for r in runs:  # how each run is started (torchrun); not part of what it computes
-            r["scale"] = cfg.scale.launch_spec()
-    finished_runs(runs, out)  # refuses before experiment.json is touched
-    seen = set()
-    for r in runs:
-        if r["arm"] not in seen:
-            seen.add(r["arm"])
-            console.print(
-                f"arm {r['arm']}: {r['n_params']:,} parameters ({r['n_norm_params']:,} in norms)"
-            )
-    console.print(paired_description(cfg, runs, device, threads))
-    others = runs_not_planned(runs, out)
-    if others:
-        console.print(
-            f"note: {runs_path(out)} also holds {len(others)} runs that this command does not "
-            f"plan ({', '.join(others)}); they are kept, but left out of the analysis and report"
-        )
-    write_experiment(out, experiment_record(cfg, runs, data_info, environment(device, threads)))
-    return runs
-
-
-def plan_experiment(cfg: ExperimentConfig, out: Path, console: Console | None = None) -> list[str]:
+def plan_grid(cfg: GridConfig, out: Path, console: Console | None = None) -> list[str]:
     """Prepare ``out`` for running the grid one run at a time, from any scheduler, and return
     the ids of the runs still to train (in order).
 
-    Checks and locks as :func:`run_experiment`, prepares the data cache, writes
-    ``experiment.json`` and, for every run not done, an empty run folder with its ``run.json``
-    (a done run is left as it is). Nothing is trained; each run is then trained by
-    :func:`run_planned` (``normlab compare --out OUT --run RUN_ID``), and ``normlab report
-    OUT`` builds the report."""
+    Checks and locks as :func:`train_grid`, prepares what the runs need (normlab's own: the
+    data cache), writes ``experiment.json`` and, for every run not done, an empty run folder
+    with its ``run.json`` (a done run is left as it is). Nothing is trained; each run is then
+    trained by :func:`run_planned` (``normlab compare --out OUT --run RUN_ID``), and ``normlab
+    report OUT`` builds the report."""
     console = console or Console()
     out = Path(out)
-    with _prepared(cfg, out, console) as runs:
+    with _prepared(cfg, out, console) as (_, runs):
         done = finished_runs(runs, out)
         todo = [r for r in runs if r["run_id"] not in done]
         for spec in todo:
@@ -348,7 +271,7 @@ def plan_experiment(cfg: ExperimentConfig, out: Path, console: Console | None = 
 
 
 def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[str, Any]:
-    """Train the run ``run_id`` of the folder :func:`plan_experiment` prepared and return its
+    """Train the run ``run_id`` of the folder :func:`plan_grid` prepared and return its
     summary (a done run is skipped: its summary is returned as it is).
 
     Holds the run folder's own lock (``runs/RUN_ID/.lock``), so two commands never train the
@@ -382,50 +305,6 @@ def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[
         clear_run(folder)
         started = time.perf_counter()
         summary = launch_run(folder)
-    console.print(f"{run_id}: {_outcome(summary)} ({time.perf_counter() - started:.1f} s)")
+    outcome = outcome_line(summary, read_run_config(folder).get("testbed"))
+    console.print(f"{run_id}: {outcome} ({time.perf_counter() - started:.1f} s)")
     return summary
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def paired_description(
-    cfg: ExperimentConfig, runs: list[dict[str, Any]], device: str, threads: int
-) -> str:
-    """The line that says what the grid varies and what it costs: only the factors with more
-    than one value differ (the norm, the placement, or both), and each arm's own learning rate
-    when the config gives per-arm rates, each count with its plural."""
-    values = {
-        "norm": list(cfg.norms),
-        "placement": list(cfg.placements),
-        "precision": list(cfg.precisions),
-    }
-    factors = FACTORS
-    varied = [f for f in factors if len(values.get(f, [])) > 1] or ["norm"]
-    fixed = [
-        f"{f} {values[f][0]}"
-        for f in factors
-        if f not in varied
-        and values.get(f)
-        and (f, values[f]) != ("precision", [DEFAULT_PRECISION])
-    ]  # float32, the default precision, goes without saying
-    fixed_text = f" ({', '.join(fixed)} for all)" if fixed else ""
-    if cfg.train.arm_lr:
-        shown = ", ".join(f"{a} {cfg.arm_lr(a):g}" for a in cfg.arm_names())
-        fixed_text += f", each arm at its own peak learning rate ({shown})"
-    steps = runs[0]["train"]["steps"]
-    seeds = len({r["seed"] for r in runs})
-    return (
-        f"paired: shared parameters equal across arms for every seed; only the "
-        f"{' and '.join(varied)} differ{'s' if len(varied) == 1 else ''}{fixed_text}. "
-        f"{_plural(len(runs), 'run')} ({_plural(seeds, 'seed')}) × {_plural(steps, 'step')} "
-        f"on {device} with {_plural(threads, 'thread')}"
-    )
-
-
-def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
-    """Prepare the testbed's data in ``data_dir`` (:meth:`Testbed.prepare_data`: the GPT's token
-    cache, the description of the DiT's shapes, the lm's tokenizer and token cache), say what it
-    is, and check that it fits; returns ``data.json``'s content."""
-    return TESTBEDS[cfg.testbed].prepare_data(cfg, data_dir, console)

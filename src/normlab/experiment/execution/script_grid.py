@@ -1,12 +1,11 @@
-"""``normlab compare --script``: plan the grid of a user's script, run it with the executors,
-and check the pairing of every seed from the runs' fingerprints.
+"""A grid of a user's own training script (``normlab compare --script``).
 
-The grid is the same as for normlab's own runs (arm × seed, an arm being norm × placement ×
-precision, :class:`normlab.experiment.config.ScriptConfig`); each run's ``run.json`` holds the
-script's command, and the worker runs it
-(:func:`normlab.experiment.execution.script_run.run_script`). normlab cannot build the user's
-model before training, so the pairing of the arms is checked afterwards
-(:func:`check_script_pairing`): for every seed, the fingerprints the runs recorded
+The kind of grid of a :class:`normlab.experiment.config.ScriptConfig`
+(:mod:`normlab.experiment.execution.kinds`). The grid is the same as for normlab's own runs (arm
+× seed, an arm being norm × placement × precision); each run's ``run.json`` holds the script's
+command, and the worker runs it (:func:`normlab.experiment.execution.script_run.run_script`).
+normlab cannot build the user's model before training, so the pairing of the arms is checked
+afterwards (:func:`check_script_pairing`): for every seed, the fingerprints the runs recorded
 (``normlab.track``'s ``Run.fingerprint``: digests of the initial parameters outside the norm
 modules and of the first batch) must agree between the arms; a seed where they do not is
 refused: each of its runs is recorded ``crashed`` with the parameter or the batch that differs,
@@ -15,9 +14,6 @@ so the analysis leaves the seed out and the report names it.
 
 from __future__ import annotations
 
-import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -26,47 +22,94 @@ from rich.markup import escape
 
 from normlab.experiment.config import ScriptConfig
 from normlab.experiment.execution.environment import default_threads, environment
-from normlab.experiment.execution.executors import (
-    Executor,
-    LocalExecutor,
-    finished_runs,
-    is_done,
-)
-from normlab.experiment.execution.lock import OutputLock
-from normlab.experiment.execution.runner import (
-    AfterTraining,
-    _is_unused,
-    check_out_contents,
-    check_out_path,
-    runs_not_planned,
-)
+from normlab.experiment.execution.run_loop import is_done
 from normlab.run_format import FACTORS, run_id
+from normlab.run_format.experiment_record import experiment_record
 from normlab.run_format.folder import (
-    create_run,
     has_run_config,
     read_experiment,
     read_fingerprint,
     read_run_config,
     read_summary,
     run_dir,
-    runs_path,
-    write_experiment,
 )
 from normlab.run_format.summary import record_crash
 
 __all__ = [
     "PAIRING_ERROR",
+    "ScriptGrid",
     "check_planned_seed",
     "check_script_pairing",
     "fingerprint_difference",
-    "plan_script_experiment",
     "plan_script_runs",
-    "run_script_experiment",
     "settled_runs",
 ]
 
 PAIRING_ERROR = "pairing guard"
 """How the error of a run refused by :func:`check_script_pairing` begins."""
+
+
+class ScriptGrid:
+    """How a grid of a user's script is checked, planned and recorded, and its pairing
+    checked after training (the interface of
+    :class:`normlab.experiment.execution.kinds.GridKind`)."""
+
+    exports_each_run = False
+    """A run is exported once its seed's pairing is checked (:meth:`settled`), not as it
+    ends."""
+
+    def __init__(self, cfg: ScriptConfig) -> None:
+        self.cfg = cfg
+        self.threads = 0
+
+    def check(self, out: Path) -> None:
+        """Nothing to check before the folder is written but the threads each script gets
+        (the command was checked with the config)."""
+        self.threads = self.cfg.threads or default_threads()
+
+    def plan(self, out: Path, console: Console) -> list[dict[str, Any]]:
+        """Every run's config (:func:`plan_script_runs`); there is no data to prepare."""
+        return plan_script_runs(self.cfg, self.threads)
+
+    def describe(self, runs: list[dict[str, Any]], console: Console) -> None:
+        """Print what the grid pairs and when its pairing is checked."""
+        cfg = self.cfg
+        console.print(
+            f"paired: {len(runs)} runs of {cfg.command!r} ({len(cfg.seed_list())} seeds × "
+            f"{len(cfg.arm_names())} arms), judged on {cfg.metric} "
+            f"({'lower' if cfg.lower_is_better else 'higher'} is better); the pairing is "
+            "checked from each run's fingerprint after it trains"
+        )
+
+    def record(self, runs: list[dict[str, Any]]) -> dict[str, Any]:
+        """``experiment.json``: the fields the analysis reads, as for normlab's own runs; the
+        settings held fixed are the script's command and metric, and the device is the
+        script's to choose."""
+        cfg = self.cfg
+        return experiment_record(
+            testbed=cfg.testbed,
+            arms=cfg.arm_names(),
+            baseline_arm=cfg.baseline_arm(),
+            seeds=cfg.seed_list(),
+            margin=cfg.margin(),
+            factors={"norm": cfg.norms, "placement": cfg.placements, "precision": cfg.precisions},
+            settings={"script.command": cfg.command, "script.metric": cfg.metric},
+            config=cfg.dump(),
+            environment=environment("cpu", self.threads) | {"device": "chosen by the script"},
+            runs=[r["run_id"] for r in runs],
+        )
+
+    def after_training(
+        self, runs: list[dict[str, Any]], out: Path, console: Console
+    ) -> dict[str, dict[str, Any]]:
+        """The pairing guard (:func:`check_script_pairing`): {run_id: crashed summary} of the
+        runs of every seed it refused."""
+        return check_script_pairing(runs, out, console)
+
+    def settled(self, summaries: dict[str, dict[str, Any]]) -> list[str]:
+        """The runs whose seed's pairing has been checked on every arm
+        (:func:`settled_runs`)."""
+        return settled_runs(summaries)
 
 
 def plan_script_runs(cfg: ScriptConfig, threads: int) -> list[dict[str, Any]]:
@@ -93,106 +136,6 @@ def plan_script_runs(cfg: ScriptConfig, threads: int) -> list[dict[str, Any]]:
         for seed in cfg.seed_list()
         for arm, norm, placement, precision in cfg.arm_factors()
     ]
-
-
-def script_experiment_record(
-    cfg: ScriptConfig, runs: list[dict[str, Any]], threads: int
-) -> dict[str, Any]:
-    """The content of ``experiment.json`` for a script grid (the fields the analysis reads, as
-    for normlab's own runs)."""
-    values = {"norm": cfg.norms, "placement": cfg.placements, "precision": cfg.precisions}
-    varied = {f: v for f, v in values.items() if len(v) > 1} or {"norm": cfg.norms}
-    fixed: dict[str, Any] = {f: v[0] for f, v in values.items() if f not in varied}
-    fixed.update({"script.command": cfg.command, "script.metric": cfg.metric})
-    return {
-        "testbed": cfg.testbed,
-        "arms": cfg.arm_names(),
-        "baseline_arm": cfg.baseline_arm(),
-        "seeds": cfg.seed_list(),
-        "margin": cfg.margin(),
-        "target_val_loss": None,
-        "varied": varied,
-        "fixed": fixed,
-        "config": cfg.dump(),
-        "environment": environment("cpu", threads) | {"device": "chosen by the script"},
-        "data": {},
-        "runs": [r["run_id"] for r in runs],
-    }
-
-
-@contextmanager
-def _prepared(cfg: ScriptConfig, out: Path, console: Console) -> Iterator[list[dict[str, Any]]]:
-    """Check ``out``, take its lock, write ``experiment.json`` and yield the planned runs (as
-    :func:`normlab.experiment.execution.runner.run_experiment` does for normlab's runs)."""
-    created = check_out_path(out)
-    check_out_contents(out)
-    threads = cfg.threads or default_threads()
-    lock = OutputLock(out)
-    try:
-        lock.acquire()
-        runs = plan_script_runs(cfg, threads)
-        finished_runs(runs, out)  # refuses before experiment.json is touched
-        console.print(
-            f"paired: {len(runs)} runs of {cfg.command!r} ({len(cfg.seed_list())} seeds × "
-            f"{len(cfg.arm_names())} arms), judged on {cfg.metric} "
-            f"({'lower' if cfg.lower_is_better else 'higher'} is better); the pairing is "
-            "checked from each run's fingerprint after it trains"
-        )
-        others = runs_not_planned(runs, out)
-        if others:
-            console.print(
-                f"note: {runs_path(out)} also holds {len(others)} runs that this command does "
-                f"not plan ({', '.join(others)}); they are kept, but left out of the analysis"
-            )
-        write_experiment(out, script_experiment_record(cfg, runs, threads))
-        yield runs
-    except BaseException:
-        if created is not None and lock.held and _is_unused(out):
-            shutil.rmtree(created, ignore_errors=True)
-        raise
-    finally:
-        lock.release()
-
-
-def run_script_experiment(
-    cfg: ScriptConfig,
-    out: Path,
-    console: Console | None = None,
-    show_progress: bool = True,
-    after_training: AfterTraining | None = None,
-    executor: Executor | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Run the script grid into ``out`` and return {run_id: summary}: plan it, train every run
-    not done with ``executor`` (default: local worker processes), refuse the seeds whose arms'
-    fingerprints disagree (:func:`check_script_pairing`), then ``after_training`` on the locked
-    folder (the report). The signature is that of
-    :func:`normlab.experiment.execution.runner.run_experiment`, so ``--until-decided`` runs its
-    rounds through it."""
-    console = console or Console()
-    out = Path(out)
-    with _prepared(cfg, out, console) as runs:
-        summaries = (executor or LocalExecutor()).run(
-            runs, out, cfg.parallel, console, show_progress
-        )
-        summaries.update(check_script_pairing(runs, out, console))
-        if after_training is not None:
-            after_training(out, summaries)
-    return summaries
-
-
-def plan_script_experiment(
-    cfg: ScriptConfig, out: Path, console: Console | None = None
-) -> list[str]:
-    """``--plan``: prepare ``out`` (``experiment.json``, a ``run.json`` for every run not done)
-    and return the ids of the runs to train (``normlab compare --out OUT --run RUN_ID``)."""
-    console = console or Console()
-    out = Path(out)
-    with _prepared(cfg, out, console) as runs:
-        done = finished_runs(runs, out)
-        todo = [r for r in runs if r["run_id"] not in done]
-        for spec in todo:
-            create_run(out, spec)
-    return [r["run_id"] for r in todo]
 
 
 def fingerprint_difference(a: dict[str, Any], b: dict[str, Any]) -> str | None:
@@ -242,7 +185,8 @@ def check_script_pairing(
         )
         console.print(f"[red]{escape(error)}[/]")
         for spec in specs:
-            refused[spec["run_id"]] = record_crash(run_dir(out, spec["run_id"]), spec, error, "")
+            summary = record_crash(run_dir(out, spec["run_id"]), spec, error, "")
+            refused[spec["run_id"]] = summary
     if unchecked:
         console.print(
             f"note: {len(unchecked)} runs recorded no fingerprint (run.fingerprint(model, "

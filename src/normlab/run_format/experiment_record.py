@@ -1,0 +1,77 @@
+"""The content of ``experiment.json`` (docs/run-format.md), built once for every kind of grid.
+
+A grid of normlab's own runs, a ``compare --script`` grid and the runs ``normlab report
+--import`` reads from a tracker all describe their experiment in the same keys, in the same
+order: what the analysis reads (the testbed, the arms and their baseline, the seeds, the
+equivalence margin under its testbed's key, the target loss, what varies and what is held
+fixed), then what the report shows (the config, the environment, the data) and the runs'
+ids, then the keys of one kind only (``extra``: parameter counts, norm swaps, learning rates,
+the import record). Each caller passes plain values; this module imports nothing above
+:mod:`normlab.run_format`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from normlab.run_format.testbeds import testbed_format
+
+__all__ = ["experiment_record", "factor_split"]
+
+
+def factor_split(
+    values: Mapping[str, Sequence[Any]],
+) -> tuple[dict[str, list[Any]], dict[str, Any]]:
+    """(varied, fixed) of the factors' values ({factor: [values]}, in factor order): a factor
+    with more than one value varies; when none does, the first factor (the norm) is reported
+    as varied all the same (the arms differ in something). Every other factor is fixed at its
+    one value."""
+    varied = {f: list(v) for f, v in values.items() if len(v) > 1}
+    if not varied:
+        first = next(iter(values))
+        varied = {first: list(values[first])}
+    fixed = {f: v[0] for f, v in values.items() if f not in varied}
+    return varied, fixed
+
+
+def experiment_record(
+    *,
+    testbed: str,
+    arms: Sequence[str],
+    baseline_arm: str,
+    seeds: Sequence[int],
+    margin: float | None,
+    factors: Mapping[str, Sequence[Any]],
+    settings: Mapping[str, Any],
+    config: dict[str, Any],
+    environment: dict[str, Any],
+    runs: Sequence[str],
+    target_val_loss: float | None = None,
+    data: dict[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """``experiment.json`` of a grid: ``testbed``, ``arms``, ``baseline_arm``, ``seeds``, the
+    equivalence ``margin`` under the testbed's key (:attr:`TestbedFormat.margin_key`:
+    ``margin_bpb``, ``margin_val_loss``, or ``margin`` for a script's metric),
+    ``target_val_loss``, ``varied`` and ``fixed`` (:func:`factor_split` of ``factors``, the
+    fixed factors followed by ``settings``: every other setting held equal, as dotted keys),
+    ``config``, ``environment``, ``data`` ({} when None), ``runs`` (the run ids in grid order),
+    then the keys of ``extra`` in their order."""
+    varied, fixed = factor_split(factors)
+    fixed.update(settings)
+    return {
+        "testbed": testbed,
+        "arms": list(arms),
+        "baseline_arm": baseline_arm,
+        "seeds": list(seeds),
+        testbed_format(testbed).margin_key: margin,
+        "target_val_loss": target_val_loss,
+        "varied": varied,
+        "fixed": fixed,
+        "config": config,
+        "environment": environment,
+        "data": data if data is not None else {},
+        "runs": list(runs),
+        **(extra or {}),
+    }
