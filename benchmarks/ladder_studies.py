@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import itertools
 import json
 import math
@@ -54,6 +53,7 @@ import yaml
 from scipy import stats
 
 from normlab._io import write_text_atomic
+from normlab._version import source_commit
 from normlab.analysis import load_compare_folder, seeds_needed
 from normlab.analysis.comparison import compare_paired
 from normlab.analysis.ladder import Rung, fit_ladder, predict_ladder, rung_stats
@@ -1027,19 +1027,6 @@ def _own_reading(o: dict[str, Any]) -> str:
     return text
 
 
-def git_commit() -> str:
-    """The checkout's commit, as scripts/studies.py records it for its own sections (its
-    function, loaded from that file: one definition of what a study document calls its
-    commit)."""
-    spec = importlib.util.spec_from_file_location("normlab_studies", ROOT / "scripts/studies.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
-    if spec.name not in sys.modules:
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return str(module.git_commit())
-
-
 def _means(
     folders: Mapping[str, CompareFolder], base: str, arm: str
 ) -> dict[str, tuple[float | None, float | None]]:
@@ -1059,7 +1046,7 @@ def document(out: Path, cmds: Mapping[str, list[list[str]]]) -> list[str]:
     are missing is said to be not run)."""
     ctx = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        "commit": source_commit(),
         "machine": machine(),
     }
     lines = [BEGIN, ""]
