@@ -28,26 +28,28 @@ current modules, consecutive repeats merged. Reported:
   down. Given as a total, per destination package, and as the distinct (B → A) pairs;
 - *climbs into the command*: those whose A is ``normlab.cli.compare_cmd``.
 
-The walks: ``compare --ladder d_model=16,32 --seeds 2 --steps 5 --no-report`` and ``compare
---script "<examples/own_loop/plain_loop.py …> --steps 3" --norms layernorm,rmsnorm --seeds 2
---metric val_loss --steps 3``.
+The walks: ``compare --ladder d_model=16,32 --seeds 2 --steps 5 --warmup 1 --no-report`` (a
+warm-up shorter than the 5 steps) and ``compare --script "<examples/own_loop/plain_loop.py …>
+--steps 3" --norms layernorm,rmsnorm --seeds 2 --metric val_loss --steps 3``.
 
 **Hops.** The chain of normlab files one must open to follow a question's answer: the call
 stack (outermost first) at the moment the answer happens, each file once per consecutive run
 of frames, and across processes the stack that started the process first. Measured:
 
 - *where is summary.json written for a plain local run*: ``compare --seeds 1 --steps 3
-  --no-report``; every process the run starts loads :file:`structure_probe/sitecustomize.py`
-  (``PYTHONPATH``), which records the stack when a file named ``summary.json`` is put in place
-  (``os.replace`` / ``os.rename``, how normlab writes files atomically) and when a process is
-  started (``subprocess.Popen``), in every process;
+  --warmup 1 --no-report``; every process the run starts loads
+  :file:`structure_probe/sitecustomize.py` (``PYTHONPATH``), which records the stack when a
+  file named ``summary.json`` is put in place (``os.replace`` / ``os.rename``, how normlab
+  writes files atomically) and when a process is started (``subprocess.Popen``), in every
+  process;
 - *where is "equivalent" decided*: ``normlab report`` on a copy of
   ``tests/compare/fixtures/compare_run`` (whose quality verdict is equivalent); the profiler
   notes each normlab function that returns the word (the string, or a tuple, list, dict or
   object holding it one level deep): an *origin* when no callee returned it to the function
   and none of its arguments holds it (the word is decided there), a *relay* otherwise (it is
   passed along, rewritten or decided again from what it was handed);
-- *how --ladder reaches a run*: the stack when the ladder walk starts its first process.
+- *how --ladder reaches a run*: the stack when the ladder walk starts its first run (the first
+  process whose arguments name a folder under the command's ``--out``).
 
 This module imports only the standard library at its top: the probes it installs in worker
 processes run before those import normlab.
@@ -225,7 +227,7 @@ def install_probes(folder: str) -> None:
     def started(self: subprocess.Popen, *args: Any, **kwargs: Any) -> None:
         popen_init(self, *args, **kwargs)
         argv = args[0] if args else kwargs.get("args")
-        shown = " ".join(map(str, argv))[:300] if isinstance(argv, list | tuple) else str(argv)
+        shown = " ".join(map(str, argv))[:2000] if isinstance(argv, list | tuple) else str(argv)
         stack = normlab_stack(sys._getframe(1))
         _record(folder, {"event": "start", "child": self.pid, "args": shown, "stack": stack})
 
@@ -353,6 +355,9 @@ class Walk:
                 n for (_, a), n in self.climbs.items() if a == COMMAND_MODULE
             ),
             "climb_pairs": len(self.climbs),
+            "climbs_into_command_from": {
+                b: n for (b, a), n in self.climbs.most_common() if a == COMMAND_MODULE
+            },
             "climbs_by_package": dict(into.most_common()),
             "rooms": sorted(self.rooms),
         }
@@ -425,7 +430,8 @@ def probed(folder: Path) -> Iterator[None]:
 def ladder_args(out: Path) -> list[str]:
     """The ladder walk's command (without ``normlab``)."""
     q = shlex.quote(str(out))
-    return shlex.split(f"compare --ladder d_model=16,32 --seeds 2 --steps 5 --no-report --out {q}")
+    ladder = "--ladder d_model=16,32 --seeds 2 --steps 5 --warmup 1"
+    return shlex.split(f"compare {ladder} --no-report --out {q}")
 
 
 def script_args(out: Path) -> list[str]:
@@ -443,33 +449,47 @@ def _hops(stack: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 
 def measure_walk(args: Sequence[str], trace: Path) -> dict[str, Any]:
-    """The walk of ``normlab ARGS`` and the files from the command to its first process."""
+    """The walk of ``normlab ARGS`` and the files from the command to its first run: the first
+    process this process starts whose arguments name a folder under the command's ``--out``
+    (a run's worker; not, say, ``uname`` asked for the machine's name)."""
     walk = Walk(design_order())
     with probed(trace):
         status = run_normlab(args, walk)
+    out = str(Path(args[list(args).index("--out") + 1]).resolve())
     records = read_records(trace)
     starts = [r for r in records if r["event"] == "start" and r["pid"] == os.getpid()]
-    first = next((r for r in starts if r["stack"]), None)
+    first = next((r for r in starts if out in r["args"]), None)
     return {
         "command": "normlab " + " ".join(args),
         "status": status,
         **walk.summary(),
-        "first_process": None
-        if first is None
-        else {"args": first["args"], **_hops(first["stack"])},
+        "first_run": None if first is None else {"args": first["args"], **_hops(first["stack"])},
     }
+
+
+WRITING_LAYERS = ("normlab._io", "normlab.run_format")
+"""The modules that put a file in place for whoever asks: a write's *writer* is the innermost
+frame outside them."""
+
+
+def _writer(stack: Sequence[dict[str, Any]]) -> str:
+    """``module:function`` of the innermost frame of ``stack`` outside :data:`WRITING_LAYERS`."""
+    for frame in reversed(stack):
+        module = frame["module"]
+        if not any(module == m or module.startswith(m + ".") for m in WRITING_LAYERS):
+            return f"{module}:{frame['function']}"
+    return "?"
 
 
 def measure_summary_write(tmp: Path) -> dict[str, Any]:
     """Where a plain local run's summary.json is written: every write's full stack."""
-    args = ["compare", "--seeds", "1", "--steps", "3", "--no-report", "--out", str(tmp / "plain")]
+    args = shlex.split("compare --seeds 1 --steps 3 --warmup 1 --no-report --out")
+    args.append(str(tmp / "plain"))
     with probed(tmp / "trace_plain"):
         status = run_normlab(args)
     records = read_records(tmp / "trace_plain")
     writes = [r for r in records if r["event"] == "write" and "/runs/" in r["path"]]
-    writers = sorted(
-        {f"{w['stack'][-1]['module']}:{w['stack'][-1]['function']}" for w in writes if w["stack"]}
-    )
+    writers = sorted({_writer(w["stack"]) for w in writes})
     first = _hops(full_stack(writes[0], records)) if writes else None
     return {
         "command": "normlab " + " ".join(args),
@@ -522,15 +542,17 @@ def render(results: dict[str, Any]) -> list[str]:
         lines += [
             f"Walk of `{w['command']}` (exit {w['status']}): {w['rooms_entered']} rooms entered, "
             f"{w['steps']} steps, {w['climbs']} climbs back up ({w['climbs_into_command']} into "
-            f"{COMMAND_MODULE}; {w['climb_pairs']} distinct pairs; by destination: {by}).",
-            f"- first process started: {_chain_line(w['first_process'])}",
+            f"{COMMAND_MODULE}, from {len(w['climbs_into_command_from'])} modules; "
+            f"{w['climb_pairs']} distinct pairs; by destination: {by}).",
+            f"- first run started: {_chain_line(w['first_run'])}",
             "",
         ]
     if "summary" in results:
         s = results["summary"]
         lines += [
             f"Where is summary.json written for a plain local run (`{s['command']}`, exit "
-            f"{s['status']}): {s['writes']} writes, by {', '.join(s['writers']) or 'nobody'}.",
+            f"{s['status']}): {s['writes']} writes, by {', '.join(s['writers']) or 'nobody'} "
+            f"(the innermost caller outside {' and '.join(WRITING_LAYERS)}).",
             f"- {_chain_line(s['first'])}",
             "",
         ]

@@ -110,6 +110,10 @@ def test_a_walk_counts_rooms_steps_and_climbs() -> None:
     assert s["rooms_entered"] == 4 and s["steps"] == 7
     assert s["climbs"] == 3 and s["climbs_into_command"] == 2 and s["climb_pairs"] == 3
     assert s["climbs_by_package"] == {"normlab.cli": 2, "normlab.experiment.execution": 1}
+    assert s["climbs_into_command_from"] == {
+        "normlab.experiment.execution.ladder": 1,
+        "normlab.cli.errors": 1,
+    }
 
 
 def _decide(x: float) -> str:
@@ -159,6 +163,12 @@ def test_file_chains_follow_the_process_that_started_a_run() -> None:
         "normlab/e/w.py",
     ]
     assert st._hops(st.full_stack(records[1], records)) == {"chain": chain, "files": 4, "hops": 5}
+    writes = [
+        {"module": "normlab.experiment.execution.worker", "function": "serve"},
+        {"module": "normlab.run_format.folder", "function": "write_summary"},
+        {"module": "normlab._io", "function": "_atomic"},
+    ]
+    assert st._writer(writes) == "normlab.experiment.execution.worker:serve"
 
 
 def test_the_probes_record_in_a_child_process_started_with_them(tmp_path: Path) -> None:
