@@ -64,7 +64,7 @@ from normlab._io import write_text_atomic
 from normlab._version import source_commit
 from normlab.analysis import seeds_needed
 from normlab.analysis.ladder import Rung, fit_ladder, predict_ladder, rung_stats
-from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING
+from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING, tuning_seed_words
 from normlab.analysis.lr_sweep_folder import sweep_losses
 from normlab.cli.coord_check_cmd import JSON_FILE as COORD_CHECK_FILE
 from normlab.run_format import LADDER_KEY, LR_SWEEP_KEY
@@ -552,6 +552,10 @@ def _curve_cell(p: Mapping[str, Any] | None, best: bool) -> str:
     return f"**{cell}**" if best else cell
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _seeds(seeds: Sequence[int]) -> str:
     return ", ".join(map(str, seeds))
 
@@ -787,7 +791,8 @@ def render_transfer(
         "(Adam) the best rate should fall as the width grows. The same small GPT as the "
         f"hold-out (2 layers, 2 heads), d_model {widths}, base width {scale.widths[0]}. "
         "`compare --ladder --lr-sweep` trains LayerNorm and RMSNorm for 120 steps at each rate "
-        f"on {scale.tuning_seeds} tuning seed(s) after the 2 evaluation seeds: under mup at the "
+        f"on {_count(scale.tuning_seeds, 'tuning seed')} after the 2 evaluation seeds: under "
+        "mup at the "
         "smallest width (where the rates are chosen; every rung runs them) and the largest (the "
         "check that the optimum lines up), under sp at every width (each runs its own); then "
         "each rung compares the arms at their chosen rates. The quality is the final "
@@ -873,8 +878,8 @@ def _sweep_lines(p: str, record: Mapping[str, Any]) -> list[str]:
     if not record:
         return [f"Learning-rate sweep, {p}: not finished.", ""]
     lines = [
-        f"Learning-rate sweep, **{p}** (final validation bpb, mean ± sd over the tuning seeds "
-        f"{_seeds(record['tuning_seeds'])}; bold: the best rate):",
+        f"Learning-rate sweep, **{p}** (final validation bpb, mean ± sd over the "
+        f"{tuning_seed_words(record['tuning_seeds'])}; bold: the best rate):",
         "",
         *_curve_table(record["settings"], "width"),
         "",
@@ -1006,8 +1011,8 @@ def render_own_rate(
         "A comparison at one shared learning rate is partly a comparison of learning rates. "
         "LayerNorm, RMSNorm and DyT (the DyT study's recipe for all three: SwiGLU, untied head, "
         "DyT α0 2 / 1 / 1 and embedding scale 50, chosen at d_model 64), d_model 32, 2 "
-        "layers, 120 steps. `compare --lr-sweep` trains every arm at every rate on the tuning "
-        f"seeds {_seeds(o['record']['tuning_seeds'])}, chooses each arm's best rate there "
+        "layers, 120 steps. `compare --lr-sweep` trains every arm at every rate on the "
+        f"{tuning_seed_words(o['record']['tuning_seeds'])}, chooses each arm's best rate there "
         "and compares the arms at their own best rates on the evaluation seeds "
         f"{_seeds(o['evaluation_seeds'])}, disjoint from them, so the choice does not bias "
         "the comparison; `compare --lr` compares them on the same seeds at one shared rate.",

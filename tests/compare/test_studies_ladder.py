@@ -170,7 +170,7 @@ def test_the_own_rate_study_reads_its_three_folders(tmp_path: Path) -> None:
     )
     assert "| dyt-pre vs layernorm-pre, each at its own best | 0.01 / 0.02 | −0.0500" in text
     assert "the verdict changes from worse to inconclusive" in text
-    assert "tuning seeds 3, 4" in text and "evaluation seeds 0, 1, 2" in text
+    assert "on the tuning seeds 3, 4, chooses" in text and "evaluation seeds 0, 1, 2" in text
 
 
 def test_a_shared_baseline_best_reuses_the_shared_folder(tmp_path: Path) -> None:
