@@ -1,42 +1,48 @@
 """The size ladder's evidence from real runs: the ladder sections of docs/studies.md.
 
     python benchmarks/ladder_studies.py               # train (resumable), analyse, write the doc
-    python benchmarks/ladder_studies.py --no-run      # analyse the finished folders only
+    python benchmarks/ladder_studies.py --no-run      # write the doc from the finished folders
     python benchmarks/ladder_studies.py --only holdout own_rate
+    python benchmarks/ladder_studies.py --smoke --out /tmp/ls --doc /tmp/ls/studies.md
 
-Every training goes through the CLI as a user would run it (``normlab compare`` and ``normlab
-coord-check``, one run at a time), into ``--out`` (default ``normlab-out/ladder_studies``); a
-re-run skips finished runs. The folders are then read and judged with normlab's own functions
-(:mod:`normlab.analysis.ladder`, :mod:`normlab.analysis.lr_sweep`, :func:`compare_paired`,
-:func:`seeds_needed`), and each study's section of docs/studies.md is written between the
-``ladder-studies`` markers after the kept marker (the rest of the file is left as it is).
+Every training is a public command run as a user would type it (``normlab compare`` with
+``--ladder``, ``--lr-sweep``, ``--tuning-seeds``, ``--parametrization``, ``--lr``, ``--config``,
+``--out``, and ``normlab coord-check``), one after another, into ``--out`` (default
+``normlab-out/ladder_studies``); a re-run skips finished runs. Every reading goes through the
+run format: the folders' ``summary.json`` as the commands' reports wrote them
+(:func:`normlab.run_format.folder.read_analysis`: the ladder record, each arm's verdict, the
+sweep's curves and choice), the tuning runs' values (:func:`normlab.analysis.lr_sweep_folder.
+sweep_losses` of :func:`normlab.run_format.folder.tuning_folders`) and the runs' summaries.
+The hold-out refits the ladder's rungs with :mod:`normlab.analysis.ladder`. Each study's
+section of docs/studies.md is written between the ``ladder-studies`` markers after the kept
+marker (the rest of the file is left as it is).
 
 The studies (all on the byte-level GPT testbed, 2 layers, 2 heads, context 64, batch 8 — small
-models trained briefly, so that the whole set runs in well under an hour on two CPU cores):
+models trained briefly, so that the whole set runs in about an hour on two CPU cores):
 
 - ``holdout``: ``examples/ladder.yaml`` (LayerNorm vs RMSNorm at d_model 16/32/64/128, 3 seeds,
   500 steps). The fit on the three smaller rungs predicts the largest; is the measured
   difference inside the prediction interval? The same ladder gives the paired spread per rung
   and the seeds a decision within the default margin would need there (``spread``).
 - ``coord``: ``normlab coord-check`` at d_model 32/64/128 under mup and sp.
-- ``transfer``: the learning-rate optimum across d_model 32/64/128 under mup and sp: one
-  ``compare --ladder`` per rate of :data:`RATES` (2 seeds, 120 steps), then
-  :func:`select_learning_rates` per width and :func:`optimum_alignment`.
-- ``own_rate``: LayerNorm, RMSNorm and DyT (the DyT study's recipe, d_model 32, 120 steps) at
-  every rate of :data:`RATES` on seeds 0–4; each arm's best rate is chosen on the tuning seeds
-  3, 4 (:func:`tuning_seeds`), and the paired comparisons on the evaluation seeds 0, 1, 2 are
-  made at the arms' own rates and at a shared rate.
+- ``transfer``: the learning-rate optimum across d_model 32/64/128: ``compare --ladder
+  --lr-sweep`` under mup (the smallest width chooses, the largest checks) and under sp (every
+  width its own), 2 tuning seeds, 120 steps; the ladder's sweep record holds the curves and
+  :func:`normlab.analysis.lr_sweep.optimum_alignment`'s verdict.
+- ``own_rate``: LayerNorm, RMSNorm and DyT (the DyT study's recipe, d_model 32, 120 steps):
+  ``compare --lr-sweep`` chooses each arm's best rate on the tuning seeds 3, 4 and compares the
+  arms at their own rates on the evaluation seeds 0, 1, 2; ``compare --lr`` compares them on
+  the same seeds at one shared rate (compare's default, and the baseline's best).
 
-A sweep is one ``compare`` per rate (:func:`sweep_commands`) read back as {rate: folder}
-(:func:`sweep_folders`). When ``compare`` takes the sweep itself (``--lr-sweep``), replace
-those two functions: one command, and the rates' runs read from its folder.
+``--smoke`` runs the same commands on tiny settings (:data:`SMOKE`: 4 steps, two rates, one
+tuning seed, fewer widths) to check the pipeline end to end; it needs ``--doc`` (its document
+must not replace docs/studies.md) and says so at its top.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
-import importlib.util
 import itertools
 import json
 import math
@@ -46,6 +52,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,19 +61,14 @@ import yaml
 from scipy import stats
 
 from normlab._io import write_text_atomic
-from normlab.analysis import load_compare_folder, seeds_needed
-from normlab.analysis.comparison import compare_paired
+from normlab._version import source_commit
+from normlab.analysis import seeds_needed
 from normlab.analysis.ladder import Rung, fit_ladder, predict_ladder, rung_stats
-from normlab.analysis.ladder_folder import analyze_ladder, load_rungs
-from normlab.analysis.lr_sweep import (
-    LrCurve,
-    optimum_alignment,
-    select_learning_rates,
-    tuning_seeds,
-)
-from normlab.analysis.runs import CompareFolder
-from normlab.analysis.wording import Smallest, judge
-from normlab.run_format import SUMMARY_FILE, testbed_format
+from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING, tuning_seed_words
+from normlab.analysis.lr_sweep_folder import sweep_losses
+from normlab.cli.coord_check_cmd import JSON_FILE as COORD_CHECK_FILE
+from normlab.run_format import LADDER_KEY, LR_SWEEP_KEY
+from normlab.run_format import folder as run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
 LADDER_EXAMPLE = ROOT / "examples" / "ladder.yaml"
@@ -80,11 +82,9 @@ RATES = (0.0025, 0.005, 0.01, 0.02, 0.04)
 """The swept peak learning rates: factors of 2 around compare's default 0.005."""
 SHARED_RATE = 0.005
 """The shared rate of the own-rate study: compare's default peak learning rate."""
-EVAL_SEEDS = (0, 1, 2)
-"""The own-rate study's evaluation seeds; its tuning seeds follow them (3, 4)."""
-N_TUNING = 2
 WIDTHS = (32, 64, 128)
 """The transfer study's and the coordinate check's widths (the smallest is μP's base)."""
+PARAMETRIZATIONS = ("mup", "sp")
 
 SMALL_MODEL: dict[str, Any] = {"n_layers": 2, "n_heads": 2, "context": 64}
 SMALL_TRAIN: dict[str, Any] = {
@@ -98,14 +98,13 @@ TRANSFER_CONFIG: dict[str, Any] = {
     "norms": ["layernorm", "rmsnorm"],
     "placements": ["pre"],
     "seeds": 2,
-    "ladder": {"d_model": list(WIDTHS)},
     "model": SMALL_MODEL,
     "train": SMALL_TRAIN,
 }
 OWN_RATE_CONFIG: dict[str, Any] = {
     "norms": ["layernorm", "rmsnorm", "dyt"],
     "placements": ["pre"],
-    "seeds": len(EVAL_SEEDS) + N_TUNING,
+    "seeds": 3,
     "margin_bpb": MARGIN,
     "model": {
         **SMALL_MODEL,
@@ -120,32 +119,59 @@ OWN_RATE_CONFIG: dict[str, Any] = {
     "train": SMALL_TRAIN,
 }
 """The DyT study's recipe (examples/studies/dyt_layernorm.yaml) for all three arms, small."""
-STUDY_NAMES = ("holdout", "coord", "transfer", "own_rate")
+STUDY_NAMES = ("holdout", "coord", "own_rate", "transfer")
+"""The studies, in the order they train."""
+
+
+@dataclass(frozen=True)
+class Scale:
+    """How large the studies are: the rates swept, the tuning seeds per arm and rate, the
+    widths of the transfer study and the coordinate check, and the options added to every
+    ``compare`` (``compare``), to the hold-out's (``holdout``) and to ``coord-check``'s."""
+
+    name: str
+    rates: tuple[float, ...]
+    tuning_seeds: int
+    widths: tuple[int, ...]
+    compare: tuple[str, ...] = ()
+    holdout: tuple[str, ...] = ()
+    coord: tuple[str, ...] = ()
+
+
+FULL = Scale("full", RATES, 2, WIDTHS)
+SMOKE = Scale(
+    "smoke",
+    (0.005, 0.01),
+    1,
+    (16, 32),
+    compare=("--seeds", "2", "--steps", "4", "--warmup", "1", "--batch-size", "4"),
+    holdout=("--ladder", "d_model=16,32,64"),
+    coord=("--steps", "2", "--batch-size", "2", "--seeds", "1"),
+)
+"""A check of the pipeline: every command of the studies, tiny (numbers that mean nothing)."""
 
 
 # ---- commands --------------------------------------------------------------------------------
 
 
-def normlab(*args: str) -> list[str]:
-    """A command of this Python's normlab."""
-    return [sys.executable, "-m", "normlab", *args]
+def _arg(path: Path) -> str:
+    """A path as a command shows it: relative to the checkout when it lies under it."""
+    path = Path(path)
+    return (
+        str(path.relative_to(ROOT))
+        if path.is_absolute() and path.is_relative_to(ROOT)
+        else str(path)
+    )
 
 
-def shown(cmd: Sequence[str]) -> str:
-    """``cmd`` as a reader types it: ``normlab …``, paths under the checkout relative to it."""
-    args = list(cmd)
-    if args[1:3] == ["-m", "normlab"]:
-        args = ["normlab", *args[3:]]
-    out = []
-    for a in args:
-        p = Path(a)
-        out.append(str(p.relative_to(ROOT)) if p.is_absolute() and p.is_relative_to(ROOT) else a)
-    return " ".join(out)
+def compare(config: Path, out: Path, *flags: str) -> list[str]:
+    """``normlab compare --config CONFIG FLAGS… --out OUT`` as a reader types it (paths
+    relative to the checkout)."""
+    return ["normlab", "compare", "--config", _arg(config), *flags, "--out", _arg(out)]
 
 
-def rate_name(rate: float) -> str:
-    """The folder name of one rate of a sweep: ``lr=0.005``."""
-    return f"lr={rate:g}"
+def _rates(rates: Sequence[float]) -> str:
+    return ",".join(f"{r:g}" for r in rates)
 
 
 def write_config(path: Path, config: Mapping[str, Any]) -> Path:
@@ -155,137 +181,133 @@ def write_config(path: Path, config: Mapping[str, Any]) -> Path:
     return path
 
 
-def sweep_commands(
-    config: Path, out: Path, rates: Sequence[float], extra: Sequence[str] = ()
-) -> dict[float, list[str]]:
-    """One ``normlab compare --config CONFIG --lr r --out OUT/lr=r`` per rate."""
-    return {
-        r: normlab(
-            "compare",
-            "--config",
-            str(config),
-            *extra,
-            "--lr",
-            f"{r:g}",
-            "--out",
-            str(out / rate_name(r)),
-        )
-        for r in rates
-    }
+def sweep_flags(scale: Scale) -> tuple[str, ...]:
+    """``--lr-sweep`` over the scale's rates with its tuning seeds."""
+    return ("--lr-sweep", _rates(scale.rates), "--tuning-seeds", str(scale.tuning_seeds))
 
 
-def sweep_folders(out: Path, rates: Sequence[float]) -> dict[float, Path]:
-    """{rate: its compare (or ladder) folder} of a sweep made by :func:`sweep_commands`."""
-    return {r: out / rate_name(r) for r in rates}
+def coord_commands(out: Path, scale: Scale) -> list[list[str]]:
+    """``normlab coord-check`` under each parametrisation at the scale's widths."""
+    widths = ("--ladder", "d_model=" + ",".join(map(str, scale.widths)))
+    model = ("--n-layers", "2", "--n-heads", "2", *scale.coord)
+    return [
+        ["normlab", "coord-check", *widths, "--parametrization", p, *model, "--out", out_p]
+        for p, out_p in ((p, _arg(out / f"coord_{p}")) for p in PARAMETRIZATIONS)
+    ]
 
 
-def plan(out: Path) -> dict[str, list[list[str]]]:
-    """Every study's commands, in the order they run."""
-    transfer = write_config(out / "transfer.yaml", TRANSFER_CONFIG)
-    own = write_config(out / "own_rate.yaml", OWN_RATE_CONFIG)
-    cmds: dict[str, list[list[str]]] = {
-        "holdout": [
-            normlab("compare", "--config", str(LADDER_EXAMPLE), "--out", str(out / "holdout"))
-        ],
-        "coord": [
-            normlab(
-                "coord-check",
-                "--ladder",
-                "d_model=" + ",".join(map(str, WIDTHS)),
-                "--parametrization",
-                p,
-                "--n-layers",
-                "2",
-                "--n-heads",
-                "2",
-                "--out",
-                str(out / f"coord_{p}"),
-            )
-            for p in ("mup", "sp")
-        ],
-        "own_rate": list(sweep_commands(own, out / "own_rate", RATES).values()),
-        "transfer": [
-            cmd
-            for r in RATES
-            for p in ("mup", "sp")
-            for cmd in sweep_commands(
-                transfer, out / f"transfer_{p}", [r], ("--parametrization", p)
-            ).values()
-        ],
-    }
+def own_rate_commands(out: Path, scale: Scale) -> list[list[str]]:
+    """The own-rate study: the sweep with its comparison at each arm's best rate, the
+    comparison at :data:`SHARED_RATE`, and, once the sweep has chosen (its summary.json holds
+    the choice) and the baseline's best rate is another, the comparison at that rate."""
+    config = write_config(out / "own_rate.yaml", OWN_RATE_CONFIG)
+    cmds = [
+        compare(config, out / "own_rate", *sweep_flags(scale), *scale.compare),
+        compare(config, out / "own_rate_shared", "--lr", f"{SHARED_RATE:g}", *scale.compare),
+    ]
+    best = baseline_best(out)
+    if best is not None and best != SHARED_RATE:
+        rate = ("--lr", f"{best:g}")
+        cmds.append(compare(config, out / "own_rate_baseline_best", *rate, *scale.compare))
     return cmds
 
 
-def run_order(cmds: Mapping[str, list[list[str]]], only: Sequence[str]) -> list[list[str]]:
-    """The chosen studies' commands in the order they train: the hold-out and the coordinate
-    checks first, then the own-rate sweep, then the transfer sweep, each from the middle of
-    :data:`RATES` outwards (the transfer's mup and sp rate by rate), so that a sweep stopped
-    early has its central rates. A coordinate check whose ``coord_check.json`` exists is not
-    run again."""
-    order = [c for name in ("holdout", "coord") if name in only for c in cmds[name]]
-    order = [
-        c
-        for c in order
-        if not (c[3] == "coord-check" and (Path(c[-1]) / "coord_check.json").exists())
-    ]
-    middle = len(RATES) // 2
-    by_distance = sorted(range(len(RATES)), key=lambda i: (abs(i - middle), i))
-    if "own_rate" in only:
-        order += [cmds["own_rate"][i] for i in by_distance]
-    if "transfer" in only:
-        order += [c for i in by_distance for c in cmds["transfer"][2 * i : 2 * i + 2]]
-    return order
+def plan(out: Path, scale: Scale) -> dict[str, list[list[str]]]:
+    """Every study's commands, in the order they train (the own-rate study's last command is
+    known once its sweep has chosen)."""
+    transfer = write_config(out / "transfer.yaml", TRANSFER_CONFIG)
+    width_ladder = ("--ladder", "d_model=" + ",".join(map(str, scale.widths)))
+    return {
+        "holdout": [compare(LADDER_EXAMPLE, out / "holdout", *scale.compare, *scale.holdout)],
+        "coord": coord_commands(out, scale),
+        "own_rate": own_rate_commands(out, scale),
+        "transfer": [
+            compare(
+                transfer,
+                out / f"transfer_{p}",
+                *("--parametrization", p, *width_ladder, *sweep_flags(scale), *scale.compare),
+            )
+            for p in PARAMETRIZATIONS
+        ],
+    }
 
 
-def run_all(commands: Sequence[Sequence[str]]) -> float:
-    """Run ``commands`` one after another; the wall seconds. A coordinate check that is not
-    flat exits 1 and is still a result; any other failure stops."""
+def _done_coord_check(cmd: Sequence[str]) -> bool:
+    """A coordinate check whose ``coord_check.json`` exists (it does not resume: not rerun)."""
+    return cmd[1] == "coord-check" and (ROOT / cmd[-1] / COORD_CHECK_FILE).exists()
+
+
+def run_one(cmd: Sequence[str]) -> None:
+    """Run one command with this Python's normlab, from the checkout (paths in ``cmd`` are
+    relative to it). A coordinate check that is not flat exits 1 and is still a result; any
+    other failure stops."""
+    print("$", " ".join(cmd), flush=True)
+    rc = subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, check=False).returncode
+    if rc != 0 and not (cmd[1] == "coord-check" and rc == 1):
+        raise SystemExit(f"{' '.join(cmd)} exited {rc}")
+
+
+def run_studies(out: Path, scale: Scale, only: Sequence[str]) -> float:
+    """Train the chosen studies, command after command, planning again after each (a command
+    may depend on what the one before it chose); the wall seconds."""
     start = time.perf_counter()
-    for cmd in commands:
-        print("$", shown(cmd), flush=True)
-        rc = subprocess.run(cmd, check=False).returncode
-        if rc != 0 and not (cmd[3] == "coord-check" and rc == 1):
-            raise SystemExit(f"{shown(cmd)} exited {rc}")
+    ran: list[list[str]] = []
+    for name in (n for n in STUDY_NAMES if n in only):
+        while True:
+            todo = [c for c in plan(out, scale)[name] if c not in ran and not _done_coord_check(c)]
+            if not todo:
+                break
+            run_one(todo[0])
+            ran.append(todo[0])
     return time.perf_counter() - start
 
 
 # ---- reading the folders --------------------------------------------------------------------
 
 
-def seed_values(folder: CompareFolder, arm: str, seeds: Sequence[int]) -> list[float | None]:
-    """The quality metric of ``arm`` per seed of ``seeds``: None for a run that diverged or is
-    missing (only runs whose status counts for the metric give a value)."""
-    fmt = testbed_format(folder.testbed)
-    spec = fmt.metric(fmt.quality)
-    got = {
-        run.seed: run.value(fmt.quality) if run.status in spec.statuses else None
-        for run in folder.runs_of(arm)
-    }
-    return [got.get(s) for s in seeds]
+def analysis(folder: Path) -> dict[str, Any] | None:
+    """The folder's ``summary.json`` (its report's analysis), or None when it has none yet."""
+    try:
+        return run_folder.read_analysis(folder)
+    except (OSError, ValueError):
+        return None
 
 
-def complete(folder: CompareFolder) -> bool:
-    """Every planned run of the folder finished or diverged."""
-    runs = {(r.arm, r.seed) for r in folder.runs if r.done}
-    return all((a, s) in runs for a in folder.arms for s in folder.seeds)
+def compare_folders(out: Path) -> list[Path]:
+    """Every compare folder of a study's folder ``out``: a ladder's rungs and a sweep's tuning
+    folders, or a plain compare and its tuning folders ([] when nothing is there)."""
+    if run_folder.has_ladder_plan(out):
+        ladder = run_folder.read_ladder_plan(out)
+        rungs = [run_folder.rung_path(out, s) for s in ladder.get("rungs", [])]
+        swept = (ladder.get("lr_sweep") or {}).get("swept", [])
+        return rungs + [p for s in swept for p in run_folder.tuning_folders(out, s).values()]
+    if not run_folder.has_experiment(out):
+        return []
+    return [out, *run_folder.tuning_folders(out).values()]
 
 
-def train_seconds(folders: Sequence[CompareFolder]) -> tuple[float, int]:
+def run_summaries(folders: Sequence[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """(run folder, its summary.json) of every run of ``folders`` that wrote one."""
+    out = []
+    for folder in folders:
+        for run in run_folder.run_folders(folder):
+            summary = run_folder.read_summary(run)
+            if summary is not None:
+                out.append((run, summary))
+    return out
+
+
+def train_seconds(folders: Sequence[Path]) -> tuple[float, int]:
     """The summed ``wall_s`` of the folders' runs, and how many runs they are."""
-    walls = [r.summary.get("wall_s") for f in folders for r in f.runs]
+    walls = [s.get("wall_s") for _, s in run_summaries(folders)]
     walls = [float(w) for w in walls if isinstance(w, (int, float))]
     return sum(walls), len(walls)
 
 
-def run_dates(folders: Sequence[CompareFolder]) -> str:
+def run_dates(folders: Sequence[Path]) -> str:
     """The UTC dates the folders' runs finished (their summaries were written), as
     ``2026-12-02`` or ``2026-12-01 to 2026-12-02``; empty without a finished run."""
-    stamps = []
-    for f in folders:
-        for r in f.runs:
-            path = r.path / SUMMARY_FILE
-            if path.exists():
-                stamps.append(path.stat().st_mtime)
+    stamps = [run_folder.summary_path(run).stat().st_mtime for run, _ in run_summaries(folders)]
     if not stamps:
         return ""
     days = [
@@ -308,6 +330,23 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} cores (shared), {platform.system()}"
 
 
+def tuning_values(out: Path, setting: str | None = None) -> dict[str, dict[float, list]]:
+    """{arm: {rate: [quality per tuning seed]}} (None: diverged) of the sweep in ``out`` (at
+    the rung ``setting`` of a ladder); {} when it has no finished tuning folder."""
+    try:
+        return sweep_losses(run_folder.tuning_folders(out, setting))[1]
+    except (OSError, ValueError):
+        return {}
+
+
+def baseline_best(out: Path) -> float | None:
+    """The own-rate sweep's best rate of its baseline arm, None before it has chosen."""
+    own = analysis(out / "own_rate")
+    if own is None or LR_SWEEP_KEY not in own:
+        return None
+    return float(own[LR_SWEEP_KEY]["chosen"][PLAIN_SWEEP_SETTING][own["baseline_arm"]])
+
+
 # ---- hold-out and spread --------------------------------------------------------------------
 
 
@@ -328,11 +367,10 @@ def holdout(rungs: Sequence[Rung], n_boot: int = 4000) -> dict[str, Any]:
     k = len(last.diffs)
     pred = predict_ladder(fit_on, last.n_params, target_seeds=k, n_boot=n_boot)
     plain = predict_ladder(fit_on, last.n_params, target_seeds=k, n_boot=n_boot, calibrated=False)
-    fit = fit_ladder(fit_on)
     measured = float(np.mean(last.diffs))
     s = pred.single
     return {
-        "fit": fit,
+        "fit": fit_ladder(fit_on),
         "prediction": pred,
         "plain": plain,
         "held_out": last,
@@ -364,115 +402,81 @@ def spread(rungs: Sequence[Rung]) -> dict[str, Any]:
     return {"rows": rows, "slope": slope}
 
 
-def ladder_rungs(folder: Path) -> tuple[str, str, list[Rung], dict[str, Any]]:
-    """The arm, the baseline, the rungs of a finished ladder folder (its first non-baseline
-    arm) and that arm's full ladder record (what the folder's summary.json holds)."""
-    record = analyze_ladder(folder)
+def ladder_rungs(record: Mapping[str, Any]) -> tuple[str, dict[str, Any], list[Rung]]:
+    """The first non-baseline arm of a ladder record (summary.json's ``ladder``), that arm's
+    record and its rungs."""
     arm, rec = next(iter(record["arms"].items()))
     rungs = [
         Rung(x["setting"], float(x["n_params"]), tuple(x["diffs"]), tuple(x["seeds"]))
         for x in rec["rungs"]
     ]
-    return arm, rec["baseline"], rungs, rec
+    return arm, rec, rungs
 
 
-# ---- learning rates -------------------------------------------------------------------------
-
-
-def sweep_losses(
-    folders: Mapping[float, Path], seeds: Sequence[int] | None = None
-) -> dict[str, dict[str, dict[float, list[float | None]]]]:
-    """{setting: {arm: {rate: [quality per seed]}}} from a sweep's finished folders (a ladder
-    folder per rate, or a plain compare folder: setting ``""``); rates whose folder is missing
-    or unfinished are left out. ``seeds``: which seeds (default: the folder's)."""
-    out: dict[str, dict[str, dict[float, list[float | None]]]] = {}
-    for rate, path in sorted(folders.items()):
-        if (path / "ladder.json").exists():
-            try:
-                _, rungs = load_rungs(path)
-            except ValueError:
-                continue
-        elif (path / "experiment.json").exists():
-            rungs = {"": load_compare_folder(path)}
-        else:
-            continue
-        if not rungs or not all(complete(f) for f in rungs.values()):
-            continue
-        for setting, f in rungs.items():
-            for arm in f.arms:
-                values = seed_values(f, arm, f.seeds if seeds is None else seeds)
-                out.setdefault(setting, {}).setdefault(arm, {})[rate] = values
+def rung_means(folder: Path, rec: Mapping[str, Any]) -> dict[str, tuple]:
+    """Per rung of the ladder folder the mean quality of the baseline and of the arm of
+    ``rec`` (an arm's ladder record), from each rung's summary.json."""
+    out = {}
+    for r in rec["rungs"]:
+        arms = (analysis(run_folder.rung_path(folder, r["setting"])) or {}).get("arms", {})
+        out[r["setting"]] = tuple(
+            (arms.get(a, {}).get(rec["metric"]) or {}).get("mean")
+            for a in (rec["baseline"], rec["arm"])
+        )
     return out
 
 
-def sweep_curves(
-    losses: Mapping[str, Mapping[str, Mapping[float, Sequence[float | None]]]],
-) -> dict[str, dict[str, LrCurve]]:
-    """{setting: {arm: curve}} by :func:`select_learning_rates` (settings with one rate left
-    out: no choice to make yet)."""
+# ---- the own-rate comparisons ---------------------------------------------------------------
+
+
+def comparison(summary: Mapping[str, Any], arm: str) -> dict[str, Any]:
+    """``arm`` against the baseline in a compare folder's summary.json: the paired comparison
+    on the quality metric (``mean_diff``, ``ci_low``, ``ci_high``) and the report's word."""
+    c = summary["comparisons"][arm][summary["quality_metric"]]
     return {
-        s: select_learning_rates(by_arm)
-        for s, by_arm in losses.items()
-        if all(len(v) >= 2 for v in by_arm.values())
+        "mean_diff": c["mean_diff"],
+        "ci_low": c["ci_low"],
+        "ci_high": c["ci_high"],
+        "word": summary["verdicts"][arm]["quality"],
     }
 
 
-PAIRS = (("rmsnorm-pre", "layernorm-pre"), ("dyt-pre", "layernorm-pre"))
-"""The own-rate study's comparisons: arm − baseline."""
+def own_rate(out: Path) -> dict[str, Any] | None:
+    """The own-rate study from its folders' summary.json: the sweep's record, the tuning
+    values, and per non-baseline arm the comparison at the shared rate, at the baseline's best
+    and at the arms' own best rates. None until every comparison has its summary."""
+    own = analysis(out / "own_rate")
+    shared = analysis(out / "own_rate_shared")
+    best = baseline_best(out)
+    if own is None or shared is None or best is None:
+        return None
+    base_best = shared if best == SHARED_RATE else analysis(out / "own_rate_baseline_best")
+    if base_best is None:
+        return None
+    record = own[LR_SWEEP_KEY]
+    chosen = record["chosen"][PLAIN_SWEEP_SETTING]
+    base = own["baseline_arm"]
+    rows = [
+        {
+            "arm": arm,
+            "base": base,
+            "shared": {**comparison(shared, arm), "rates": (SHARED_RATE, SHARED_RATE)},
+            "base_best": {**comparison(base_best, arm), "rates": (best, best)},
+            "own": {**comparison(own, arm), "rates": (chosen[arm], chosen[base])},
+        }
+        for arm in own["arm_order"]
+        if arm != base
+    ]
+    return {
+        "record": record,
+        "curves": record["settings"][PLAIN_SWEEP_SETTING],
+        "evaluation_seeds": run_folder.read_experiment(out / "own_rate")["seeds"],
+        "losses": tuning_values(out / "own_rate"),
+        "rows": rows,
+    }
 
 
-def paired(
-    losses: Mapping[str, Mapping[float, Sequence[float | None]]],
-    arm: str,
-    arm_rate: float,
-    base: str,
-    base_rate: float,
-    seeds: Sequence[int],
-) -> dict[str, Any]:
-    """arm at ``arm_rate`` − base at ``base_rate`` on ``seeds`` (positions in the lists of
-    ``losses``, which hold every seed 0 … n−1): :func:`compare_paired` and the report's word."""
-    x = [losses[arm][arm_rate][s] for s in seeds]
-    y = [losses[base][base_rate][s] for s in seeds]
-    keep = [i for i in range(len(seeds)) if x[i] is not None and y[i] is not None]
-    c = compare_paired(
-        [x[i] for i in keep],
-        [y[i] for i in keep],
-        seeds=[seeds[i] for i in keep],
-        lower_is_better=True,
-        margin=MARGIN,
-    )
-    word = judge(
-        c, "quality", lower_is_better=True, smallest=Smallest("absolute", MARGIN), primary=True
-    ).word
-    return {"c": c, "word": word, "arm_rate": arm_rate, "base_rate": base_rate}
-
-
-def own_rate(losses: Mapping[str, Mapping[float, Sequence[float | None]]]) -> dict[str, Any]:
-    """Each arm's best rate on the tuning seeds, then every pair of :data:`PAIRS` on the
-    evaluation seeds at one shared rate (compare's default; the baseline's best) and at the
-    arms' own best rates."""
-    tune = tuning_seeds(N_TUNING, EVAL_SEEDS)
-    curves = select_learning_rates(
-        {a: {r: [v[s] for s in tune] for r, v in by_rate.items()} for a, by_rate in losses.items()}
-    )
-    rows = []
-    for arm, base in PAIRS:
-        if arm not in losses or base not in losses:
-            continue
-        b_best = curves[base].best
-        rows.append(
-            {
-                "arm": arm,
-                "base": base,
-                "shared": paired(losses, arm, SHARED_RATE, base, SHARED_RATE, EVAL_SEEDS),
-                "base_best": paired(losses, arm, b_best, base, b_best, EVAL_SEEDS),
-                "own": paired(losses, arm, curves[arm].best, base, b_best, EVAL_SEEDS),
-            }
-        )
-    return {"tuning_seeds": tune, "curves": curves, "rows": rows, "losses": losses}
-
-
-# ---- the document ---------------------------------------------------------------------------
+# ---- the document: numbers ------------------------------------------------------------------
 
 
 def _n(x: float | None, digits: int = 3) -> str:
@@ -483,6 +487,12 @@ def _n(x: float | None, digits: int = 3) -> str:
 
 def _f(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.3f}"
+
+
+def _p(p: float | None) -> str:
+    """A p-value to two places; "n/a" where there is none (a fit on two rungs has no
+    lack-of-fit test)."""
+    return "n/a" if p is None else f"{p:.2f}"
 
 
 def _ci(lo: float | None, hi: float | None, digits: int = 3) -> str:
@@ -496,19 +506,15 @@ def _flow(config: Mapping[str, Any]) -> str:
     ).strip()
 
 
-def _cmds(commands: Sequence[Sequence[str]]) -> list[str]:
-    return ["```", *(shown(c) for c in commands), "```"]
-
-
-def _header(
-    commands: Sequence[Sequence[str]], folders: Sequence[CompareFolder], ctx: dict
-) -> list[str]:
+def _header(commands: Sequence[Sequence[str]], folders: Sequence[Path], ctx: dict) -> list[str]:
     total, n = train_seconds(folders)
     return [
         f"- Reproduce: `python benchmarks/ladder_studies.py --only {ctx['study']}` "
         f"(these commands, then the analysis below):",
         "",
-        *_cmds(commands),
+        "```",
+        *(" ".join(c) for c in commands),
+        "```",
         "",
         f"- Trained {run_dates(folders) or ctx['date']}, analysed {ctx['date']} at commit "
         f"`{ctx['commit']}`, on {ctx['machine']}; its {n} runs "
@@ -517,51 +523,102 @@ def _header(
     ]
 
 
-def render_holdout(
-    h: dict[str, Any],
-    sp: dict[str, Any],
-    arm: str,
-    base: str,
-    rec: dict,
-    commands: Sequence[Sequence[str]],
-    folders: Sequence[CompareFolder],
-    ctx: dict,
-) -> list[str]:
-    """The hold-out section and the paired-spread section."""
-    pred, plain, fit, last = h["prediction"], h["plain"], h["fit"], h["held_out"]
-    k = len(last.diffs)
-    d = f"{arm} − {base}"
+def _curve_table(curves: Mapping[str, Mapping[str, Mapping[str, Any]]], label: str) -> list[str]:
+    """{setting: {arm: a curve of the sweep record}} as a table of mean ± sd per rate."""
+    rates = sorted({p["rate"] for c in curves.values() for a in c.values() for p in a["points"]})
     lines = [
-        "## Ladder: hold-out on the GPT testbed",
+        f"| {label} | arm | " + " | ".join(f"{r:g}" for r in rates) + " | best |",
+        "|---|---|" + "---:|" * len(rates) + "---|",
+    ]
+    for setting, by_arm in curves.items():
+        for arm, c in by_arm.items():
+            points = {p["rate"]: p for p in c["points"]}
+            cells = [_curve_cell(points.get(r), r == c["best"]) for r in rates]
+            edge = f" (at the {c['edge']} edge)" if c["edge"] else ""
+            lines.append(
+                f"| {setting} | {arm} | " + " | ".join(cells) + f" | {c['best']:g}{edge} |"
+            )
+    return lines
+
+
+def _curve_cell(p: Mapping[str, Any] | None, best: bool) -> str:
+    if p is None:
+        return ""
+    if p["mean"] is None:
+        return "diverged"
+    cell = f"{p['mean']:.3f}" + (f" ± {p['sd']:.3f}" if p["sd"] is not None else "")
+    if p["n_diverged"]:
+        cell += f" ({p['n_diverged']} diverged)"
+    return f"**{cell}**" if best else cell
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _seeds(seeds: Sequence[int]) -> str:
+    return ", ".join(map(str, seeds))
+
+
+# ---- the document: hold-out and spread ------------------------------------------------------
+
+
+def render_holdout(folder: Path, commands: Sequence[Sequence[str]], ctx: dict) -> list[str]:
+    """The hold-out section and the paired-spread section of the ladder folder ``folder``
+    (its summary.json's ladder record), or a line saying it has not run."""
+    title = "## Ladder: hold-out on the GPT testbed"
+    record = (analysis(folder) or {}).get(LADDER_KEY)
+    if record is None:
+        return [title, "", "Not run yet.", ""]
+    arm, rec, rungs = ladder_rungs(record)
+    h = holdout(rungs)
+    means = rung_means(folder, rec)
+    d = f"{arm} − {rec['baseline']}"
+    lines = [
+        title,
         "",
         f"Does the ladder's prediction interval hold on real runs? `examples/ladder.yaml` ({d}, "
         "final validation bits per byte, paired by seed) is fitted on its three smaller rungs "
         "and predicts the largest, which was trained too.",
         "",
-        *_header(commands, folders, {**ctx, "study": "holdout"}),
+        *_header(commands, compare_folders(folder), {**ctx, "study": "holdout"}),
         f"- Small on purpose (the example's settings: 2 layers, 500 steps of 8 × 64 bytes): "
         f"{rec['rungs'][0]['n_params']:,.0f} to {rec['rungs'][-1]['n_params']:,.0f} "
-        f"parameters. The largest rung is only {pred.extrapolation:.2g}× the size of the one "
-        "below it, so this tests the interval over a short step, at a budget where no model is "
-        "near trained.",
+        f"parameters. The largest rung is only {h['prediction'].extrapolation:.2g}× the size of "
+        "the one below it, so this tests the interval over a short step, at a budget where no "
+        "model is near trained.",
         "",
         "| rung | N (parameters) | per-seed differences | mean [95% CI] | mean bpb "
-        f"{base} / {arm} |",
+        f"{rec['baseline']} / {arm} |",
         "|---|---:|---|---|---|",
     ]
     for r in rec["rungs"]:
         diffs = ", ".join(_n(v, 4) for v in r["diffs"])
-        means_cell = " / ".join(_f(v) for v in ctx["means"].get(r["setting"], (None, None)))
+        pair = " / ".join(_f(v) for v in means.get(r["setting"], (None, None)))
         lines.append(
             f"| {r['setting']} | {r['n_params']:,.0f} | {diffs} | {_n(r['mean'], 4)} "
-            f"{_ci(r['low'], r['high'], 4)} | {means_cell} |"
+            f"{_ci(r['low'], r['high'], 4)} | {pair} |"
         )
-    s, m, t = pred.single, pred.mean_of_seeds, pred.trend
+    lines += ["", *_holdout_table(h), _holdout_reading(h, rec["baseline"], means), ""]
     lines += [
+        f"The whole ladder's own headline (the report's last line, all "
+        f"{len(rec['rungs'])} rungs, at {rec['target']['n_params']:,.0f} parameters): "
+        f"{rec['prediction']['sentence']}",
         "",
-        f"Fit on the three smaller rungs: d = {_n(fit.a, 4)} {_n(fit.b, 4)}·log10 N (slope "
+    ]
+    return lines + render_spread(spread(rungs), d)
+
+
+def _holdout_table(h: dict[str, Any]) -> list[str]:
+    """The fit on the smaller rungs and its intervals at the held-out rung, with the measured
+    values beside them."""
+    pred, plain, fit, last = h["prediction"], h["plain"], h["fit"], h["held_out"]
+    k = len(last.diffs)
+    s, m, t = pred.single, pred.mean_of_seeds, pred.trend
+    return [
+        f"Fit on the smaller rungs: d = {_n(fit.a, 4)} {_n(fit.b, 4)}·log10 N (slope "
         f"± {fit.b_se:.4f} per tenfold), pooled paired sd {fit.pooled_sd:.4f} bpb "
-        f"(ν = {fit.df}), lack-of-fit p = {fit.lack_of_fit_p:.2f}. Prediction at "
+        f"(ν = {fit.df}), lack-of-fit p = {_p(fit.lack_of_fit_p)}. Prediction at "
         f"N = {last.n_params:,.0f} ({pred.extrapolation:.2f}× the largest fitted rung), 95 %:",
         "",
         "| what is predicted | estimate | interval | measured | inside |",
@@ -578,60 +635,60 @@ def render_holdout(
         f"{h['plain_singles_inside']} of {k} |",
         "",
     ]
+
+
+def _holdout_reading(h: dict[str, Any], base: str, means: Mapping[str, tuple]) -> str:
+    """The hold-out in words: inside or outside, the interval against the margin, and whether
+    the largest rung's baseline is better trained than the one below it."""
+    m, plain, k = h["prediction"].mean_of_seeds, h["plain"], len(h["held_out"].diffs)
     width = (m.high - m.low) / 2
-    reading = (
+    text = (
         f"Reading: the measured mean of the held-out rung, {_n(h['measured_mean'], 4)}, "
         + ("lies inside" if h["mean_inside"] else "**lies outside**")
-        + f" the interval predicted for the mean of {k} seeds (half-width {width:.4f} bpb)"
-    )
-    reading += (
-        f", and {h['singles_inside']} of its {k} single trainings inside the one-training "
+        + f" the interval predicted for the mean of {k} seeds (half-width {width:.4f} bpb), "
+        f"and {h['singles_inside']} of its {k} single trainings inside the one-training "
         "interval. "
     )
-    if h["mean_inside"]:
-        reading += (
-            "The interval held here, but one hold-out is one draw: the simulation above, not "
-            "this, measures its coverage. "
-        )
-    else:
-        reading += (
-            "This did not hold: the difference at the largest rung is not what the smaller "
-            "rungs' straight line in log N said. "
-        )
-    zero_in = m.low <= 0 <= m.high
-    reading += (
-        f"That interval {'includes' if zero_in else 'excludes'} 0 and is "
-        f"{width / MARGIN:.1f}× as wide as the default margin's band ±{MARGIN}: with "
-        f"{len(last.diffs)} seeds per rung a ladder this small predicts the next rung's "
-        "difference only to within the rungs' own seed noise, which is larger than the "
-        "margin."
+    text += (
+        "The interval held here, but one hold-out is one draw: the simulation above, not "
+        "this, measures its coverage. "
+        if h["mean_inside"]
+        else "This did not hold: the difference at the largest rung is not what the smaller "
+        "rungs' straight line in log N said. "
+    )
+    text += (
+        f"That interval {'includes' if m.low <= 0 <= m.high else 'excludes'} 0 and is "
+        f"{width / MARGIN:.1f}× as wide as the default margin's band ±{MARGIN}: with {k} seeds "
+        "per rung a ladder this small predicts the next rung's difference only to within the "
+        "rungs' own seed noise, which is larger than the margin."
     )
     if h["plain_singles_inside"] < k:
-        reading += (
+        text += (
             f" The plain bootstrap's interval, {_ci(plain.single.low, plain.single.high, 4)}, "
             f"holds {h['plain_singles_inside']} of the {k} single trainings."
         )
-    means = list(ctx["means"].values())
-    if len(means) >= 2 and None not in (means[-1][0], means[-2][0]):  # noqa: SIM102
-        if means[-1][0] >= means[-2][0]:
-            reading += (
-                f" Note also that the largest rung's {base} ({means[-1][0]:.3f} bpb) is no "
-                f"better than the rung below it ({means[-2][0]:.3f}): at one fixed rate and "
-                "budget for every size (sp), the widest model is not the best trained, so the "
-                "rungs do not lie on one scaling curve, and the difference's trend in N mixes "
-                "size with how well each size is tuned."
-            )
-    lines += [reading, ""]
-    full = rec["prediction"]
-    lines += [
-        f"The whole ladder's own headline (the report's last line, all four rungs, at "
-        f"{rec['target']['n_params']:,.0f} parameters): {full['sentence']}",
-        "",
-    ]
-    # the spread
+    pairs = list(means.values())
+    if (
+        len(pairs) >= 2
+        and None not in (pairs[-1][0], pairs[-2][0])
+        and pairs[-1][0] >= pairs[-2][0]
+    ):
+        text += (
+            f" Note also that the largest rung's {base} ({pairs[-1][0]:.3f} bpb) is no "
+            f"better than the rung below it ({pairs[-2][0]:.3f}): at one fixed rate and "
+            "budget for every size (sp), the widest model is not the best trained, so the "
+            "rungs do not lie on one scaling curve, and the difference's trend in N mixes "
+            "size with how well each size is tuned."
+        )
+    return text
+
+
+def render_spread(sp: dict[str, Any], d: str) -> list[str]:
+    """The paired-spread section: per rung the sd of the differences ``d``, its χ² interval
+    and the seeds an equivalence decision would need at that sd."""
     n = sp["rows"][0]["stats"].n
     lo_f, hi_f = sd_interval(1.0, n)
-    lines += [
+    lines = [
         "## Ladder: paired spread per rung",
         "",
         f"From the same ladder: the sd of the paired differences {d} per rung ({n} seeds, so "
@@ -652,7 +709,8 @@ def render_holdout(
         )
     sds = [row["stats"].sd for row in sp["rows"]]
     trend = "shrinks" if sp["slope"] < 0 else "grows"
-    lines += [
+    return [
+        *lines,
         "",
         f"Reading: the least-squares slope of log10 sd on log10 N is {sp['slope']:+.2f} (the "
         f"sd {trend} by a factor {10 ** abs(sp['slope']):.2f} per tenfold in N; from "
@@ -664,7 +722,6 @@ def render_holdout(
         "magnitude, not a plan.",
         "",
     ]
-    return lines
 
 
 def _spread_words(sp: dict[str, Any]) -> str:
@@ -672,92 +729,102 @@ def _spread_words(sp: dict[str, Any]) -> str:
     rows = sp["rows"]
     lo = min(rows, key=lambda r: r["stats"].sd)
     hi = max(rows, key=lambda r: r["stats"].sd)
-    sds = [r["stats"].sd for r in rows]
-    steps = list(itertools.pairwise(sds))
+    steps = list(itertools.pairwise(r["stats"].sd for r in rows))
     monotone = all(a <= b for a, b in steps) or all(a >= b for a, b in steps)
     if lo["sd_ci"][1] >= hi["sd_ci"][0]:
-        text = (
+        return (
             "Every rung's interval overlaps every other's, so these runs cannot show that the "
             "seed noise of the difference moves with size."
         )
-    else:
-        text = (
-            f"The smallest sd ({lo['stats'].setting}, {lo['stats'].sd:.4f}) and the largest "
-            f"({hi['stats'].setting}, {hi['stats'].sd:.4f}) have intervals that do not overlap, "
-            "so the spread does differ between rungs"
-        )
-        text += (
+    return (
+        f"The smallest sd ({lo['stats'].setting}, {lo['stats'].sd:.4f}) and the largest "
+        f"({hi['stats'].setting}, {hi['stats'].sd:.4f}) have intervals that do not overlap, "
+        "so the spread does differ between rungs"
+        + (
             ", and it moves one way with size."
             if monotone
             else ", but not one way with size: these runs do not show the seed noise "
             "shrinking (or growing) as the models grow."
         )
-    return text
+    )
 
 
-def _partial(curves: Mapping[str, Mapping[str, LrCurve]]) -> list[str]:
-    """A warning paragraph when the sweep lacks some of :data:`RATES` (it stopped early)."""
-    done = sorted({p.rate for c in curves.values() for a in c.values() for p in a.points})
-    missing = [r for r in RATES if r not in done]
-    if not missing:
-        return []
-    return [
-        f"**Partial sweep**: the rates {', '.join(f'{r:g}' for r in missing)} had not finished "
-        "when this was written (the machine was shared and the runs were slow); the same "
-        "command resumes it. A best rate at the edge of the finished rates says nothing about "
-        "the rates beyond it.",
-        "",
-    ]
+# ---- the document: μP -----------------------------------------------------------------------
 
 
-def _curve_table(curves: Mapping[str, Mapping[str, LrCurve]], label: str) -> list[str]:
-    rates = sorted({p.rate for c in curves.values() for a in c.values() for p in a.points})
-    lines = [
-        f"| {label} | arm | " + " | ".join(f"{r:g}" for r in rates) + " | best |",
-        "|---|---|" + "---:|" * len(rates) + "---|",
-    ]
-    for setting, by_arm in curves.items():
-        for arm, c in by_arm.items():
-            cells = []
-            for r in rates:
-                p = next((q for q in c.points if q.rate == r), None)
-                if p is None or p.mean is None:
-                    cells.append("diverged" if p is not None else "")
-                    continue
-                cell = f"{p.mean:.3f}" + (f" ± {p.sd:.3f}" if p.sd is not None else "")
-                if p.n_diverged:
-                    cell += f" ({p.n_diverged} diverged)"
-                cells.append(f"**{cell}**" if r == c.best else cell)
-            edge = f" (at the {c.edge} edge)" if c.edge else ""
-            lines.append(f"| {setting} | {arm} | " + " | ".join(cells) + f" | {c.best:g}{edge} |")
-    return lines
+def transfer(out: Path) -> dict[str, Any]:
+    """The μP study's readings: each coordinate check's ``coord_check.json`` ({} when not run),
+    each parametrisation's sweep record (the ladder's summary.json, {} before it has one), and
+    the largest difference between mup's and sp's tuning values at the base width (where both
+    are the same model; None when either has not run)."""
+    coord, records = {}, {}
+    for p in PARAMETRIZATIONS:
+        f = out / f"coord_{p}" / COORD_CHECK_FILE
+        coord[p] = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
+        ladder = (analysis(out / f"transfer_{p}") or {}).get(LADDER_KEY) or {}
+        records[p] = ladder.get(LR_SWEEP_KEY) or {}
+    same = None
+    if all(records.values()):
+        base = next(iter(records["mup"]["settings"]))
+        mup, sp = (tuning_values(out / f"transfer_{p}", base) for p in PARAMETRIZATIONS)
+        gaps = [
+            abs(a - b)
+            for arm, by_rate in mup.items()
+            for r, values in by_rate.items()
+            for a, b in zip(values, sp.get(arm, {}).get(r, []), strict=False)
+            if a is not None and b is not None
+        ]
+        same = (base, max(gaps)) if gaps else None
+    return {"coord": coord, "records": records, "same": same}
 
 
 def render_transfer(
-    coord: dict[str, dict],
-    curves: dict[str, dict],
-    same_base: float | None,
-    commands: Sequence[Sequence[str]],
-    folders: Sequence[CompareFolder],
-    ctx: dict,
+    t: dict[str, Any], commands: Sequence[Sequence[str]], out: Path, scale: Scale, ctx: dict
 ) -> list[str]:
     """The μP section: the coordinate check and the optimum across widths."""
+    widths = "/".join(map(str, scale.widths))
+    folders = [p for x in PARAMETRIZATIONS for p in compare_folders(out / f"transfer_{x}")]
     lines = [
         "## μP: the coordinate check and the learning-rate optimum across widths",
         "",
         "Under μP a rate tuned at the base width should stay best at every width; under sp "
         "(Adam) the best rate should fall as the width grows. The same small GPT as the "
-        f"hold-out (2 layers, 2 heads), d_model {'/'.join(map(str, WIDTHS))}, base width "
-        f"{WIDTHS[0]}; the sweep trains LayerNorm and RMSNorm for 120 steps at each rate, 2 "
-        "seeds (the quality is the final validation bpb).",
+        f"hold-out (2 layers, 2 heads), d_model {widths}, base width {scale.widths[0]}. "
+        "`compare --ladder --lr-sweep` trains LayerNorm and RMSNorm for 120 steps at each rate "
+        f"on {_count(scale.tuning_seeds, 'tuning seed')} after the 2 evaluation seeds: under "
+        "mup at the "
+        "smallest width (where the rates are chosen; every rung runs them) and the largest (the "
+        "check that the optimum lines up), under sp at every width (each runs its own); then "
+        "each rung compares the arms at their chosen rates. The quality is the final "
+        "validation bpb; the curves and the alignment are the ladder's summary.json "
+        "(`ladder.learning_rates`).",
         "",
         *_header(commands, folders, {**ctx, "study": "coord transfer"}),
         f"- `transfer.yaml`, written by the script (`TRANSFER_CONFIG`): "
         f"`{_flow(TRANSFER_CONFIG)}`.",
         "",
-        "Coordinate check (`normlab coord-check`, 10 Adam steps at lr 0.01, 2 seeds): the "
-        "largest judged slope of log mean|x| against log d_model, and each layer's slope at "
-        f"step 10 (with its sizes at d_model {' / '.join(map(str, WIDTHS))}):",
+        *_coord_lines(t["coord"], scale),
+    ]
+    for p, record in t["records"].items():
+        lines += _sweep_lines(p, record)
+    if t["same"] is not None:
+        base, gap = t["same"]
+        lines += [
+            f"At the base width {base} mup and sp are the same model: the largest difference "
+            f"between their final bpb over every rate, arm and tuning seed is {gap:.3g}.",
+            "",
+        ]
+    if all(t["records"].values()):
+        lines += [_best_means(t["records"]), ""]
+    return [*lines, _transfer_reading(t["records"]), ""]
+
+
+def _coord_lines(coord: Mapping[str, Mapping[str, Any]], scale: Scale) -> list[str]:
+    """Each coordinate check's largest slope and its layers' slopes at the last step."""
+    lines = [
+        "Coordinate check (`normlab coord-check`, Adam at lr 0.01): the largest judged slope of "
+        "log mean|x| against log d_model, and each layer's slope at the last step (with its "
+        f"sizes at d_model {' / '.join(map(str, scale.widths))}):",
         "",
     ]
     for p, data in coord.items():
@@ -776,79 +843,7 @@ def render_transfer(
             f"{w['layer']} at step {w['step']}; threshold ±{data['threshold']}); at step "
             f"{data['steps']}: {last}."
         )
-    lines += ["", _coord_reading(coord), ""]
-    for p, by_setting in curves.items():
-        if not by_setting:
-            lines += [f"Learning-rate sweep, {p}: not finished.", ""]
-            continue
-        lines += [
-            *_partial(by_setting),
-            f"Learning-rate sweep, **{p}** (final validation bpb, mean ± sd over the 2 seeds; "
-            "bold: the best rate):",
-            "",
-            *_curve_table(by_setting, "width"),
-            "",
-        ]
-        for a in optimum_alignment(by_setting):
-            best = ", ".join(f"{s}: {r:g}" for s, r in a.best.items())
-            lines.append(
-                f"- {a.arm}: best rates {best}; {a.steps} sweep step(s) apart. Within the "
-                "seeds' sd of the best: "
-                + "; ".join(f"{s}: {', '.join(f'{r:g}' for r in t)}" for s, t in a.tied.items())
-                + (
-                    f"; a rate within noise of the best at every width: "
-                    f"{', '.join(f'{r:g}' for r in a.common)}"
-                    if a.common
-                    else "; no rate is within noise of the best at every width"
-                )
-                + f": {'aligned' if a.aligned else '**not aligned**'}."
-            )
-        lines.append("")
-    if same_base is not None:
-        lines += [
-            f"At the base width d_model={WIDTHS[0]} mup and sp are the same model: the largest "
-            f"difference between their final bpb over every rate, arm and seed is "
-            f"{same_base:.3g}.",
-            "",
-        ]
-    if curves.get("mup") and curves.get("sp"):
-        arms = [a for a in next(iter(curves["mup"].values()))]
-        best_lines = []
-        for arm in arms:
-            cells = [
-                f"{setting} {curves['mup'][setting][arm].best_mean:.3f} / "
-                f"{curves['sp'][setting][arm].best_mean:.3f}"
-                for setting in curves["mup"]
-                if setting in curves["sp"] and arm in curves["sp"][setting]
-            ]
-            best_lines.append(f"{arm}: {', '.join(cells)}")
-        widest = list(curves["mup"])[-1]
-        sp_better = widest in curves["sp"] and all(
-            curves["sp"][widest][a].best_mean < curves["mup"][widest][a].best_mean - MARGIN
-            for a in arms
-        )
-        lines += [
-            "The best mean bpb of each arm per width, mup / sp (each at its own best rate): "
-            + "; ".join(best_lines)
-            + "."
-            + (
-                f" At {widest} sp at its own best rate ends lower than mup at its own, by more "
-                "than the margin, in every arm: a rate that carries across widths is not the "
-                "same as a better-trained wide model, and at 120 steps on 2 seeds which "
-                "parametrisation trains these small models better is not what this sweep is "
-                "built to settle."
-                if sp_better
-                else ""
-            ),
-            "",
-        ]
-    lines += [_transfer_reading(curves), ""]
-    return lines
-
-
-def _common_tied(by_setting: Mapping[str, Mapping[str, LrCurve]]) -> bool:
-    """Whether every arm has a rate within noise of its best at every setting."""
-    return all(a.common for a in optimum_alignment(by_setting))
+    return [*lines, "", _coord_reading(coord), ""]
 
 
 def _coord_reading(coord: Mapping[str, Mapping[str, Any]]) -> str:
@@ -858,53 +853,113 @@ def _coord_reading(coord: Mapping[str, Mapping[str, Any]]) -> str:
         return "Reading: the coordinate checks have not both run."
     wm, ws = abs(mup["worst"]["slope"]), abs(sp["worst"]["slope"])
     if mup["flat"]:
-        text = (
+        return (
             f"Reading: flat under mup (largest |slope| {wm:.2f}), growing under sp ({ws:.2f}): "
             "the check μP must pass, passed on this model."
         )
-    else:
-        text = (
-            f"Reading: **this did not hold** on this model: under mup the largest |slope| is "
-            f"{wm:.2f}, beyond the ±{mup['threshold']} rule, against {ws:.2f} under sp. μP "
-            f"removes most of sp's growth (a factor {ws / max(wm, 1e-12):.1f} in the slope), "
-            "but the block outputs of the widest model fall behind within the ten steps. "
-            "docs/mup.md's check of the default GPT (4 layers, 4 heads, d_model 32–256, the "
-            "same rate) passed with +0.13; this 2-layer, 2-head model does not. docs/mup.md "
-            "('A shallow model at small widths') traces it: every parameter's rate and "
-            "initial scale match μP's table, the fall comes from block0's attention and MLP "
-            "outputs at small widths and fades as the rungs widen (8 seeds: −0.33 at d_model "
-            "32/64/128, −0.15 at 128/256/512, −0.05 at 256/512/1024), and with 2 seeds the "
-            "verdict is noisy: a finite-width drift of this shallow, tied-head model, not a "
-            "defect of the parametrisation."
+    return (
+        f"Reading: **this did not hold** on this model: under mup the largest |slope| is "
+        f"{wm:.2f}, beyond the ±{mup['threshold']} rule, against {ws:.2f} under sp. μP "
+        f"removes most of sp's growth (a factor {ws / max(wm, 1e-12):.1f} in the slope), "
+        "but the block outputs of the widest model fall behind within the ten steps. "
+        "docs/mup.md's check of the default GPT (4 layers, 4 heads, d_model 32–256, the "
+        "same rate) passed with +0.13; this 2-layer, 2-head model does not. docs/mup.md "
+        "('A shallow model at small widths') traces it: every parameter's rate and "
+        "initial scale match μP's table, the fall comes from block0's attention and MLP "
+        "outputs at small widths and fades as the rungs widen (8 seeds: −0.33 at d_model "
+        "32/64/128, −0.15 at 128/256/512, −0.05 at 256/512/1024), and with 2 seeds the "
+        "verdict is noisy: a finite-width drift of this shallow, tied-head model, not a "
+        "defect of the parametrisation."
+    )
+
+
+def _sweep_lines(p: str, record: Mapping[str, Any]) -> list[str]:
+    """One parametrisation's sweep: the curves per swept width and each arm's alignment."""
+    if not record:
+        return [f"Learning-rate sweep, {p}: not finished.", ""]
+    lines = [
+        f"Learning-rate sweep, **{p}** (final validation bpb, mean ± sd over the "
+        f"{tuning_seed_words(record['tuning_seeds'])}; bold: the best rate):",
+        "",
+        *_curve_table(record["settings"], "width"),
+        "",
+    ]
+    if len(record["settings"]) < 2:
+        return lines
+    for a in record["alignment"]:
+        best = ", ".join(f"{s}: {r:g}" for s, r in a["best"].items())
+        tied = "; ".join(f"{s}: {', '.join(f'{r:g}' for r in t)}" for s, t in a["tied"].items())
+        common = (
+            "a rate within noise of the best at every width: "
+            + ", ".join(f"{r:g}" for r in a["common"])
+            if a["common"]
+            else "no rate is within noise of the best at every width"
+        )
+        lines.append(
+            f"- {a['arm']}: best rates {best}; {a['steps']} sweep step(s) apart. Within the "
+            f"seeds' sd of the best: {tied}; {common}: "
+            f"{'aligned' if a['aligned'] else '**not aligned**'}."
+        )
+    return [*lines, ""]
+
+
+def _best_means(records: Mapping[str, Mapping[str, Any]]) -> str:
+    """Each arm's best mean per width under mup and sp, and whether sp ends better at the
+    widest width swept by both."""
+    mup, sp = records["mup"]["settings"], records["sp"]["settings"]
+    both = [s for s in mup if s in sp]
+    arms = list(mup[both[0]])
+    cells = [
+        f"{arm}: "
+        + ", ".join(
+            f"{s} {mup[s][arm]['best_mean']:.3f} / {sp[s][arm]['best_mean']:.3f}" for s in both
+        )
+        for arm in arms
+    ]
+    text = (
+        "The best mean bpb of each arm per width swept under both, mup / sp (each at its own "
+        "best rate): " + "; ".join(cells) + "."
+    )
+    widest = both[-1]
+    if all(sp[widest][a]["best_mean"] < mup[widest][a]["best_mean"] - MARGIN for a in arms):
+        text += (
+            f" At {widest} sp at its own best rate ends lower than mup at its own, by more "
+            "than the margin, in every arm: a rate that carries across widths is not the "
+            "same as a better-trained wide model, and at 120 steps on 2 seeds which "
+            "parametrisation trains these small models better is not what this sweep is "
+            "built to settle."
         )
     return text
 
 
-def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]]) -> str:
-    parts = []
-    for p, by_setting in curves.items():
-        if len(by_setting) < 2:
-            continue
-        al = optimum_alignment(by_setting)
-        words = ", ".join(
-            f"{a.arm} {'aligned' if a.aligned else 'not aligned'} (best rates {a.steps} "
-            "step(s) apart)"
-            for a in al
-        )
-        edges = [
-            f"{a} at {s}" for s, by_arm in by_setting.items() for a, c in by_arm.items() if c.edge
-        ]
-        part = f"under {p}: {words}"
-        if edges:
-            part += f"; best at the sweep's edge: {', '.join(edges)}"
-        parts.append(part)
-    if not parts:
+def _alignment_words(p: str, record: Mapping[str, Any]) -> str:
+    """One parametrisation's alignment per arm, and the arms whose best is at an edge."""
+    words = ", ".join(
+        f"{a['arm']} {'aligned' if a['aligned'] else 'not aligned'} (best rates {a['steps']} "
+        "step(s) apart)"
+        for a in record["alignment"]
+    )
+    edges = [
+        f"{arm} at {s}"
+        for s, by_arm in record["settings"].items()
+        for arm, c in by_arm.items()
+        if c["edge"]
+    ]
+    return f"under {p}: {words}" + (
+        f"; best at the sweep's edge: {', '.join(edges)}" if edges else ""
+    )
+
+
+def _transfer_reading(records: Mapping[str, Mapping[str, Any]]) -> str:
+    """Whether μP's promise held within the seeds' noise, and what the argmin alone says."""
+    done = {p: r for p, r in records.items() if r and len(r["settings"]) >= 2}
+    if not done:
         return "Reading: the sweep has not finished."
-    done = {p: c for p, c in curves.items() if len(c) >= 2}
-    if set(done) != {"mup", "sp"}:
-        return "Reading: " + "; ".join(parts) + ". Only part of the sweep has finished."
-    argmin = {p: all(a.steps <= 1 for a in optimum_alignment(c)) for p, c in done.items()}
-    common = {p: _common_tied(c) for p, c in done.items()}
+    parts = "; ".join(_alignment_words(p, r) for p, r in done.items())
+    if set(done) != set(PARAMETRIZATIONS):
+        return f"Reading: {parts}. Only part of the sweep has finished."
+    common = {p: all(a["common"] for a in r["alignment"]) for p, r in done.items()}
+    argmin = {p: all(a["steps"] <= 1 for a in r["alignment"]) for p, r in done.items()}
     if common["mup"] and not common["sp"]:
         verdict = (
             "Within the seeds' noise μP's prediction holds: under mup every arm has a rate "
@@ -922,48 +977,55 @@ def _transfer_reading(curves: Mapping[str, Mapping[str, Mapping[str, LrCurve]]])
             "**This did not hold**: under mup some arm has no rate within noise of its best "
             "at every width."
         )
-    verdict += (
-        f" By the argmin alone (aligned when the best rates lie at most one sweep step apart, "
-        f"a factor 2 here) mup would be {'aligned' if argmin['mup'] else 'not aligned'} and "
-        f"sp {'aligned' if argmin['sp'] else 'not aligned'}: with 2 seeds and 120 steps "
+    return (
+        f"Reading: {parts}. {verdict} By the argmin alone (aligned when the best rates lie at "
+        f"most one sweep step apart, a factor 2 here) mup would be "
+        f"{'aligned' if argmin['mup'] else 'not aligned'} and sp "
+        f"{'aligned' if argmin['sp'] else 'not aligned'}: with 2 seeds and 120 steps "
         "neighbouring rates often differ by less than the seeds' spread, so the argmin jumps "
         "within the noise, and a best rate at the sweep's edge makes the step count a lower "
         "bound. This is why `optimum_alignment` (and `compare --lr-sweep`'s report) judges "
         "the optimum by the rates within the seeds' spread of the best."
     )
-    return "Reading: " + "; ".join(parts) + ". " + verdict
+
+
+# ---- the document: each arm at its own rate ------------------------------------------------
 
 
 def render_own_rate(
-    o: dict[str, Any],
-    commands: Sequence[Sequence[str]],
-    folders: Sequence[CompareFolder],
-    ctx: dict,
+    o: dict[str, Any] | None, commands: Sequence[Sequence[str]], out: Path, ctx: dict
 ) -> list[str]:
-    """The own-rate section."""
-    curves = o["curves"]
+    """The own-rate section, or a line saying it has not run."""
+    title = "## Each arm at its own best rate vs one shared rate"
+    if o is None:
+        return [title, "", "Not run yet.", ""]
+    base = o["rows"][0]["base"] if o["rows"] else ""
+    folders = [
+        p
+        for name in ("own_rate", "own_rate_shared", "own_rate_baseline_best")
+        for p in compare_folders(out / name)
+    ]
     lines = [
-        "## Each arm at its own best rate vs one shared rate",
+        title,
         "",
         "A comparison at one shared learning rate is partly a comparison of learning rates. "
         "LayerNorm, RMSNorm and DyT (the DyT study's recipe for all three: SwiGLU, untied head, "
         "DyT α0 2 / 1 / 1 and embedding scale 50, chosen at d_model 64), d_model 32, 2 "
-        "layers, 120 steps, every rate on "
-        f"seeds 0–4. Each arm's best rate is chosen on the tuning seeds "
-        f"{', '.join(map(str, o['tuning_seeds']))} (`select_learning_rates`); the comparisons use "
-        f"the evaluation seeds {', '.join(map(str, EVAL_SEEDS))}, disjoint from them, so the "
-        "choice does not bias them.",
+        "layers, 120 steps. `compare --lr-sweep` trains every arm at every rate on the "
+        f"{tuning_seed_words(o['record']['tuning_seeds'])}, chooses each arm's best rate there "
+        "and compares the arms at their own best rates on the evaluation seeds "
+        f"{_seeds(o['evaluation_seeds'])}, disjoint from them, so the choice does not bias "
+        "the comparison; `compare --lr` compares them on the same seeds at one shared rate.",
         "",
         *_header(commands, folders, {**ctx, "study": "own_rate"}),
         f"- `own_rate.yaml`, written by the script (`OWN_RATE_CONFIG`): "
         f"`{_flow(OWN_RATE_CONFIG)}`.",
         "",
-        *_partial({"": curves}),
         "Tuning curves (final validation bpb, mean ± sd over the tuning seeds; bold: best):",
         "",
-        *_curve_table({"d_model=32": curves}, "width"),
+        *_curve_table({"d_model=32": o["curves"]}, "width"),
         "",
-        f"Paired comparisons on the evaluation seeds (arm − baseline, bpb, 95 % CI; the "
+        f"Paired comparisons on the evaluation seeds (arm − {base}, bpb, 95 % CI; the "
         f"report's verdict with margin_bpb = {MARGIN}):",
         "",
         "| comparison | rates (arm / baseline) | mean diff [95% CI] | verdict |",
@@ -976,17 +1038,17 @@ def render_own_rate(
             ("own", "each at its own best"),
         ):
             q = row[key]
-            c = q["c"]
             lines.append(
-                f"| {row['arm']} vs {row['base']}, {what} | {q['arm_rate']:g} / "
-                f"{q['base_rate']:g} | {_n(c.mean_diff, 4)} {_ci(c.ci_low, c.ci_high, 4)} | "
-                f"{q['word']} |"
+                f"| {row['arm']} vs {row['base']}, {what} | {q['rates'][0]:g} / "
+                f"{q['rates'][1]:g} | {_n(q['mean_diff'], 4)} "
+                f"{_ci(q['ci_low'], q['ci_high'], 4)} | {q['word']} |"
             )
-    lines += ["", _own_reading(o), ""]
-    return lines
+    return [*lines, "", _own_reading(o), ""]
 
 
 def _own_reading(o: dict[str, Any]) -> str:
+    """How each arm's difference and verdict move from the shared rate to the own rates,
+    the best rates at the sweep's edge, and the tuning seeds' spread at the best rate."""
     parts = []
     for row in o["rows"]:
         sh, own = row["shared"], row["own"]
@@ -996,11 +1058,11 @@ def _own_reading(o: dict[str, Any]) -> str:
             else f"the verdict changes from {sh['word']} to {own['word']}"
         )
         parts.append(
-            f"{row['arm']} − {row['base']} moves from {_n(sh['c'].mean_diff, 3)} at the shared "
-            f"{SHARED_RATE:g} to {_n(own['c'].mean_diff, 3)} at the own rates: {change}"
+            f"{row['arm']} − {row['base']} moves from {_n(sh['mean_diff'], 3)} at the shared "
+            f"{SHARED_RATE:g} to {_n(own['mean_diff'], 3)} at the own rates: {change}"
         )
-    edges = [f"{a} ({c.edge})" for a, c in o["curves"].items() if c.edge]
     text = "Reading: " + "; ".join(parts) + "."
+    edges = [f"{a} ({c['edge']})" for a, c in o["curves"].items() if c["edge"]]
     if edges:
         text += (
             " Best rates at the sweep's edge, so the optimum may lie beyond it: "
@@ -1009,117 +1071,47 @@ def _own_reading(o: dict[str, Any]) -> str:
         )
     wide = []
     for arm, c in o["curves"].items():
-        values = [v for v in o["losses"][arm][c.best] if v is not None]
+        values = [v for v in o["losses"].get(arm, {}).get(c["best"], []) if v is not None]
         if values and max(values) - min(values) > 10 * MARGIN:
-            wide.append(f"{arm} at {c.best:g} from {min(values):.3f} to {max(values):.3f} bpb")
+            wide.append(f"{arm} at {c['best']:g} from {min(values):.3f} to {max(values):.3f} bpb")
     if wide:
         text += (
-            " The seeds of one arm at one rate spread far wider than the margin ("
+            " The tuning seeds of one arm at one rate spread far wider than the margin ("
             + "; ".join(wide)
-            + f" over seeds 0–{len(EVAL_SEEDS) + N_TUNING - 1}): at this budget one seed says "
-            "little about another, and a best rate chosen on two seeds is itself noisy."
+            + "): at this budget one seed says little about another, and a best rate chosen "
+            "on two seeds is itself noisy."
         )
-    text += (
-        " Three evaluation seeds decide only large differences; at 120 steps the gaps are "
-        "those of barely trained models, so read the change between the rows, not the verdicts, "
-        "as the finding."
+    return text + (
+        f" {len(o['evaluation_seeds'])} evaluation seeds decide only large differences; at 120 "
+        "steps the gaps are those of barely trained models, so read the change between the "
+        "rows, not the verdicts, as the finding."
     )
-    return text
 
 
-def git_commit() -> str:
-    """The checkout's commit, as scripts/studies.py records it for its own sections (its
-    function, loaded from that file: one definition of what a study document calls its
-    commit)."""
-    spec = importlib.util.spec_from_file_location("normlab_studies", ROOT / "scripts/studies.py")
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get(spec.name) or importlib.util.module_from_spec(spec)
-    if spec.name not in sys.modules:
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-    return str(module.git_commit())
+# ---- the document ---------------------------------------------------------------------------
 
 
-def _means(
-    folders: Mapping[str, CompareFolder], base: str, arm: str
-) -> dict[str, tuple[float | None, float | None]]:
-    """Per rung the mean quality over seeds of the baseline and of the arm."""
-    out = {}
-    for setting, f in folders.items():
-        pair = []
-        for a in (base, arm):
-            v = [x for x in seed_values(f, a, f.seeds) if x is not None]
-            pair.append(float(np.mean(v)) if v else None)
-        out[setting] = (pair[0], pair[1])
-    return out
-
-
-def document(out: Path, cmds: Mapping[str, list[list[str]]]) -> list[str]:
-    """Every study's section from the finished folders under ``out`` (a study whose folders
-    are missing is said to be not run)."""
+def document(out: Path, scale: Scale) -> list[str]:
+    """Every study's section from the folders under ``out`` (a study whose folders are not
+    finished is said to be not run)."""
+    cmds = plan(out, scale)
     ctx = {
         "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-        "commit": git_commit(),
+        "commit": source_commit(),
         "machine": machine(),
     }
     lines = [BEGIN, ""]
-    hold = out / "holdout"
-    if (hold / "ladder.json").exists():
-        arm, base, rungs, rec = ladder_rungs(hold)
-        _, folders = load_rungs(hold)
-        h = holdout(rungs)
-        lines += render_holdout(
-            h,
-            spread(rungs),
-            arm,
-            base,
-            rec,
-            cmds["holdout"],
-            list(folders.values()),
-            {**ctx, "means": _means(folders, base, arm)},
-        )
-    else:
-        lines += ["## Ladder: hold-out on the GPT testbed", "", "Not run yet.", ""]
-    coord = {}
-    for p in ("mup", "sp"):
-        f = out / f"coord_{p}" / "coord_check.json"
-        coord[p] = json.loads(f.read_text(encoding="utf-8")) if f.exists() else {}
-    curves, transfer_folders, raw = {}, [], {}
-    for p in ("mup", "sp"):
-        folders = sweep_folders(out / f"transfer_{p}", RATES)
-        raw[p] = sweep_losses(folders)
-        curves[p] = sweep_curves(raw[p])
-        for path in folders.values():
-            try:
-                transfer_folders += list(load_rungs(path)[1].values())
-            except (OSError, ValueError):  # not started, or a rung not yet begun
-                continue
-    base = f"d_model={WIDTHS[0]}"
-    same = None
-    if base in raw["mup"] and base in raw["sp"]:
-        gaps = [
-            abs(a - b)
-            for arm, by_rate in raw["mup"][base].items()
-            for r, vals in by_rate.items()
-            if r in raw["sp"][base].get(arm, {})
-            for a, b in zip(vals, raw["sp"][base][arm][r], strict=True)
-            if a is not None and b is not None
+    if scale is not FULL:
+        lines += [
+            f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(scale.compare)}, "
+            f"rates {_rates(scale.rates)}): it checks that the studies' commands and readings "
+            "run end to end; its numbers mean nothing and the readings below do not apply.",
+            "",
         ]
-        same = max(gaps) if gaps else None
-    lines += render_transfer(
-        coord, curves, same, cmds["coord"] + cmds["transfer"], transfer_folders, ctx
-    )
-    own_folders = sweep_folders(out / "own_rate", RATES)
-    losses = sweep_losses(own_folders).get("", {})
-    if losses and all(len(v) >= 2 for v in losses.values()):
-        done = [
-            load_compare_folder(p) for p in own_folders.values() if (p / "experiment.json").exists()
-        ]
-        lines += render_own_rate(own_rate(losses), cmds["own_rate"], done, ctx)
-    else:
-        lines += ["## Each arm at its own best rate vs one shared rate", "", "Not run yet.", ""]
-    lines.append(END)
-    return lines
+    lines += render_holdout(out / "holdout", cmds["holdout"], ctx)
+    lines += render_transfer(transfer(out), cmds["coord"] + cmds["transfer"], out, scale, ctx)
+    lines += render_own_rate(own_rate(out), cmds["own_rate"], out, ctx)
+    return [*lines, END]
 
 
 def place(old: str, section: str) -> str:
@@ -1140,25 +1132,28 @@ def place(old: str, section: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen studies (all by default), then write their sections of the document."""
-    args_list = list(sys.argv[1:] if argv is None else argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=ROOT / "normlab-out" / "ladder_studies")
-    p.add_argument("--doc", type=Path, default=ROOT / "docs" / "studies.md")
+    p.add_argument("--doc", type=Path, default=None, help="default: docs/studies.md")
     p.add_argument("--only", nargs="+", choices=STUDY_NAMES, default=list(STUDY_NAMES))
-    p.add_argument("--no-run", action="store_true", help="analyse finished folders only")
+    p.add_argument("--no-run", action="store_true", help="write the doc from finished folders")
     p.add_argument("--no-doc", action="store_true", help="train only")
-    args = p.parse_args(args_list)
-    args.out.mkdir(parents=True, exist_ok=True)
-    cmds = plan(args.out)
+    p.add_argument("--smoke", action="store_true", help="tiny settings: a pipeline check")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.smoke and args.doc is None and not args.no_doc:
+        p.error("--smoke needs --doc (its document must not replace docs/studies.md)")
+    scale = SMOKE if args.smoke else FULL
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
     if not args.no_run:
-        seconds = run_all(run_order(cmds, args.only))
+        seconds = run_studies(out, scale, args.only)
         print(f"trained in {seconds:.0f} s", flush=True)
     if args.no_doc:
         return 0
-    text = "\n".join(document(args.out, cmds))
-    old = args.doc.read_text(encoding="utf-8") if args.doc.exists() else ""
-    write_text_atomic(args.doc, place(old, text))
-    print(f"wrote {args.doc}")
+    doc = args.doc or ROOT / "docs" / "studies.md"
+    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    write_text_atomic(doc, place(old, "\n".join(document(out, scale))))
+    print(f"wrote {doc}")
     return 0
 
 

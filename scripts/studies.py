@@ -48,6 +48,7 @@ from typing import Any
 import yaml
 
 from normlab._io import write_text_atomic
+from normlab._version import source_commit
 from normlab.analysis import analyze, load_compare_folder, seeds_needed
 from normlab.analysis.comparison import compare_paired
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
@@ -641,26 +642,6 @@ def kept_sections(old: str) -> str:
     return "" if at < 0 else old[at:]
 
 
-def git_commit() -> str:
-    """The checkout's commit (with ``-dirty`` when it has uncommitted changes)."""
-    try:
-        head = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-    return f"{head}-dirty" if dirty else head
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the chosen studies (all by default), then write the document."""
     args_list = list(sys.argv[1:] if argv is None else argv)
@@ -690,7 +671,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             commands[s.name], seconds[s.name] = run_study(s, out, args.quick)
             print(f"{s.name}: {seconds[s.name]:.0f} s", flush=True)
         results[s.name] = study_result(s, folder)
-    text = render(results, commands, seconds, git_commit(), args.quick, args_list)
+    text = render(results, commands, seconds, source_commit(), args.quick, args_list)
     kept = kept_sections(doc.read_text(encoding="utf-8")) if doc.exists() else ""
     write_text_atomic(doc, text.rstrip("\n") + ("\n\n" + kept if kept else "\n"))
     print(f"wrote {doc}")

@@ -16,7 +16,7 @@ from rich.cells import cell_len
 from typer.testing import CliRunner
 
 import normlab
-from normlab._version import _read_version
+from normlab._version import _read_version, source_commit
 from normlab.cli import app
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +65,28 @@ def test_version_without_metadata_is_the_source_trees(monkeypatch: pytest.Monkey
     monkeypatch.setattr(metadata, "version", not_installed)
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert _read_version() == pyproject["project"]["version"]
+
+
+@pytest.mark.skipif(
+    Path(normlab.__file__).resolve().parents[2] != ROOT or shutil.which("git") is None,
+    reason="normlab is not this source tree, or no git",
+)
+def test_source_commit_is_the_checkouts_head(monkeypatch: pytest.MonkeyPatch) -> None:
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True)
+        return done.stdout.strip()
+
+    head = git("rev-parse", "--short=12", "HEAD")
+    if not head:
+        pytest.skip("this source tree is not a git checkout")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    assert source_commit() == (f"{head}-dirty" if dirty else head)
+
+    def no_git(*args: object, **kwargs: object) -> None:
+        raise FileNotFoundError("git")
+
+    monkeypatch.setattr(subprocess, "run", no_git)
+    assert source_commit() == "unknown"
 
 
 # ----------------------------------------------------------------------------------------------

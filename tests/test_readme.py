@@ -302,3 +302,57 @@ def test_the_process_count_claim_is_what_holds() -> None:
     scaling = " ".join((ROOT / "docs" / "scaling.md").read_text(encoding="utf-8").split())
     assert "Not the same numbers, the same distribution." in scaling
     assert "--nproc-per-node $n" in scaling and "final val bpb" in scaling
+
+
+README_MAX_LINES = 240
+"""The README is the users' page: what normlab is, the two commands, usage, API, the CLI in
+summary and links; the details live in docs/."""
+
+
+def test_readme_is_short() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_MAX_LINES, (
+        f"README.md has {len(lines)} lines; expected at most {README_MAX_LINES} (move details "
+        "into a page of docs/ and link it)"
+    )
+
+
+def heading_anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped (letters,
+    digits, ``-``, ``_`` and spaces kept), spaces as ``-``."""
+    text = heading.strip().lower()
+    return "".join(c for c in text if c.isalnum() or c in "-_ ").replace(" ", "-")
+
+
+def markdown_links(text: str) -> list[str]:
+    """The targets of the inline links ``[text](target)`` of a Markdown text."""
+    return re.findall(r"\[[^\]\n]*\]\(([^)\s]+)\)", text)
+
+
+def test_heading_anchor_is_githubs() -> None:
+    assert heading_anchor("## 3. Data flow of `normlab compare`".lstrip("# ")) == (
+        "3-data-flow-of-normlab-compare"
+    )
+    assert heading_anchor("normlab coord-check, normlab explain") == (
+        "normlab-coord-check-normlab-explain"
+    )
+    assert markdown_links("see [a](docs/a.md#x) and [b](https://x.org) [c] (d)") == [
+        "docs/a.md#x",
+        "https://x.org",
+    ]
+
+
+def test_readme_links_reach_their_files_and_headings() -> None:
+    """Every relative link of the README names a file of the checkout and, with ``#anchor``, a
+    heading of that file (or of the README itself)."""
+    text = README.read_text(encoding="utf-8")
+    links = [t for t in markdown_links(text) if "://" not in t]
+    assert any(t.startswith("docs/") for t in links), links
+    for target in links:
+        path, _, anchor = target.partition("#")
+        page = ROOT / path if path else README
+        assert page.is_file(), f"README links to {target!r}: no file {path}"
+        if anchor:
+            headings = re.findall(r"^#+ (.+)$", page.read_text(encoding="utf-8"), re.MULTILINE)
+            anchors = {heading_anchor(h) for h in headings}
+            assert anchor in anchors, f"README links to {target!r}: no such heading in {page.name}"

@@ -28,3 +28,30 @@ def _read_version() -> str:
 
 
 __version__ = _read_version()
+
+
+def source_commit() -> str:
+    """The git commit of the source tree this normlab is imported from (an editable install or
+    a checkout on ``sys.path``): the short hash of ``HEAD``, with ``-dirty`` when a tracked file
+    has uncommitted changes; ``"unknown"`` outside a git checkout or without git. What a study
+    document records as the code that produced its numbers."""
+    import subprocess
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return f"{head}-dirty" if dirty else head

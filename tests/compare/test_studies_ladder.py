@@ -1,5 +1,7 @@
-"""benchmarks/ladder_studies.py's analysis on made-up numbers: the hold-out, the own-rate
-choice on tuning seeds only, and the document's section replaced in place."""
+"""benchmarks/ladder_studies.py: its commands are public ``normlab`` commands (``--lr-sweep``,
+no folder named by a rate of its own), it reads the folders through the run format, and its
+analysis and document on made-up numbers: the hold-out, the own-rate comparisons, the transfer's
+reading, and the document's section replaced in place."""
 
 from __future__ import annotations
 
@@ -7,8 +9,14 @@ import importlib.util
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
+
+import pytest
 
 from normlab.analysis.ladder import Rung
+from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING, lr_sweep_record, select_learning_rates
+from normlab.run_format import LR_SWEEP_KEY
+from normlab.run_format import folder as run_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,22 +63,6 @@ def test_spread_per_rung_and_its_slope() -> None:
     assert lo < 0.141421 < hi
 
 
-def test_own_rate_chooses_on_tuning_seeds_only() -> None:
-    # seeds 0-2 evaluate, 3-4 tune; on the tuning seeds rmsnorm is best at 0.01, on the
-    # evaluation seeds (and over all five) at 0.005: the choice must be 0.01.
-    base = {0.005: [3.0] * 5, 0.01: [3.1] * 5}
-    rms = {0.005: [2.5, 2.5, 2.5, 3.2, 3.2], 0.01: [3.0, 3.0, 3.0, 2.95, 2.95]}
-    o = ls.own_rate({"layernorm-pre": base, "rmsnorm-pre": rms})
-    assert o["tuning_seeds"] == [3, 4]
-    assert o["curves"]["rmsnorm-pre"].best == 0.01
-    assert o["curves"]["layernorm-pre"].best == 0.005
-    (row,) = o["rows"]
-    assert row["own"]["arm_rate"] == 0.01 and row["own"]["base_rate"] == 0.005
-    assert row["own"]["c"].seeds == [0, 1, 2]
-    assert abs(row["own"]["c"].mean_diff) < 1e-12  # 3.0 − 3.0 on the evaluation seeds
-    assert abs(row["shared"]["c"].mean_diff + 0.5) < 1e-12
-
-
 def test_place_replaces_only_its_own_section() -> None:
     doc = "# t\n\n<!-- kept: x -->\n## coverage\n\ntext\n"
     first = ls.place(doc, f"{ls.BEGIN}\nA\n{ls.END}")
@@ -80,14 +72,157 @@ def test_place_replaces_only_its_own_section() -> None:
     assert ls.KEPT_MARKER in ls.place("# t\n", f"{ls.BEGIN}\nA\n{ls.END}")
 
 
-def test_sweeps_train_from_the_middle_rate_outwards(tmp_path: Path) -> None:
-    cmds = ls.plan(tmp_path)
-    (tmp_path / "coord_mup").mkdir()
-    (tmp_path / "coord_mup" / "coord_check.json").write_text("{}", encoding="utf-8")
-    order = ls.run_order(cmds, ["coord", "own_rate", "transfer"])
-    coord = [c for c in order if c[3] == "coord-check"]
-    assert [c[-1] for c in coord] == [str(tmp_path / "coord_sp")]  # mup's is done
-    lrs = [float(c[c.index("--lr") + 1]) for c in order if "--lr" in c]
-    middle_out = [0.01, 0.005, 0.02, 0.0025, 0.04]
-    assert lrs == middle_out + [r for r in middle_out for _ in ("mup", "sp")]
+def _flag(cmd: list[str], name: str) -> str:
+    return cmd[cmd.index(name) + 1]
+
+
+def test_every_training_is_a_public_compare_or_coord_check(tmp_path: Path) -> None:
+    cmds = ls.plan(tmp_path, ls.FULL)
+    every = [c for study in cmds.values() for c in study]
+    assert {tuple(c[:2]) for c in every} == {("normlab", "compare"), ("normlab", "coord-check")}
+    assert all(_flag(c, "--out").startswith(str(tmp_path)) for c in every)
+    assert not any("lr=" in part for c in every for part in c)  # no rate-named folder of its own
+    rates = ",".join(f"{r:g}" for r in ls.RATES)
+    for p, cmd in zip(ls.PARAMETRIZATIONS, cmds["transfer"], strict=True):
+        assert _flag(cmd, "--parametrization") == p and _flag(cmd, "--lr-sweep") == rates
+        assert _flag(cmd, "--ladder") == "d_model=32,64,128" and _flag(cmd, "--tuning-seeds") == "2"
+    sweep, shared = cmds["own_rate"]  # the baseline's best is not known before the sweep
+    assert _flag(sweep, "--lr-sweep") == rates and "--lr" not in sweep
+    assert _flag(shared, "--lr") == "0.005"
+    assert cmds["holdout"] == [
+        [
+            "normlab",
+            "compare",
+            "--config",
+            "examples/ladder.yaml",
+            "--out",
+            str(tmp_path / "holdout"),
+        ]
+    ]
     assert (tmp_path / "own_rate.yaml").exists() and (tmp_path / "transfer.yaml").exists()
+
+
+def test_the_smoke_scale_runs_the_same_commands_small(tmp_path: Path) -> None:
+    full, smoke = ls.plan(tmp_path, ls.FULL), ls.plan(tmp_path, ls.SMOKE)
+    assert [len(v) for v in full.values()] == [len(v) for v in smoke.values()]
+    for a, b in zip(full["transfer"], smoke["transfer"], strict=True):
+        assert b[: a.index("--ladder")] == a[: a.index("--ladder")]
+        assert _flag(b, "--steps") == "4" and _flag(b, "--lr-sweep") == "0.005,0.01"
+    assert _flag(smoke["holdout"][0], "--ladder") == "d_model=16,32,64"
+    with pytest.raises(SystemExit):
+        ls.main(["--smoke", "--no-run", "--out", str(tmp_path)])  # no --doc: refused
+
+
+def _curves(best: dict[str, float]) -> dict[str, Any]:
+    """A sweep where each arm's loss is lowest at its ``best`` rate."""
+    losses = {
+        arm: {r: [3.0 + abs(r - b), 3.01 + abs(r - b)] for r in (0.005, 0.01, 0.02)}
+        for arm, b in best.items()
+    }
+    return select_learning_rates(losses)
+
+
+def _compare_summary(words: dict[str, tuple[float, str]], sweep: dict | None = None) -> dict:
+    """A compare folder's summary.json: its baseline, the arms' comparisons and words."""
+    arms = ["layernorm-pre", *words]
+    out: dict[str, Any] = {
+        "baseline_arm": "layernorm-pre",
+        "arm_order": arms,
+        "quality_metric": "final_val_bpb",
+        "comparisons": {
+            a: {"final_val_bpb": {"mean_diff": d, "ci_low": d - 0.1, "ci_high": d + 0.1}}
+            for a, (d, _) in words.items()
+        },
+        "verdicts": {a: {"quality": w} for a, (_, w) in words.items()},
+    }
+    if sweep is not None:
+        out[LR_SWEEP_KEY] = sweep
+    return out
+
+
+def _write(folder: Path, summary: dict) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    run_folder.write_analysis(folder, summary)
+
+
+def test_the_own_rate_study_reads_its_three_folders(tmp_path: Path) -> None:
+    curves = _curves({"layernorm-pre": 0.02, "dyt-pre": 0.01})
+    record = lr_sweep_record({PLAIN_SWEEP_SETTING: curves}, [3, 4])
+    assert ls.own_rate(tmp_path) is None and ls.baseline_best(tmp_path) is None
+    _write(tmp_path / "own_rate", _compare_summary({"dyt-pre": (-0.05, "inconclusive")}, record))
+    run_folder.write_experiment(tmp_path / "own_rate", {"seeds": [0, 1, 2]})
+    assert ls.baseline_best(tmp_path) == 0.02
+    cmds = ls.own_rate_commands(tmp_path, ls.FULL)
+    assert len(cmds) == 3 and _flag(cmds[2], "--lr") == "0.02"
+    assert _flag(cmds[2], "--out") == str(tmp_path / "own_rate_baseline_best")
+    _write(tmp_path / "own_rate_shared", _compare_summary({"dyt-pre": (0.7, "worse")}))
+    assert ls.own_rate(tmp_path) is None  # the baseline-best comparison has not run
+    _write(tmp_path / "own_rate_baseline_best", _compare_summary({"dyt-pre": (0.4, "worse")}))
+    o = ls.own_rate(tmp_path)
+    assert o is not None and o["evaluation_seeds"] == [0, 1, 2]
+    (row,) = o["rows"]
+    assert (row["arm"], row["base"]) == ("dyt-pre", "layernorm-pre")
+    assert row["shared"]["rates"] == (0.005, 0.005) and row["shared"]["word"] == "worse"
+    assert row["base_best"]["rates"] == (0.02, 0.02) and row["base_best"]["mean_diff"] == 0.4
+    assert row["own"]["rates"] == (0.01, 0.02) and row["own"]["word"] == "inconclusive"
+    text = "\n".join(
+        ls.render_own_rate(o, cmds, tmp_path, {"date": "d", "commit": "c", "machine": "m"})
+    )
+    assert "| dyt-pre vs layernorm-pre, each at its own best | 0.01 / 0.02 | −0.0500" in text
+    assert "the verdict changes from worse to inconclusive" in text
+    assert "on the tuning seeds 3, 4, chooses" in text and "evaluation seeds 0, 1, 2" in text
+
+
+def test_a_shared_baseline_best_reuses_the_shared_folder(tmp_path: Path) -> None:
+    record = lr_sweep_record({PLAIN_SWEEP_SETTING: _curves({"layernorm-pre": 0.005})}, [3, 4])
+    _write(tmp_path / "own_rate", _compare_summary({}, record))
+    assert len(ls.own_rate_commands(tmp_path, ls.FULL)) == 2
+
+
+def test_the_studies_run_one_command_at_a_time_planning_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ran: list[list[str]] = []
+
+    def fake_run(cmd: list[str]) -> None:  # the sweep chooses 0.01 for the baseline
+        ran.append(cmd)
+        if _flag(cmd, "--out") == str(tmp_path / "own_rate"):
+            curves = _curves({"layernorm-pre": 0.01})
+            record = lr_sweep_record({PLAIN_SWEEP_SETTING: curves}, [3, 4])
+            _write(tmp_path / "own_rate", _compare_summary({}, record))
+
+    monkeypatch.setattr(ls, "run_one", fake_run)
+    (tmp_path / "coord_mup").mkdir()
+    (tmp_path / "coord_mup" / ls.COORD_CHECK_FILE).write_text("{}")
+    ls.run_studies(tmp_path, ls.FULL, ["coord", "own_rate"])
+    outs = [Path(_flag(c, "--out")).name for c in ran]
+    assert outs == ["coord_sp", "own_rate", "own_rate_shared", "own_rate_baseline_best"]
+    assert _flag(ran[-1], "--lr") == "0.01"
+
+
+def _record(best: dict[str, dict[str, float]]) -> dict:
+    """A ladder's sweep record: {setting: {arm: best rate}}."""
+    return lr_sweep_record({s: _curves(by_arm) for s, by_arm in best.items()}, [2, 3])
+
+
+def test_the_transfer_reading_follows_the_sweep_records() -> None:
+    same = {"d=32": {"ln": 0.01}, "d=128": {"ln": 0.01}}
+    moved = {"d=32": {"ln": 0.005}, "d=128": {"ln": 0.02}}
+    holds = ls._transfer_reading({"mup": _record(same), "sp": _record(moved)})
+    assert "μP's prediction holds" in holds
+    assert "mup would be aligned and sp not aligned" in holds
+    fails = ls._transfer_reading({"mup": _record(moved), "sp": _record(moved)})
+    assert "**This did not hold**" in fails
+    assert "Only part" in ls._transfer_reading({"mup": _record(same), "sp": {}})
+    assert ls._transfer_reading({"mup": {}, "sp": {}}) == "Reading: the sweep has not finished."
+    table = ls._curve_table(_record(same)["settings"], "width")
+    assert table[0] == "| width | arm | 0.005 | 0.01 | 0.02 | best |"
+    assert table[2] == "| d=32 | ln | 3.010 ± 0.007 | **3.005 ± 0.007** | 3.015 ± 0.007 | 0.01 |"
+
+
+def test_a_study_not_run_says_so(tmp_path: Path) -> None:
+    lines = ls.document(tmp_path, ls.FULL)
+    assert lines[0] == ls.BEGIN and lines[-1] == ls.END
+    text = "\n".join(lines)
+    assert text.count("Not run yet.") == 2 and "Learning-rate sweep, mup: not finished." in text
+    assert "Smoke run" not in text and "Smoke run" in "\n".join(ls.document(tmp_path, ls.SMOKE))
