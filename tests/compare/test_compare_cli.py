@@ -10,11 +10,13 @@ import yaml
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.cli.compare_cmd import EXIT_BAD_CONFIG, EXIT_REFUSED, build_config_dict, parse_seeds
+from normlab.cli.compare_cmd import EXIT_BAD_CONFIG, EXIT_REFUSED
+from normlab.cli.compare_options import parse_seeds
 from normlab.experiment.config import ConfigError, load_config_file, validate_config
 from normlab.experiment.execution.lock import OutputLock
 from normlab.experiment.execution.runner import check_out_contents, foreign_entries
 from normlab.experiment.training.schedule import lr_at
+from normlab.study.loader import build_config_dict
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = {

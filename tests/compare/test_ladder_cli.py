@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from in_process import use_in_process_workers
 from normlab.cli import app
-from normlab.experiment.config import validate_config
-from normlab.experiment.execution.ladder import plan_ladder
 from normlab.experiment.training.schedule import lr_at, make_optimizer
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.mup import hidden_names, set_lr
 from normlab.run_format import ANALYSIS_FILE, LADDER_KEY, check_ladder, plot_path
+from normlab.study.loader import study_configs
+from normlab.study.rungs import plan_ladder
 from report_figures import PNG_SIGNATURE, skip_rendering
 
 
@@ -161,6 +161,6 @@ def test_plan_lists_every_rungs_runs(tmp_path: Path, corpus: Path) -> None:
 
 
 def test_a_testbed_without_ladder_keys_is_refused_naming_the_option() -> None:
-    cfg = validate_config({"testbed": "dit", "ladder": {"d_model": [8, 16]}})
+    ladder = study_configs({"testbed": "dit", "ladder": {"d_model": [8, 16]}}).ladder
     with pytest.raises(ValueError, match=r"^--ladder: not available for the dit testbed"):
-        plan_ladder(cfg)
+        plan_ladder(ladder)

@@ -26,9 +26,9 @@ from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_
 from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
 from normlab.experiment.config import validate_config
-from normlab.experiment.execution.rounds import round_seconds, run_until_decided
 from normlab.experiment.execution.runner import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
+from normlab.study.rounds import round_seconds, run_until_decided
 from report_figures import skip_rendering
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"

@@ -17,8 +17,9 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`read_analysis`, :func:`run_folders`; the trackers' stores of ``compare --log-to``:
   :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
 - a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
-  (``ladder.json``), :func:`rung_path` (each rung's compare folder) and :func:`ladder_run_id` /
-  :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``);
+  (``ladder.json``), :func:`write_ladder_analysis` / :func:`read_ladder_analysis` (its
+  summary.json: the fit and prediction, with the plan), :func:`rung_path` (each rung's compare
+  folder) and :func:`ladder_run_id` / :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``);
 - a learning-rate sweep (``compare --lr-sweep``): :func:`sweep_path` (each rate's compare
   folder of tuning runs).
 
@@ -66,6 +67,7 @@ from normlab.run_format.files import (
     TRACKERS_RECORD_FILE,
     run_dir,
 )
+from normlab.run_format.ladder import LADDER_KEY, check_ladder
 from normlab.run_format.records import TRAIN_RECORD
 from normlab.run_format.script import FINGERPRINT_FILE, SCRIPT_LOG_FILE
 
@@ -83,6 +85,7 @@ __all__ = [
     "read_command",
     "read_experiment",
     "read_fingerprint",
+    "read_ladder_analysis",
     "read_log_tail",
     "read_records",
     "read_run_config",
@@ -102,6 +105,7 @@ __all__ = [
     "write_experiment",
     "write_fingerprint",
     "write_images",
+    "write_ladder_analysis",
     "write_records",
     "write_run_config",
     "write_sequential",
@@ -402,6 +406,25 @@ def write_ladder_plan(out: Path | str, record: dict[str, Any]) -> Path:
 def read_ladder_plan(out: Path | str) -> dict[str, Any]:
     """``out/ladder.json``; ``ValueError`` naming the file if it is not a JSON object."""
     return read_json_object(Path(out) / LADDER_FILE)
+
+
+def write_ladder_analysis(out: Path | str, ladder: dict[str, Any], plan: dict[str, Any]) -> Path:
+    """Write the ladder folder's analysis, ``out/summary.json`` = {``ladder``: ``ladder``
+    (checked against :data:`normlab.run_format.LADDER_SHAPE`), ``plan``: ladder.json's
+    ``plan``}, atomically."""
+    check_ladder(ladder)
+    return write_json_atomic(Path(out) / ANALYSIS_FILE, {LADDER_KEY: ladder, "plan": plan})
+
+
+def read_ladder_analysis(out: Path | str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ``ladder`` value, the ``plan``) of the ladder folder's summary.json;
+    ``OSError`` when absent, ``ValueError`` when damaged or not a ladder's analysis."""
+    analysis = read_json_object(Path(out) / ANALYSIS_FILE)
+    ladder, plan = analysis.get(LADDER_KEY), analysis.get("plan")
+    if not isinstance(plan, dict):
+        raise ValueError(f"{Path(out) / ANALYSIS_FILE}: expected a ladder's analysis with its plan")
+    check_ladder(ladder)
+    return ladder, plan
 
 
 def rung_path(out: Path | str, setting: str) -> Path:
