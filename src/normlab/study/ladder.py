@@ -91,14 +91,14 @@ def analyse_ladder(out: Path, n_boot: int | None = None) -> dict[str, Any]:
 
 
 def fit_lines(ladder: dict[str, Any]) -> list[str]:
-    """One line per arm: its fitted trend d = a + b·log₁₀ N against the baseline, b with its
-    standard error (the change per tenfold N), from the ``ladder`` value."""
+    """One line per arm: its fitted trend d = a + b·log₁₀ N against the baseline, and b with
+    its standard error (the change per tenfold N), from the ``ladder`` value."""
     lines = []
     for arm, rec in ladder["arms"].items():
-        fit, unit = rec["fit"], rec["unit"]
+        a, b, se, unit = rec["fit"]["a"], rec["fit"]["b"], rec["fit"]["b_se"], rec["unit"]
         lines.append(
-            f"fit: {arm} − {rec['baseline']} = {fit['a']:+.4g} {fit['b']:+.4g}·log10(N) {unit} "
-            f"(per tenfold N {fit['b']:+.4g} ± {fit['b_se']:.2g} {unit})"
+            f"fit: {arm} − {rec['baseline']} = {a:+.4g} {'−' if b < 0 else '+'} "
+            f"{abs(b):.4g}·log10(N) {unit}; per tenfold N {b:+.4g} ± {se:.2g} {unit}"
         )
     return lines
 

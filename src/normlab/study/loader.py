@@ -17,7 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from pydantic import ValidationError
+from pydantic import ValidationError, create_model
 
 from normlab.experiment.config import (
     ConfigError,
@@ -27,7 +27,6 @@ from normlab.experiment.config import (
     load_config_file,
     merge_overrides,
     selected_testbed,
-    validate_config,
 )
 from normlab.experiment.testbeds import TESTBEDS
 from normlab.study.spec import (
@@ -138,6 +137,24 @@ class Loaded(NamedTuple):
     sweep: SweepSpec | None
 
 
+CompareFile = create_model(
+    "CompareFile",
+    __base__=ExperimentConfig,
+    **{k: (f.annotation, f) for k, f in StudySettings.model_fields.items()},  # type: ignore[call-overload]
+)
+"""A compare's config file as a whole (the experiment's keys and the study's): only to name
+every valid key when a file holds an unknown one."""
+
+
+def _validated(rest: dict[str, Any]) -> ExperimentConfig:
+    """:func:`normlab.experiment.config.validate_config` of the experiment's part of a file,
+    whose unknown keys are named against every key the file may hold (:data:`CompareFile`)."""
+    try:
+        return ExperimentConfig.model_validate(rest)
+    except ValidationError as err:
+        raise ConfigError(describe_errors(err, CompareFile)) from None
+
+
 def study_configs(data: dict[str, Any]) -> Loaded:
     """The configs of ``data``, a config as a YAML file holds it (the study's keys at its top
     level): the learning-rate sweep checked (:func:`check_lr_sweep_options`), the study's
@@ -146,7 +163,7 @@ def study_configs(data: dict[str, Any]) -> Loaded:
     (:class:`ConfigError` among them) with one line naming the problem."""
     check_lr_sweep_options(data)
     rest, settings = split_study_keys(data)
-    config = validate_config(rest)
+    config = _validated(rest)
     return Loaded(config, *transforms(config, settings))
 
 

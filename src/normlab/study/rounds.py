@@ -21,6 +21,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Mapping
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -82,47 +83,10 @@ def round_seconds(
     return new_runs * per_run / max(1, parallel)
 
 
-class _Look:
-    """The step run on the folder after round ``k`` (of the seed counts ``looks``): look,
-    decide whether to stop, write ``sequential.json``, say so, and on the last round run
-    ``finish``."""
-
-    def __init__(
-        self,
-        rounds: _Rounds,
-        k: int,
-    ) -> None:
-        self.rounds, self.k = rounds, k
-
-    def __call__(self, folder: Path, summaries: dict[str, dict[str, Any]]) -> None:
-        r, k = self.rounds, self.k
-        n = r.looks[k]
-        elapsed = r.clock() - r.started
-        reason = None
-        if r.looker.look(n, summaries, elapsed):
-            reason = "decided"
-        elif k == len(r.looks) - 1:
-            reason = "max-seeds"
-        elif r.max_time_s is not None:
-            more = round_seconds(summaries, (r.looks[k + 1] - n) * r.n_arms, r.parallel)
-            if elapsed + more > r.max_time_s:
-                reason = "max-time"
-        if reason is not None:
-            r.looker.stop(reason, n)
-            r.stopped = reason
-        state = r.looker.to_dict()
-        run_folder.write_sequential(folder, state)
-        shown = ", ".join(f"{arm} {v}" for arm, v in state.get("verdicts", {}).items())
-        r.console.print(
-            f"look {k + 1} of {len(r.looks)} after {n} seeds ({elapsed:.0f} s): {shown}"
-            + (f"; stopping: {state['stopped']['words']}" if reason else "")
-        )
-        if reason is not None and r.finish is not None:
-            r.finish(folder, summaries)
-
-
 class _Rounds:
-    """What every look of one :func:`run_until_decided` shares."""
+    """The rounds of one :func:`run_until_decided`: :meth:`look` is the step run on the folder
+    after round ``k`` (its ``after_training``): look, decide whether to stop, write
+    ``sequential.json``, say so, and on the last round run ``finish``."""
 
     def __init__(
         self,
@@ -139,6 +103,35 @@ class _Rounds:
         self.n_arms, self.parallel = len(cfg.arm_names()), cfg.parallel
         self.started = clock()
         self.stopped: str | None = None
+
+    def _reason(self, k: int, summaries: dict[str, dict[str, Any]], elapsed: float) -> str | None:
+        """Why the rounds stop after round ``k``, or None to go on."""
+        n = self.looks[k]
+        if self.looker.look(n, summaries, elapsed):
+            return "decided"
+        if k == len(self.looks) - 1:
+            return "max-seeds"
+        if self.max_time_s is not None:
+            more = round_seconds(summaries, (self.looks[k + 1] - n) * self.n_arms, self.parallel)
+            if elapsed + more > self.max_time_s:
+                return "max-time"
+        return None
+
+    def look(self, k: int, folder: Path, summaries: dict[str, dict[str, Any]]) -> None:
+        n, elapsed = self.looks[k], self.clock() - self.started
+        reason = self._reason(k, summaries, elapsed)
+        if reason is not None:
+            self.looker.stop(reason, n)
+            self.stopped = reason
+        state = self.looker.to_dict()
+        run_folder.write_sequential(folder, state)
+        shown = ", ".join(f"{arm} {v}" for arm, v in state.get("verdicts", {}).items())
+        self.console.print(
+            f"look {k + 1} of {len(self.looks)} after {n} seeds ({elapsed:.0f} s): {shown}"
+            + (f"; stopping: {state['stopped']['words']}" if reason else "")
+        )
+        if reason is not None and self.finish is not None:
+            self.finish(folder, summaries)
 
 
 def run_until_decided(
@@ -171,7 +164,7 @@ def run_until_decided(
             out,
             console=console,
             show_progress=show_progress,
-            after_training=_Look(rounds, k),
+            after_training=partial(rounds.look, k),
         )
         if rounds.stopped:
             break

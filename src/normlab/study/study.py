@@ -16,6 +16,7 @@ status.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ class Finish:
         sequential: bool,
         report: bool,
         exporter: Exporter | None,
-        settled: Any,
+        settled: Callable[[Summaries], list[str]],
     ) -> None:
         self.console, self.args, self.sequential = console, args, sequential
         self.report, self.exporter, self.settled = report, exporter, settled
