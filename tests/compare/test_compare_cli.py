@@ -10,11 +10,13 @@ import yaml
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.cli.compare_cmd import EXIT_BAD_CONFIG, EXIT_REFUSED, build_config_dict, parse_seeds
+from normlab.cli.compare_cmd import EXIT_BAD_CONFIG, EXIT_REFUSED
+from normlab.cli.compare_options import parse_seeds
 from normlab.experiment.config import ConfigError, load_config_file, validate_config
 from normlab.experiment.execution.lock import OutputLock
 from normlab.experiment.execution.runner import check_out_contents, foreign_entries
 from normlab.experiment.training.schedule import lr_at
+from normlab.study.loader import build_config_dict, study_configs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TINY = {
@@ -125,6 +127,17 @@ def test_locked_folder_is_a_clear_error(tmp_path: Path) -> None:
 def test_examples_are_valid(name: str) -> None:
     cfg = validate_config(load_config_file(EXAMPLES / name))
     assert cfg.arm_names()
+
+
+def test_the_ladder_example_keeps_its_study_keys_at_the_top_level() -> None:
+    """examples/ladder.yaml holds ``ladder:`` beside the experiment's keys: the study's loader
+    splits it off, and one compare's config refuses it as none of its keys."""
+    data = load_config_file(EXAMPLES / "ladder.yaml")
+    loaded = study_configs(data)
+    assert loaded.ladder is not None and loaded.ladder.config is loaded.config
+    assert (loaded.ladder.key, list(loaded.ladder.values)) == next(iter(data["ladder"].items()))
+    with pytest.raises(ConfigError, match=r"unknown key 'ladder'"):
+        validate_config(data)
 
 
 def test_default_example_is_the_default() -> None:

@@ -20,7 +20,6 @@ from normlab import run_format
 from normlab.analysis import analyze, load_compare_folder
 from normlab.analysis.runs import MARGIN_KEYS
 from normlab.cli import app
-from normlab.cli.compare_cmd import build_config_dict
 from normlab.data import (
     SHAPE_CLASSES,
     load_shapes,
@@ -38,6 +37,7 @@ from normlab.models import DEFAULT_CFG_SCALE, DEFAULT_LABEL_DROPOUT, shared_para
 from normlab.models.flow_batches import FlowBatches, validation_triples
 from normlab.report import build_report
 from normlab.run_format.summary import crashed_summary
+from normlab.study.loader import build_config_dict
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"
 TINY_DIT: dict[str, Any] = {

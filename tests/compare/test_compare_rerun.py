@@ -18,13 +18,13 @@ from typer.testing import CliRunner
 from normlab._io import write_json_atomic
 from normlab.analysis import load_compare_folder
 from normlab.cli import app
-from normlab.cli.compare_cmd import build_config_dict
 from normlab.data import prepare_tokens
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.environment import environment
 from normlab.experiment.execution.grid import check_only_factors_differ, plan_runs
 from normlab.experiment.execution.own_grid import grid_record
 from normlab.run_format import EXPERIMENT_FILE
+from normlab.study.loader import build_config_dict
 
 TINY = {
     "device": "cpu",

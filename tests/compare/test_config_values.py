@@ -126,7 +126,8 @@ def test_compare_flags_take_default_and_help_from_the_config() -> None:
     config field's description and default."""
     import inspect
 
-    from normlab.cli.compare_cmd import FLAG_KEYS, compare, config_field, flag_help
+    from normlab.cli.compare_cmd import compare
+    from normlab.cli.compare_options import FLAG_KEYS, config_field, flag_help
 
     params = inspect.signature(compare).parameters
     for flag, dotted in FLAG_KEYS.items():
@@ -150,7 +151,7 @@ def test_run_json_names_settings_as_the_yaml_config(testbed: str) -> None:
     """Every setting a run records (and the report shows) is a key a YAML config accepts,
     under the same section; only the run's identity, its counts and the data's record
     (source, fingerprint, …) are not settings."""
-    from normlab.cli.compare_cmd import config_field
+    from normlab.cli.compare_options import config_field
     from normlab.experiment.execution.grid import flatten, shared_settings
 
     cfg = validate_config({"testbed": testbed})

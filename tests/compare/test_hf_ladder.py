@@ -16,15 +16,15 @@ from torch import nn
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.experiment.config import validate_config
-from normlab.experiment.execution.ladder import plan_ladder
-from normlab.experiment.execution.lr_sweep import sweep_plan
 from normlab.experiment.testbeds.lm import lm_source
 from normlab.experiment.training.schedule import make_optimizer
 from normlab.models.external import load_model_source
 from normlab.models.external.mup import LogitMultiplier, MupError, hidden_ratios
 from normlab.models.external.scaling import ScalingError, scaled_keys, with_changes
 from normlab.models.mup import set_lr
+from normlab.study.loader import study_configs
+from normlab.study.rungs import plan_ladder
+from normlab.study.sweep import sweep_plan
 
 transformers = pytest.importorskip("transformers")
 
@@ -45,9 +45,12 @@ def llama(**changes: object) -> str:
     return ",".join(f"{k}={v}" for k, v in {**LLAMA, **changes}.items())
 
 
-def lm_config(ladder: dict[str, list[int]] | None = None, **lm: object) -> object:
+def lm_config(ladder: dict[str, list[int]], **lm: object) -> object:
+    """The ladder of an ``hf:`` model's config, as a YAML file would give it."""
     section = {"model": "hf:llama", "model_set": llama(), "context": 16, **lm}
-    return validate_config({"lm": section, "ladder": ladder, "norms": ["layernorm", "rmsnorm"]})
+    return study_configs(
+        {"lm": section, "ladder": ladder, "norms": ["layernorm", "rmsnorm"]}
+    ).ladder
 
 
 def source(width: int = 32, **kw: object):
@@ -93,7 +96,7 @@ def test_ladder_rungs_follow_the_rule_and_record_it() -> None:
     assert plan.values == (16, 32, 64)
     assert plan.parametrization == "mup" and "head size fixed" in plan.rule
     for value, rung, changes in zip(plan.values, plan.configs, plan.changes, strict=True):
-        assert rung.ladder is None and rung.lm.base_hidden_size == 16
+        assert not hasattr(rung, "ladder") and rung.lm.base_hidden_size == 16
         built = lm_source(rung.lm.model_dump(mode="json"), V).config
         sizes = (built.hidden_size, built.num_attention_heads, built.num_key_value_heads)
         assert sizes == (value, value // 8, value // 16)
@@ -134,7 +137,7 @@ def test_ladder_rungs_follow_the_rule_and_record_it() -> None:
 def test_bad_rungs_are_refused_in_one_line_naming_the_option(ladder, message) -> None:
     if ladder == {"hidden_size": [16, 32]}:  # 1 key/value head at 32: 0.5 at 16
         section = {"model": "hf:llama", "model_set": llama(num_key_value_heads=1)}
-        cfg = validate_config({"lm": section, "ladder": ladder})
+        cfg = study_configs({"lm": section, "ladder": ladder}).ladder
     else:
         cfg = lm_config(ladder)
     with pytest.raises(ValueError) as err:
@@ -145,7 +148,7 @@ def test_bad_rungs_are_refused_in_one_line_naming_the_option(ladder, message) ->
 
 def test_a_factory_source_has_no_ladder_and_no_mup() -> None:
     factory = {"model": "test_model_sources:tiny_lm", "model_set": "d_model=16"}
-    cfg = validate_config({"lm": factory, "ladder": {"d_model": [16, 32]}})
+    cfg = study_configs({"lm": factory, "ladder": {"d_model": [16, 32]}}).ladder
     with pytest.raises(ValueError, match=r"^--ladder: .* is a factory"):
         plan_ladder(cfg)
     with pytest.raises(MupError, match=r"^--parametrization: mup scales a transformers"):

@@ -13,12 +13,12 @@ from typer.testing import CliRunner
 
 from in_process import use_in_process_workers
 from normlab.cli import app
-from normlab.experiment.config import validate_config
-from normlab.experiment.execution.ladder import plan_ladder
 from normlab.experiment.training.schedule import lr_at, make_optimizer
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.mup import hidden_names, set_lr
 from normlab.run_format import ANALYSIS_FILE, LADDER_KEY, check_ladder, plot_path
+from normlab.study.loader import study_configs
+from normlab.study.rungs import plan_ladder
 from report_figures import PNG_SIGNATURE, skip_rendering
 
 
@@ -161,6 +161,38 @@ def test_plan_lists_every_rungs_runs(tmp_path: Path, corpus: Path) -> None:
 
 
 def test_a_testbed_without_ladder_keys_is_refused_naming_the_option() -> None:
-    cfg = validate_config({"testbed": "dit", "ladder": {"d_model": [8, 16]}})
+    ladder = study_configs({"testbed": "dit", "ladder": {"d_model": [8, 16]}}).ladder
     with pytest.raises(ValueError, match=r"^--ladder: not available for the dit testbed"):
-        plan_ladder(cfg)
+        plan_ladder(ladder)
+
+
+def test_the_ladder_computes_its_fit_without_the_report(
+    tmp_path: Path, corpus: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The study computes the ladder's answer, the report only draws it: with --no-report the
+    fit and prediction lines are printed and the fit is in the ladder's summary.json, no report
+    is written; `normlab report` then draws the same answer."""
+    use_in_process_workers(monkeypatch)
+    skip_rendering(monkeypatch)
+    out = tmp_path / "out"
+    code, output = _invoke(
+        tmp_path, "--ladder", "d_model=8,16", "--seeds", "2", "--steps", "2",
+        "--data", str(corpus), "--no-report", "--out", str(out),
+    )  # fmt: skip
+    assert code == 0, output
+    summary = json.loads((out / ANALYSIS_FILE).read_text())
+    check_ladder(summary[LADDER_KEY])
+    assert summary["plan"] == json.loads((out / "ladder.json").read_text())
+    rec = summary[LADDER_KEY]["arms"]["rmsnorm-pre"]
+    lines = output.strip().splitlines()
+    assert lines[-1] == rec["prediction"]["sentence"]
+    fit = [line for line in lines if line.startswith("fit: rmsnorm-pre − layernorm-pre")]
+    assert len(fit) == 1 and f"{rec['fit']['b']:+.4g}" in fit[0]
+    assert not (out / "report.md").exists() and not (out / "d_model=8" / "report.md").exists()
+
+    result = CliRunner().invoke(app, ["report", str(out)], env={"COLUMNS": "1000"})
+    assert result.exit_code == 0, result.output
+    assert result.output.strip().splitlines()[-1] == rec["prediction"]["sentence"]
+    assert rec["prediction"]["sentence"] in (out / "report.md").read_text()
+    redrawn = json.loads((out / ANALYSIS_FILE).read_text())[LADDER_KEY]["arms"]["rmsnorm-pre"]
+    assert redrawn["fit"] == rec["fit"]  # the same runs, the same fit

@@ -6,12 +6,12 @@ import pytest
 from test_figures import LONG_ARMS, _legend_covers, _overlapping_texts
 
 from normlab.analysis.lr_sweep import lr_sweep_record, select_learning_rates, sweep_lines
-from normlab.experiment.config import validate_config
-from normlab.experiment.execution.ladder import plan_ladder
-from normlab.experiment.execution.lr_sweep import sweep_plan, tuning_config, with_arm_rates
 from normlab.report.plots import plot_lr_sweep
 from normlab.report.style import arm_colors
 from normlab.run_format import LADDER_KEY, check_ladder
+from normlab.study.loader import study_configs
+from normlab.study.rungs import plan_ladder
+from normlab.study.sweep import sweep_plan, tuning_config, with_arm_rates
 
 RISING = {1e-3: [3.0, 3.1], 3e-3: [2.9, 2.95], 1e-2: [2.8, 2.85]}  # best at the highest rate
 FALLING = {1e-3: [2.7, 2.75], 3e-3: [2.9, 2.95], 1e-2: [3.0, None]}  # best at the lowest
@@ -72,19 +72,21 @@ def test_which_rungs_are_swept_and_the_configs_of_a_sweep() -> None:
         "lr_sweep": [1e-3, 1e-2],
         "seeds": 2,
     }
-    sp = plan_ladder(validate_config({**base, "ladder": {"d_model": [8, 16, 32]}}))
+    sp = plan_ladder(study_configs({**base, "ladder": {"d_model": [8, 16, 32]}}).ladder)
     assert sweep_plan(sp).swept == ("d_model=8", "d_model=16", "d_model=32")
     assert sweep_plan(sp).chosen_at["d_model=16"] == "d_model=16"
     mup = {**base, "model": {**base["model"], "parametrization": "mup"}}
-    width = sweep_plan(plan_ladder(validate_config({**mup, "ladder": {"d_model": [8, 16, 32]}})))
+    width = sweep_plan(
+        plan_ladder(study_configs({**mup, "ladder": {"d_model": [8, 16, 32]}}).ladder)
+    )
     assert width.swept == ("d_model=8", "d_model=32")  # the choice and the transfer check
     assert set(width.chosen_at.values()) == {"d_model=8"}
-    depth = sweep_plan(plan_ladder(validate_config({**mup, "ladder": {"n_layers": [1, 2]}})))
+    depth = sweep_plan(plan_ladder(study_configs({**mup, "ladder": {"n_layers": [1, 2]}}).ladder))
     assert depth.swept == ("n_layers=1", "n_layers=2")  # μP carries rates across width only
     cfg = sp.configs[0]
     tuned = tuning_config(cfg, 0.03, [2, 3])
-    assert (tuned.train.lr, tuned.seed_list(), tuned.lr_sweep) == (0.03, [2, 3], None)
+    assert (tuned.train.lr, tuned.seed_list(), tuned.train.arm_lr) == (0.03, [2, 3], None)
     chosen = with_arm_rates(cfg, {"layernorm-pre": 0.01, "rmsnorm-pre": 0.001})
-    assert chosen.arm_lr("rmsnorm-pre") == 0.001 and chosen.lr_sweep is None
+    assert chosen.arm_lr("rmsnorm-pre") == 0.001 and chosen.seed_list() == cfg.seed_list()
     with pytest.raises(ValueError, match=r"^--lr-sweep: no chosen rate for the arm 'rmsnorm-pre'"):
         with_arm_rates(cfg, {"layernorm-pre": 0.01})

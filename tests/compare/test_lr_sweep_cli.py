@@ -31,6 +31,7 @@ from normlab.run_format import (
     plot_path,
 )
 from normlab.run_format import folder as run_folder
+from normlab.study.loader import study_configs
 
 TINY: dict[str, Any] = {
     "threads": 1,
@@ -127,11 +128,14 @@ def test_a_yaml_sweep_is_checked_by_the_same_rules(tmp_path: Path, corpus: Path)
     result = CliRunner().invoke(app, ["compare", "--config", str(config), "--out", "o"])
     assert result.exit_code != 0 and result.output.count("\n") == 1, result.output
     assert "--lr-sweep: expected at least two learning rates" in result.output
-    with pytest.raises(ConfigError, match="--lr: one learning rate for every arm"):
-        validate_config({"lr_sweep": [0.001, 0.01], "train": {"lr": 0.003}})
+    with pytest.raises(ValueError, match="--lr: one learning rate for every arm"):
+        study_configs({"lr_sweep": [0.001, 0.01], "train": {"lr": 0.003}})
     with pytest.raises(ConfigError, match=r"train\.arm_lr: 'dyt-pre' is not an arm"):
         validate_config({"train": {"arm_lr": {"dyt-pre": 0.01}}})
-    assert validate_config({"lr_sweep": [1e-3, 1e-2]}).tuning_seed_count() == 2
+    sweep = study_configs({"lr_sweep": [1e-3, 1e-2]}).sweep
+    assert sweep is not None and sweep.tuning_seeds == 2
+    with pytest.raises(ConfigError, match=r"unknown key 'lr_sweep'"):  # not one compare's key
+        validate_config({"lr_sweep": [1e-3, 1e-2]})
 
 
 # ---- per-arm learning rates --------------------------------------------------------------
@@ -220,13 +224,16 @@ def test_tiny_ladder_with_a_sweep_end_to_end_and_resumed(
 
 
 def test_tuning_seeds_stay_clear_of_every_seed_the_rounds_may_add() -> None:
-    from normlab.cli.compare_cmd import _tuning_seeds
+    from normlab.study.spec import RoundsSpec
+    from normlab.study.sweep import sweep_seeds
 
-    cfg = validate_config({"seeds": 3, "lr_sweep": [1e-3, 1e-2], "tuning_seeds": 2})
-    assert _tuning_seeds(cfg, None) == [3, 4]
-    assert _tuning_seeds(cfg, (8, 60.0)) == [8, 9]
-    listed = validate_config({"seeds": [5, 1], "lr_sweep": [1e-3, 1e-2]})
-    assert _tuning_seeds(listed, (4, 60.0)) == [6, 7]  # seeds 5, 1, 0, 2 evaluate
+    cfg, _, sweep = study_configs({"seeds": 3, "lr_sweep": [1e-3, 1e-2], "tuning_seeds": 2})
+    assert sweep is not None
+    assert sweep_seeds(cfg, sweep, None) == [3, 4]
+    assert sweep_seeds(cfg, sweep, RoundsSpec(8, 60.0)) == [8, 9]
+    listed, _, sweep = study_configs({"seeds": [5, 1], "lr_sweep": [1e-3, 1e-2]})
+    assert sweep is not None
+    assert sweep_seeds(listed, sweep, RoundsSpec(4, 60.0)) == [6, 7]  # seeds 5, 1, 0, 2 evaluate
 
 
 def test_a_ladder_until_decided_runs_the_rounds_in_each_rung(

@@ -229,3 +229,72 @@ def test_script_flags_are_checked_before_anything_runs(
     result = CliRunner().invoke(app, ["compare", *args, *norms, "--out", str(out)])
     assert result.exit_code == EXIT_BAD_CONFIG, result.output
     assert words in result.output and not out.exists()
+
+
+def test_script_norms_default_as_normlab_own_runs(tmp_path: Path) -> None:
+    """Without --norms a --script grid compares the same norms as normlab's own runs, from the
+    one definition of that default (not a validation error naming the field)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+    from normlab.experiment.config import DEFAULT_NORMS, validate_config
+
+    assert validate_config({}).norms == list(DEFAULT_NORMS) == ["layernorm", "rmsnorm"]
+    assert ScriptConfig(command="t {norm}", metric="m").norms == list(DEFAULT_NORMS)
+    out = tmp_path / "out"
+    result = CliRunner().invoke(
+        app, ["compare", "--script", "t {norm} {seed} {run_dir}", "--metric", "m", "--plan",
+              "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    arms = json.loads((out / "experiment.json").read_text())["arms"]
+    assert arms == [f"{norm}-pre" for norm in DEFAULT_NORMS]
+
+
+def test_a_refused_option_lists_every_option_that_works_with_script(tmp_path: Path) -> None:
+    """The options the refusal lists with --script and the options it refuses are, together,
+    every option of the command (--run aside): each listed one is taken with --script, each
+    other one is refused naming it."""
+    import typing
+
+    from typer.main import get_command
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+    from normlab.cli.compare_cmd import compare
+
+    outs = iter(range(100))
+
+    def invoke(*args: str) -> str:
+        result = CliRunner().invoke(
+            app, ["compare", "--script", "t {norm} {seed} {run_dir}", "--metric", "m", *args,
+                  "--plan", "--out", str(tmp_path / f"out{next(outs)}")],
+            env={"COLUMNS": "1000"},
+        )  # fmt: skip
+        return result.output
+
+    message = invoke("--lr", "0.1")
+    assert "--lr: sets normlab's own training" in message, message
+    listed = message.split("expected only ")[1].split(" with --script")[0].split(", ")
+    for flag in ("--metric", "--margin", "--run-timeout", "--until-decided", "--max-seeds",
+                 "--max-time", "--plan", "--no-report", "--out", "--lower-is-better",
+                 "--higher-is-better", "--norms", "--seeds", "--script"):  # fmt: skip
+        assert any(flag in item.split("/") for item in listed), (flag, listed)
+    samples = {"--log-to": "tensorboard", "--ladder": "d_model=8,16", "--seeds": "2",
+               "--lr-sweep": "0.1,0.2", "--norms": "a,b", "--executor": "local"}  # fmt: skip
+    hints = typing.get_type_hints(compare)
+    params = [p for p in get_command(app).commands["compare"].params if p.name != "run"]
+    assert {"--config", "--testbed", "--lr", "--parametrization"} <= {p.opts[0] for p in params}
+    for p in params:
+        flag = p.opts[0]
+        if flag in ("--script", "--metric", "--plan", "--out", "--help"):
+            continue
+        number = {int, float} & {hints[p.name], *typing.get_args(hints[p.name])}
+        args = [flag] if p.is_flag else [flag, samples.get(flag, "2" if number else "x")]
+        output = invoke(*args)
+        if any(flag in item.split("/") for item in listed):
+            assert "sets normlab's own training" not in output, (flag, output)
+        else:
+            assert f"{flag}: sets normlab's own training" in output, (flag, output)

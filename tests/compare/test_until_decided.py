@@ -27,8 +27,8 @@ from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.own_grid import paired_description
-from normlab.experiment.execution.rounds import round_seconds, run_until_decided
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
+from normlab.study.rounds import round_seconds, run_until_decided
 from report_figures import skip_rendering
 
 FIXTURE = Path(__file__).parent / "fixtures" / "compare_run"

@@ -31,8 +31,8 @@ from rich.markup import escape
 from normlab.analysis.answer import answer_lines
 from normlab.analysis.rounds import read_state
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
-from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S, round_seconds
 from normlab.run_format import folder as run_folder
+from normlab.study.rounds import DEFAULT_MAX_TIME_S, round_seconds
 
 __all__ = [
     "compare_args",
@@ -126,7 +126,7 @@ def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float 
     analysis ``a``: the largest upper end of an undecided arm's seeds-needed forecast
     (``seeds_needed_high``; its plug-in ``seeds_needed`` where the upper end lies beyond what a
     forecast looks at, or in an analysis written without it), and the time its new runs would
-    take (:func:`normlab.experiment.execution.rounds.round_seconds` from the folder's runs,
+    take (:func:`normlab.study.rounds.round_seconds` from the folder's runs,
     rounded up to a minute), or (None, None) without an estimate."""
     needs = [
         v.get("seeds_needed_high") or v["seeds_needed"]

@@ -17,7 +17,6 @@ from normlab.cli.app import app
 from normlab.cli.errors import EXIT_USAGE
 from normlab.run_format import (
     ANALYSIS_FILE,
-    LADDER_KEY,
     REPORT_HTML_FILE,
     REPORT_MD_FILE,
     RUNS_CSV_FILE,
@@ -265,11 +264,13 @@ def _build(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
 
 
 def _ladder_report(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
-    """A ladder folder (``compare --ladder``): every rung's report, then the ladder's, its
-    prediction sentences last."""
+    """A ladder folder (``compare --ladder``): every rung's report, then the ladder's analysis
+    (:func:`normlab.study.ladder.analyse_ladder`) and report, its fit and prediction lines
+    last."""
     from normlab.experiment.execution.lock import FolderLockedError, OutputLock
     from normlab.report import build_report
-    from normlab.report.ladder_report import build_ladder_report, prediction_lines
+    from normlab.report.ladder_report import build_ladder_report
+    from normlab.study.ladder import analyse_ladder, ladder_lines
 
     console = Console()
     try:
@@ -280,8 +281,8 @@ def _ladder_report(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
                 build_report(rung)
             console.print(f"rung {setting}: {rung / REPORT_MD_FILE}")
         with OutputLock(out):
+            ladder = analyse_ladder(out)
             written = build_ladder_report(out)
-        ladder = run_folder.read_analysis(out)[LADDER_KEY]
     except FolderLockedError as err:
         raise fail(str(err), 1) from None
     except CompareFolderError as err:
@@ -290,5 +291,5 @@ def _ladder_report(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
         raise fail(str(err), 1) from None
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
     console.print(f"        {written[REPORT_MD_FILE]}")
-    for line in prediction_lines(ladder):
+    for line in ladder_lines(ladder):
         console.print(escape(line), soft_wrap=True, highlight=False)

@@ -61,8 +61,8 @@ from normlab.run_format.train_options import (
 from normlab.trackers.exporting import TRACKER_KINDS, parse_kinds
 
 __all__ = [
+    "DEFAULT_NORMS",
     "DEFAULT_STEPS",
-    "DEFAULT_TUNING_SEEDS",
     "EXECUTORS",
     "OWN_GRID",
     "SCRIPT_GRID",
@@ -74,13 +74,13 @@ __all__ = [
     "ScriptConfig",
     "TrainSettings",
     "arm_name",
-    "check_lr_sweep",
     "check_scale",
     "config_class",
     "describe_errors",
     "load_config_file",
     "load_yaml",
     "merge_overrides",
+    "selected_testbed",
     "testbed_defaults",
     "testbed_options",
     "validate_config",
@@ -89,13 +89,9 @@ __all__ = [
 DEFAULT_STEPS = 600
 """Training steps when a config gives neither ``train.steps`` nor ``train.tokens`` (and its
 testbed has no default of its own)."""
-LADDER_FIELDS = ("ladder", "target_params", "lr_sweep", "tuning_seeds")
-"""Fields of a ladder of compares (:mod:`normlab.experiment.execution.ladder`) and of a
-learning-rate sweep (:mod:`normlab.experiment.execution.lr_sweep`), not of one compare: each
-rung's and each tuning folder's config has them unset, and :meth:`ExperimentBase.dump` leaves
-them out."""
-DEFAULT_TUNING_SEEDS = 2
-"""Tuning seeds per arm and rate of a learning-rate sweep when ``tuning_seeds`` is left out."""
+DEFAULT_NORMS = ("layernorm", "rmsnorm")
+"""The norms compared when a config gives none (and its testbed has no default of its own):
+normlab's own runs and a ``--script`` grid alike."""
 
 
 class Section(ConfigModel):
@@ -200,45 +196,6 @@ def check_scale(
     Layout(nproc_per_node, nnodes, 0, rdzv_endpoint, fsdp)
     if executor not in EXECUTORS:
         raise ValueError(f"--executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
-
-
-def check_lr_sweep(
-    rates: list[float] | None, tuning_seeds: int | None = None, lr_given: bool = False
-) -> None:
-    """Raise ``ValueError`` naming the option (``--lr-sweep``, ``--tuning-seeds``, ``--lr``)
-    unless the values describe a learning-rate sweep, or none: at least two distinct positive
-    finite rates, ``tuning_seeds`` (an integer >= 1) only with a sweep, and no single
-    ``train.lr`` beside it (the sweep gives each arm its own rate)."""
-    if rates is None:
-        if tuning_seeds is not None:
-            raise ValueError(
-                f"--tuning-seeds: only with --lr-sweep (the seeds each rate is tried on), got "
-                f"--tuning-seeds {tuning_seeds!r} without a sweep"
-            )
-        return
-    shown = ",".join(f"{r:g}" if isinstance(r, float) else repr(r) for r in rates)
-    if any(isinstance(r, bool) or not isinstance(r, (int, float)) for r in rates):
-        raise ValueError(f"--lr-sweep: expected learning rates (numbers), got {shown}")
-    if not all(math.isfinite(r) and r > 0 for r in rates):
-        raise ValueError(f"--lr-sweep: expected positive finite learning rates, got {shown}")
-    if len(rates) < 2:
-        raise ValueError(
-            f"--lr-sweep: expected at least two learning rates to choose from, got {shown}"
-        )
-    if len({float(r) for r in rates}) != len(rates):
-        raise ValueError(f"--lr-sweep: a learning rate is listed twice in {shown}")
-    if tuning_seeds is not None and (
-        isinstance(tuning_seeds, bool) or not isinstance(tuning_seeds, int) or tuning_seeds < 1
-    ):
-        raise ValueError(
-            f"--tuning-seeds: expected an integer >= 1 (tuning seeds per arm and rate), got "
-            f"{tuning_seeds!r}"
-        )
-    if lr_given:
-        raise ValueError(
-            "--lr: one learning rate for every arm, but --lr-sweep chooses each arm's own; "
-            "expected one of the two"
-        )
 
 
 class ScaleSettings(Section):
@@ -518,6 +475,19 @@ def testbed_options(testbeds: Mapping[str, type[Testbed]]) -> dict[str, tuple[st
     return {o: tuple(n) for o, n in owners.items() if len(n) < len(testbeds)}
 
 
+def selected_testbed(
+    data: Mapping[str, Any], testbeds: Mapping[str, type[Testbed]] = TESTBEDS
+) -> str:
+    """The testbed a config's data (a YAML file with the flags laid over it) selects: its
+    ``testbed``, else the first testbed whose ``selected_by`` section it holds (``lm``), else
+    the default testbed."""
+    name = data.get("testbed")
+    if name is not None:
+        return str(name)
+    chosen = [n for n, t in testbeds.items() if t.config.selected_by in data]
+    return chosen[0] if chosen else DEFAULT_TESTBED
+
+
 def testbed_defaults(dotted: str) -> dict[str, Any]:
     """The testbeds whose own default for the dotted key ``dotted`` (``"norms"``,
     ``"train.steps"``) replaces the config's, with that default."""
@@ -583,7 +553,7 @@ class ExperimentBase(GridConfig):
     testbed: str = Field(DEFAULT_TESTBED)
     imports: list[str] = Field(default_factory=list)
     norms: list[str] = Field(
-        default_factory=lambda: ["layernorm", "rmsnorm"],
+        default_factory=lambda: list(DEFAULT_NORMS),
         min_length=1,
         description="Comma list of norms, e.g. layernorm,rmsnorm,dyt.",
     )
@@ -620,27 +590,6 @@ class ExperimentBase(GridConfig):
     train: TrainSettings = Field(default_factory=TrainSettings)
     anomaly: AnomalySettings = Field(default_factory=AnomalySettings)
     scale: ScaleSettings = Field(default_factory=ScaleSettings)
-    ladder: dict[str, list[int]] | None = Field(
-        None,
-        description="A size ladder KEY=v1,v2,… (gpt: d_model or n_layers; lm: an integer key of "
-        "the hf: config, hidden_size bringing heads and MLP width along): one paired "
-        "comparison per size, the same seeds, data and fixed steps in each.",
-    )
-    target_params: float | None = Field(
-        None,
-        gt=0,
-        description="With --ladder: the size to predict at (default: 100× the largest rung).",
-    )
-    lr_sweep: list[float] | None = Field(
-        None,
-        description="Learning rates to try each arm at, on tuning seeds apart from the "
-        "evaluation seeds; each arm is then compared at its best (e.g. 1e-3,3e-3,1e-2).",
-    )
-    tuning_seeds: int | None = Field(
-        None,
-        description=f"With --lr-sweep: tuning seeds per arm and rate (default: "
-        f"{DEFAULT_TUNING_SEEDS}), the seeds after the evaluation seeds.",
-    )
 
     @model_validator(mode="before")
     @classmethod
@@ -651,9 +600,9 @@ class ExperimentBase(GridConfig):
         if not isinstance(data, dict):
             return data
         if data.get("testbed") is None:
-            chosen = [n for n, t in cls.testbeds.items() if t.config.selected_by in data]
-            if chosen:
-                data = {**data, "testbed": chosen[0]}
+            chosen = selected_testbed(data, cls.testbeds)
+            if chosen != DEFAULT_TESTBED:
+                data = {**data, "testbed": chosen}
         name = data.get("testbed", DEFAULT_TESTBED)
         testbed = cls.testbeds.get(name) if isinstance(name, str) else None
         if testbed is None:
@@ -821,12 +770,7 @@ class ExperimentBase(GridConfig):
 
     @model_validator(mode="after")
     def _check_learning_rates(self) -> ExperimentBase:
-        """A sweep (:func:`check_lr_sweep`; ``train.lr`` counts as given unless it is the
-        testbed's own default), and per-arm rates only for arms of the experiment."""
-        lr_given = "lr" in self.train.model_fields_set and "lr" not in (
-            self.testbeds[self.testbed].config.train_defaults
-        )
-        check_lr_sweep(self.lr_sweep, self.tuning_seeds, lr_given)
+        """Per-arm rates only for arms of the experiment, each positive and finite."""
         rates = self.train.arm_lr or {}
         unknown = [a for a in rates if a not in self.arm_names()]
         if unknown:
@@ -862,11 +806,6 @@ class ExperimentBase(GridConfig):
         assert t.tokens is not None  # TrainSettings guarantees one of the two
         return math.ceil(t.tokens / (t.batch_size * self.tokens_per_sample()))
 
-    def tuning_seed_count(self) -> int:
-        """Tuning seeds per arm and rate of the learning-rate sweep (``tuning_seeds``, or
-        :data:`DEFAULT_TUNING_SEEDS`)."""
-        return self.tuning_seeds if self.tuning_seeds is not None else DEFAULT_TUNING_SEEDS
-
     def arm_lr(self, arm: str) -> float:
         """The peak learning rate of ``arm``: ``train.arm_lr[arm]``, else ``train.lr``."""
         return float((self.train.arm_lr or {}).get(arm, self.train.lr))
@@ -878,7 +817,7 @@ class ExperimentBase(GridConfig):
     def dump(self) -> dict[str, Any]:
         """The validated config as JSON-ready data, without the other testbeds' options."""
         other = [o for o, owners in self.option_owners.items() if self.testbed not in owners]
-        exclude = {o for o in other if "." not in o} | set(LADDER_FIELDS)
+        exclude = {o for o in other if "." not in o}
         data = self.model_dump(mode="json", exclude=exclude)
         for option in other:
             section, _, key = option.partition(".")
@@ -1169,7 +1108,7 @@ class ScriptConfig(GridConfig):
     metric: str
     lower_is_better: bool = True
     equivalence_margin: float | None = Field(None, gt=0)
-    norms: list[str] = Field(min_length=1)
+    norms: list[str] = Field(default_factory=lambda: list(DEFAULT_NORMS), min_length=1)
     placements: list[str] = Field(default_factory=lambda: ["pre"], min_length=1)
     precisions: list[str] = Field(default_factory=lambda: [DEFAULT_PRECISION], min_length=1)
     seeds: int | list[int] = 3

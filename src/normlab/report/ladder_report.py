@@ -1,9 +1,11 @@
-"""``build_ladder_report``: a ladder folder on disk → its summary.json (under ``ladder``),
-``plots/ladder.png`` (and ``plots/lr_sweep.png`` when the ladder holds a learning-rate sweep),
-report.md and report.html, all written atomically. Each rung keeps its own compare report in
-its own folder; nothing is trained. With a sweep, the report says in words which rate each arm
-ran at in each rung, flags a best rate at the sweep's edge and, when an arm was swept at several
-widths (μP), whether its optimum lines up (:func:`normlab.analysis.lr_sweep.sweep_lines`)."""
+"""``build_ladder_report``: a ladder folder's analysis on disk (its summary.json, under
+``ladder``, written by the study that trained it: :func:`normlab.study.ladder.analyse_ladder`)
+→ ``plots/ladder.png`` (and ``plots/lr_sweep.png`` when the ladder holds a learning-rate
+sweep), report.md and report.html, all written atomically. The report draws the analysis, it
+computes none. Each rung keeps its own compare report in its own folder; nothing is trained.
+With a sweep, the report says in words which rate each arm ran at in each rung, flags a best
+rate at the sweep's edge and, when an arm was swept at several widths (μP), whether its optimum
+lines up (:func:`normlab.analysis.lr_sweep.sweep_lines`)."""
 
 from __future__ import annotations
 
@@ -13,17 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from normlab._io import write_bytes_atomic, write_text_atomic
-from normlab.analysis.ladder_folder import analyze_ladder
 from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
 from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
 from normlab.report.sections import LR_SWEEP_PLOT
 from normlab.report.style import arm_colors
-from normlab.run_format import (
-    ANALYSIS_FILE,
-    REPORT_HTML_FILE,
-    REPORT_MD_FILE,
-    plot_path,
-)
+from normlab.run_format import REPORT_HTML_FILE, REPORT_MD_FILE, plot_path
 from normlab.run_format import folder as run_folder
 
 __all__ = ["LADDER_PLOTS", "build_ladder_report", "prediction_lines"]
@@ -74,13 +70,13 @@ def _rate_lines(ladder: dict[str, Any], plan: dict[str, Any]) -> list[str]:
     return [head, *sweep_lines(record, first["metric"])]
 
 
-def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]:
-    """Analyse the ladder folder ``out`` (:func:`normlab.analysis.ladder_folder.analyze_ladder`)
-    and write summary.json ({``ladder``: …, ``plan``: ladder.json}), the figures, report.md and
-    report.html; returns {relative path: path}."""
+def build_ladder_report(out: Path) -> dict[str, Path]:
+    """Draw the ladder folder ``out``'s analysis (summary.json: {``ladder``: …, ``plan``:
+    ladder.json}, :func:`normlab.run_format.folder.read_ladder_analysis`) as the figures,
+    report.md and report.html; returns {relative path: path}. ``OSError`` or ``ValueError``
+    when the analysis is absent or damaged."""
     out = Path(out)
-    plan = run_folder.read_ladder_plan(out)
-    ladder = analyze_ladder(out, n_boot)
+    ladder, plan = run_folder.read_ladder_analysis(out)
     first = next(iter(ladder["arms"].values()))
     colors = arm_colors([first["baseline"], *ladder["arms"]])
     figures = {"ladder": plot_ladder(ladder, colors)}
@@ -94,7 +90,6 @@ def build_ladder_report(out: Path, n_boot: int | None = None) -> dict[str, Path]
     for name in LADDER_PLOTS:
         if name not in figures:
             (out / plot_path(name)).unlink(missing_ok=True)
-    written[ANALYSIS_FILE] = run_folder.write_ladder_analysis(out, ladder, plan)
     sentences = prediction_lines(ladder)
     rungs = ", ".join(plan["rungs"])
     rates = _rate_lines(ladder, plan)

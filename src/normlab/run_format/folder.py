@@ -18,9 +18,9 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   :func:`read_analysis`, :func:`run_folders`; the trackers' stores of ``compare --log-to``:
   :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
 - a ladder folder (``compare --ladder``): :func:`write_ladder_plan` / :func:`read_ladder_plan`
-  (``ladder.json``), :func:`write_ladder_analysis` (its ``summary.json``), :func:`rung_path`
-  (each rung's compare folder) and :func:`ladder_run_id` / :func:`split_ladder_run_id`
-  (``<key>=<value>/<run_id>``);
+  (``ladder.json``), :func:`write_ladder_analysis` / :func:`read_ladder_analysis` (its
+  summary.json: the fit and prediction, with the plan), :func:`rung_path` (each rung's compare
+  folder) and :func:`ladder_run_id` / :func:`split_ladder_run_id` (``<key>=<value>/<run_id>``);
 - a learning-rate sweep (``compare --lr-sweep``): :func:`sweep_path` (each rate's compare
   folder of tuning runs).
 
@@ -68,7 +68,7 @@ from normlab.run_format.files import (
     TRACKERS_RECORD_FILE,
     run_dir,
 )
-from normlab.run_format.ladder import LADDER_KEY
+from normlab.run_format.ladder import LADDER_KEY, check_ladder
 from normlab.run_format.records import TRAIN_RECORD
 from normlab.run_format.script import FINGERPRINT_FILE, SCRIPT_LOG_FILE
 
@@ -86,6 +86,7 @@ __all__ = [
     "read_command",
     "read_experiment",
     "read_fingerprint",
+    "read_ladder_analysis",
     "read_log_tail",
     "read_records",
     "read_run_config",
@@ -411,9 +412,22 @@ def read_ladder_plan(out: Path | str) -> dict[str, Any]:
 
 
 def write_ladder_analysis(out: Path | str, ladder: dict[str, Any], plan: dict[str, Any]) -> Path:
-    """Write a ladder folder's analysis, ``out/summary.json`` = {:data:`LADDER_KEY`: ``ladder``
-    (the fit and predictions), ``plan``: its ``ladder.json``}, atomically."""
-    return write_analysis(out, {LADDER_KEY: ladder, "plan": plan})
+    """Write the ladder folder's analysis, ``out/summary.json`` = {``ladder``: ``ladder``
+    (checked against :data:`normlab.run_format.LADDER_SHAPE`), ``plan``: ladder.json's
+    ``plan``}, atomically."""
+    check_ladder(ladder)
+    return write_json_atomic(Path(out) / ANALYSIS_FILE, {LADDER_KEY: ladder, "plan": plan})
+
+
+def read_ladder_analysis(out: Path | str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the ``ladder`` value, the ``plan``) of the ladder folder's summary.json;
+    ``OSError`` when absent, ``ValueError`` when damaged or not a ladder's analysis."""
+    analysis = read_json_object(Path(out) / ANALYSIS_FILE)
+    ladder, plan = analysis.get(LADDER_KEY), analysis.get("plan")
+    if not isinstance(plan, dict):
+        raise ValueError(f"{Path(out) / ANALYSIS_FILE}: expected a ladder's analysis with its plan")
+    check_ladder(ladder)
+    return ladder, plan
 
 
 def rung_path(out: Path | str, setting: str) -> Path:

@@ -5,5 +5,5 @@ output folder (:mod:`~normlab.experiment.execution.runner`,
 (:mod:`~normlab.experiment.execution.executors`, :mod:`~normlab.experiment.execution.worker`,
 :mod:`~normlab.experiment.execution.worker_process`,
 :mod:`~normlab.experiment.execution.bootstrap`, :mod:`~normlab.experiment.execution.launching`,
-:mod:`~normlab.experiment.execution.rank_entry`), and add seeds in rounds until decided
-(:mod:`~normlab.experiment.execution.rounds`)."""
+:mod:`~normlab.experiment.execution.rank_entry`). What trains several grids (a ladder, a
+sweep, rounds of seeds) is the study's (:mod:`normlab.study`)."""

@@ -68,6 +68,11 @@ class GridKind(Protocol):
         """The runs of ``summaries`` whose result is final (no later check can refuse it)."""
         ...
 
+    def paths(self) -> dict[str, Any]:
+        """{option: path} of what the grid reads from disk besides its folder (checked to be
+        UTF-8 before training)."""
+        ...
+
 
 GRID_KINDS: dict[str, Callable[[Any], GridKind]] = {OWN_GRID: OwnGrid, SCRIPT_GRID: ScriptGrid}
 """The kinds of grid, by the name a config gives as ``grid_kind``."""

@@ -113,6 +113,10 @@ class OwnGrid:
         """Every run of ``summaries``: none can be refused after it trained."""
         return list(summaries)
 
+    def paths(self) -> dict[str, Any]:
+        """The ``--data`` path (the text testbeds' corpus; None where there is none)."""
+        return {"data": self.cfg.data.path}
+
 
 def grid_record(
     cfg: ExperimentConfig,

@@ -106,6 +106,10 @@ class ScriptGrid:
         runs of every seed it refused."""
         return check_script_pairing(runs, out, console)
 
+    def paths(self) -> dict[str, Any]:
+        """Nothing: the script reads what it reads."""
+        return {}
+
     def settled(self, summaries: dict[str, dict[str, Any]]) -> list[str]:
         """The runs whose seed's pairing has been checked on every arm
         (:func:`settled_runs`)."""

@@ -12,7 +12,9 @@ their loss, validates, and adds its summary fields. Before the output folder is 
 :meth:`Testbed.prepare_data` builds the data and :meth:`Testbed.arm_fields` adds per-arm fields
 to ``run.json``, so the runner and the training loop name no testbed. A testbed whose model a
 size ladder can vary declares how (:class:`LadderRule`, ``TestbedConfig.ladder``), so the
-ladder names no testbed either.
+ladder names no testbed either; where its model keeps ``--parametrization``
+(:class:`ParametrizationKey`, ``TestbedConfig.parametrization``) and what memory and disk a
+grid of it needs (``TestbedConfig.check_sizes``) are its declarations too.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from normlab.run_format.train_options import train_option
 __all__ = [
     "Experiment",
     "LadderRule",
+    "ParametrizationKey",
     "Testbed",
     "TestbedConfig",
     "baseline_factors",
@@ -57,7 +60,7 @@ ARMS_HINT = (
 @dataclass(frozen=True)
 class LadderRule:
     """What a size ladder (``compare --ladder KEY=v1,v2,…``,
-    :mod:`normlab.experiment.execution.ladder`) may vary in a testbed's model, and how a rung is
+    :mod:`normlab.study.ladder`) may vary in a testbed's model, and how a rung is
     made.
 
     ``keys``: what KEY may be, in words (for errors). ``rule``: the size rule in one sentence,
@@ -82,6 +85,24 @@ class LadderRule:
 
 
 @dataclass(frozen=True)
+class ParametrizationKey:
+    """Where a testbed's model keeps its parametrisation (``sp`` or ``mup``), which
+    ``compare --parametrization`` sets: ``key``, the dotted config key (``model.parametrization``),
+    and ``owner``, what holds it in words (``the gpt testbed's model``), for the one-line refusal
+    a testbed without one gives."""
+
+    key: str
+    owner: str
+
+
+SizeCheck = Callable[[Any, int, int, str], None]
+"""A testbed's size estimate (``TestbedConfig.check_sizes``): ``check(cfg, memory, disk,
+on_disk)`` raises ``ValueError`` naming the config key when the data or the model of the
+validated experiment config ``cfg`` would need more than ``memory`` bytes of memory or ``disk``
+bytes of the output folder's disk (``on_disk`` names that disk in messages)."""
+
+
+@dataclass(frozen=True)
 class TestbedConfig:
     """What a testbed adds to the experiment config (:class:`Testbed`'s ``config``).
 
@@ -97,7 +118,10 @@ class TestbedConfig:
     key). ``selected_by``: a section whose presence in a config without ``testbed`` selects this
     testbed. ``hints``: for an option of another testbed given to this one, where its setting
     lives here; ``arms_hint``: what a config with a single arm is told to give. ``ladder``: how
-    a size ladder varies its model (None: the testbed has no ladder)."""
+    a size ladder varies its model (None: the testbed has no ladder). ``parametrization``:
+    where ``--parametrization`` goes (None: the model has none, and the flag is refused).
+    ``check_sizes``: the testbed's memory and disk estimate (:data:`SizeCheck`; None: nothing
+    beyond the grid's own)."""
 
     summary: str
     sections: Mapping[str, type[BaseModel]]
@@ -111,6 +135,8 @@ class TestbedConfig:
     hints: Mapping[str, str] = field(default_factory=dict)
     arms_hint: str = ARMS_HINT
     ladder: LadderRule | None = None
+    parametrization: ParametrizationKey | None = None
+    check_sizes: SizeCheck | None = None
 
 
 def init_seed(spec: Mapping[str, Any]) -> int:

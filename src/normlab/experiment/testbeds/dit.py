@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 from rich.console import Console
 from torch import nn
 
+from normlab._resources import check_fits
 from normlab.data.shapes import balanced_selection, load_shapes, prepare_shapes, unpatchify
 from normlab.experiment.measure.evaluate import flow_validation_loss, generate_samples
 from normlab.experiment.measure.posttrain import BFloat16Inputs, posttrain_summary
@@ -152,6 +153,20 @@ def dit_parameter_groups(model: DiT) -> dict[str, list[str]]:
     return groups
 
 
+def check_dit_sizes(cfg: Experiment, memory: int, disk: int, on_disk: str) -> None:
+    """The DiT's size estimate (:data:`~normlab.experiment.testbeds.base.SizeCheck`): its
+    images, ``(n_train + n_val) · image_size² · 3`` float32 values, in memory."""
+    s = cfg.shapes
+    check_fits(
+        (s.n_train + s.n_val) * s.image_size**2 * 3 * 4,
+        memory,
+        f"the images (shapes.n_train + shapes.n_val = {s.n_train + s.n_val:,} of "
+        f"{s.image_size}×{s.image_size} pixels)",
+        "in memory",
+        "use fewer or smaller images",
+    )
+
+
 class DiTTestbed:
     """The DiT testbed: the embedded shapes, made again from ``spec["shapes"]`` and checked
     against ``spec["data"]["fingerprint"]``; paired batches, noises and times from the run's
@@ -181,6 +196,7 @@ class DiTTestbed:
         },
         arms_hint="two or more norms (--norms, e.g. adaln_zero,adarms; the dit testbed is "
         "pre-norm only)",
+        check_sizes=check_dit_sizes,
     )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("dit").validation_fields
     """A DiT's validation fields end with the guidance scale its samples were generated with."""

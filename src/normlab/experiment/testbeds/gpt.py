@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from rich.console import Console
 from torch import nn
 
+from normlab._resources import check_fits
 from normlab.data.batches import OffsetWindows, TrainBatches, split_offsets, validation_windows
 from normlab.data.cache import (
     DEFAULT_MAX_BYTES,
@@ -27,6 +28,7 @@ from normlab.experiment.measure.posttrain import posttrain_summary
 from normlab.experiment.testbeds.base import (
     Experiment,
     LadderRule,
+    ParametrizationKey,
     TestbedConfig,
     baseline_factors,
     check_data_fits,
@@ -148,6 +150,44 @@ def gpt_n_params(rung: Experiment) -> int:
     return int(model.count_parameters()[0])
 
 
+VOCAB_BYTES = 256
+"""The byte-level GPT's vocabulary."""
+
+
+def gpt_worker_bytes(cfg: Experiment) -> int:
+    """Estimated memory of one GPT training worker: parameters
+    P ≈ L·(12·d² + 13·d) + (V + T)·d in 4 copies (weights, gradients, two Adam moments) of 4
+    bytes, and activations of about 4·B·T·(L·(16·d + 2·h·T) + 3·V) bytes."""
+    m, b = cfg.model, cfg.train.batch_size
+    d, n_layers, t, h, v = m.d_model, m.n_layers, m.context, m.n_heads, VOCAB_BYTES
+    params = n_layers * (12 * d * d + 13 * d) + (v + t) * d
+    activations = 4 * b * t * (n_layers * (16 * d + 2 * h * t) + 3 * v)
+    return 16 * params + activations
+
+
+def check_gpt_sizes(cfg: Experiment, memory: int, disk: int, on_disk: str) -> None:
+    """The GPT's size estimate (:data:`~normlab.experiment.testbeds.base.SizeCheck`): the data
+    cache may hold up to ``data.max_bytes`` on the output folder's disk and building it holds
+    about three copies in memory (the cap is checked, not the source's size); ``parallel + 1``
+    workers of :func:`gpt_worker_bytes` exist at once (one in standby)."""
+    cap = cfg.data.max_bytes
+    what = f"data.max_bytes = {cap:,} (the data cache, at its cap)"
+    hint = "lower data.max_bytes"
+    check_fits(3 * cap, memory, what, "in memory", hint)
+    check_fits(cap, disk, what, on_disk, hint)
+    m = cfg.model
+    workers = cfg.parallel + 1
+    check_fits(
+        workers * gpt_worker_bytes(cfg),
+        memory,
+        f"the model (model.d_model = {m.d_model:,}, model.n_layers = {m.n_layers:,}, "
+        f"model.context = {m.context:,}, train.batch_size = {cfg.train.batch_size:,}; "
+        f"{workers} workers at once)",
+        "in memory",
+        "use a smaller model, batch or parallel",
+    )
+
+
 GPT_LADDER = LadderRule(
     keys=", ".join(GPT_LADDER_KEYS),
     rule="the key alone changes (n_heads, context and mlp_ratio as configured, so the head "
@@ -171,6 +211,8 @@ class GPTTestbed:
         sample_length=("model", "context"),
         options=("margin_bpb", "train.eval_windows", "train.full_val"),
         ladder=GPT_LADDER,
+        parametrization=ParametrizationKey("model.parametrization", "the gpt testbed's model"),
+        check_sizes=check_gpt_sizes,
     )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("gpt").validation_fields
 

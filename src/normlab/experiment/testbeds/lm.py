@@ -41,6 +41,7 @@ from normlab.experiment.measure.posttrain import posttrain_summary
 from normlab.experiment.testbeds.base import (
     Experiment,
     LadderRule,
+    ParametrizationKey,
     TestbedConfig,
     baseline_factors,
     check_data_fits,
@@ -52,6 +53,7 @@ from normlab.experiment.testbeds.gpt import DataSettings, bpb_quality
 from normlab.models.config import ConfigModel
 from normlab.models.external import ModelSource, SourceLM, load_model_source
 from normlab.models.external.arm import check_slot_norm
+from normlab.models.external.footprint import check_source_fits
 from normlab.models.external.mup import PARAMETRIZATION_OPTION
 from normlab.models.external.scaling import (
     WIDTH_KEY,
@@ -279,6 +281,17 @@ def lm_n_params(rung: Experiment) -> int:
     return lm_source(lm_record(rung), vocab_hint(rung)).count_parameters(norm)
 
 
+def check_lm_sizes(cfg: Experiment, memory: int, disk: int, on_disk: str) -> None:
+    """The user's model's size estimate (:data:`~normlab.experiment.testbeds.base.SizeCheck`),
+    from the ``--model`` source's config (parameters, Adam's state, activations;
+    :func:`normlab.models.external.footprint.check_source_fits`), ``parallel + 1`` at once."""
+    source = lm_source(cfg.lm.model_dump(mode="json"), vocab_hint(cfg))
+    b, t, norm = cfg.train.batch_size, cfg.lm.context, cfg.norms[0]
+    check_source_fits(
+        source, batch_size=b, context=t, norm=norm, available=memory, copies=cfg.parallel + 1
+    )
+
+
 LM_LADDER = LadderRule(
     keys=f"an integer key of the model's transformers config ({WIDTH_KEY}, num_hidden_layers, …)",
     rule="the size rule of normlab.models.external.scaling: hidden_size brings "
@@ -316,6 +329,8 @@ class LMTestbed:
         check=check_lm_config,
         selected_by="lm",
         ladder=LM_LADDER,
+        parametrization=ParametrizationKey("lm.parametrization", "a --model source"),
+        check_sizes=check_lm_sizes,
     )
     quality_fields: ClassVar[tuple[str, ...]] = testbed_format("lm").validation_fields
 

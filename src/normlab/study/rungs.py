@@ -1,4 +1,5 @@
-"""A size ladder (``compare --ladder KEY=v1,v2,…``): one full paired comparison per model size.
+"""The rungs of a size ladder (``compare --ladder KEY=v1,v2,…``): one full paired comparison per
+model size.
 
 Each rung is the experiment's config with its model set to ``KEY`` = the rung's value by the
 testbed's size rule (its :class:`~normlab.experiment.testbeds.base.LadderRule`: the gpt testbed
@@ -21,7 +22,8 @@ prepared and listed as ``<KEY>=<value>/<run_id>``.
 
 Everything :func:`plan_ladder` checks — the key, the values, each rung's config, the target
 against the largest rung's parameter count — is checked before anything is written, and each
-refusal is one ``ValueError`` line that names the option.
+refusal is one ``ValueError`` line that names the option. :mod:`normlab.study.ladder` trains
+(or plans) the rungs this module makes.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.execution.runner import check_out_path, foreign_entries
 from normlab.experiment.testbeds.base import LadderRule
 from normlab.run_format import folder as run_folder
+from normlab.study.spec import LadderSpec
 
 __all__ = [
     "DEFAULT_TARGET_FACTOR",
@@ -114,14 +117,9 @@ def _testbed_rule(cfg: ExperimentConfig) -> LadderRule:
     return rule
 
 
-def _key_and_values(cfg: ExperimentConfig, rule: LadderRule) -> tuple[str, list[int]]:
-    ladder = cfg.ladder or {}
-    if len(ladder) != 1:
-        raise ValueError(
-            f"--ladder: expected one KEY=v1,v2,… (e.g. d_model=32,64,128), got {len(ladder)} keys"
-        )
-    ((key, values),) = ladder.items()
-    rule.check_key(cfg, key)
+def _key_and_values(spec: LadderSpec, rule: LadderRule) -> tuple[str, list[int]]:
+    key, values = spec.key, list(spec.values)
+    rule.check_key(spec.config, key)
     if len(values) < 2:
         raise ValueError(
             f"--ladder: expected at least two sizes to fit a trend, got {len(values)} "
@@ -135,25 +133,25 @@ def _key_and_values(cfg: ExperimentConfig, rule: LadderRule) -> tuple[str, list[
 def _rung_config(
     cfg: ExperimentConfig, rule: LadderRule, key: str, value: int, smallest: int
 ) -> tuple[ExperimentConfig, dict[str, Any]]:
-    """``cfg`` with its model at ``key`` = ``value`` by the testbed's rule, without the
-    ladder's own fields, and the settings the rung changed."""
+    """``cfg`` with its model at ``key`` = ``value`` by the testbed's rule, and the settings
+    the rung changed."""
     sections, changes = rule.rung(cfg, key, value, smallest)
-    update: dict[str, Any] = {**sections, "ladder": None, "target_params": None}
-    return cfg.model_copy(update=update), changes
+    return cfg.model_copy(update=dict(sections)), changes
 
 
-def plan_ladder(cfg: ExperimentConfig) -> LadderPlan:
-    """Check ``cfg.ladder`` and ``cfg.target_params`` and make each rung's config; writes
-    nothing. ``ValueError`` naming ``--ladder`` or ``--target-params`` for: not one key, a key
-    the testbed's model lacks, fewer than two distinct sizes, a rung that is not a valid model,
-    or a target below the largest rung's parameter count."""
+def plan_ladder(spec: LadderSpec) -> LadderPlan:
+    """Check the ladder ``spec`` (its key, sizes and target) and make each rung's config;
+    writes nothing. ``ValueError`` naming ``--ladder`` or ``--target-params`` for: a testbed
+    without a ladder, a key the testbed's model lacks, fewer than two distinct sizes, a rung
+    that is not a valid model, or a target below the largest rung's parameter count."""
+    cfg = spec.config
     rule = _testbed_rule(cfg)
-    key, values = _key_and_values(cfg, rule)
+    key, values = _key_and_values(spec, rule)
     rungs = [_rung_config(cfg, rule, key, v, values[0]) for v in values]
     configs = tuple(c for c, _ in rungs)
     counts = tuple(rule.n_params(c) for c in configs)
     largest = max(counts)
-    target = cfg.target_params
+    target = spec.target_params
     if target is None:
         target = DEFAULT_TARGET_FACTOR * largest
     elif target < largest:
@@ -200,7 +198,7 @@ def prepare_ladder(plan: LadderPlan, out: Path, sweep: dict[str, Any] | None = N
     """Create ``out`` and write ``ladder.json`` (after :func:`check_ladder_out`), with the
     learning-rate sweep's plan under ``lr_sweep`` when there is one (``rates``,
     ``tuning_seeds``, ``swept``: the rungs swept, ``chosen_at``: {rung: the swept rung whose
-    best rates it runs}; :mod:`normlab.experiment.execution.lr_sweep`)."""
+    best rates it runs}; :mod:`normlab.study.sweep`)."""
     out.mkdir(parents=True, exist_ok=True)
     record = plan.record()
     if sweep is not None:

@@ -1,0 +1,108 @@
+"""``compare --plan`` and ``compare --run RUN_ID``: a grid prepared here, trained elsewhere.
+
+``--plan`` prepares the folder (data, ``experiment.json``, a ``run.json`` per run not done) and
+prints one self-contained command per run on standard output (:func:`plan_commands`; all else
+goes to standard error, so the output can be piped to a scheduler). ``--run`` trains one such
+run by its id (:func:`train_planned`); a ladder's run id is ``<setting>/<run_id>``, in the
+rung's compare folder. What follows a planned run is :func:`after_planned_run`: a script's
+pairing guard once its seed is complete, and the export of what is settled.
+"""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from normlab.experiment.execution.lock import FolderLockedError
+from normlab.experiment.execution.runner import run_planned
+from normlab.experiment.execution.script_grid import check_planned_seed
+from normlab.run_format import DONE_STATUSES
+from normlab.run_format import folder as run_folder
+from normlab.run_format.testbeds import parse_script_testbed
+from normlab.study.errors import NoResult, Refused
+from normlab.study.grid import grid_of
+from normlab.study.spec import GridConfig
+from normlab.trackers.exporting import Exporter
+
+__all__ = [
+    "after_planned_run",
+    "emit_plan",
+    "plan_commands",
+    "plan_grid",
+    "train_planned",
+]
+
+
+def plan_commands(out: Path, run_ids: list[str]) -> list[str]:
+    """One self-contained shell command per run: ``normlab compare --out OUT --run RUN_ID``
+    (OUT absolute, so it runs from any folder)."""
+    folder = shlex.quote(str(Path(out).absolute()))
+    return [f"normlab compare --out {folder} --run {shlex.quote(r)}" for r in run_ids]
+
+
+def emit_plan(out: Path, run_ids: list[str], console: Console, what: str) -> None:
+    """Print the runs' commands on standard output, one a line, then (on ``console``) how
+    many runs ``what`` holds and what to do next."""
+    for command in plan_commands(out, run_ids):
+        print(command, flush=True)
+    console.print(
+        f"plan: {len(run_ids)} runs{what} to train in {out}; run each command above (any "
+        f"order, any number at once), then: normlab report {out}"
+    )
+
+
+def plan_grid(cfg: GridConfig, out: Path, console: Console) -> list[str]:
+    """Prepare the grid ``cfg`` in ``out`` for running one run at a time; the ids of the runs
+    still to train. :class:`Refused` for a locked folder or a refused check."""
+    try:
+        return grid_of(cfg).plan(cfg, out, console=console)
+    except (FolderLockedError, ValueError) as err:
+        raise Refused(err) from None
+
+
+def train_planned(out: Path, run_id: str, console: Console) -> dict[str, Any]:
+    """``--run RUN_ID``: train that planned run of ``out`` (its run.json says how), then what
+    follows it (:func:`after_planned_run`); returns its summary. :class:`Refused` when the run
+    or the folder is not there or is locked, :class:`NoResult` (nothing more to say) when the
+    run neither finished nor diverged."""
+    rung = run_folder.split_ladder_run_id(run_id)
+    if rung is not None:  # a ladder's run: <setting>/<run_id>, in the rung's compare folder
+        out, run_id = run_folder.rung_path(out, rung[0]), rung[1]
+    try:
+        summary = run_planned(out, run_id, console=console)
+    except (FolderLockedError, ValueError) as err:
+        raise Refused(err) from None
+    summary = after_planned_run(out, run_id, summary, console)
+    if summary.get("status") not in DONE_STATUSES:
+        raise NoResult(None)
+    return summary
+
+
+def after_planned_run(
+    out: Path, run_id: str, summary: dict[str, Any], console: Console
+) -> dict[str, Any]:
+    """What follows a planned run (``--run``) in the folder ``out``: for a script's run, the
+    pairing guard of its seed once every arm of the seed has a result
+    (:func:`normlab.experiment.execution.script_grid.check_planned_seed`); then the export of
+    what is settled to the trackers that the planning command's ``--log-to`` recorded. Returns
+    the run's summary as it now stands."""
+    try:
+        experiment = run_folder.read_experiment(out)
+    except (OSError, ValueError):
+        return summary
+    settled = [run_id]
+    if parse_script_testbed(experiment.get("testbed")) is not None:
+        settled = check_planned_seed(out, run_id, console)
+        summary = run_folder.read_summary(run_folder.run_dir(out, run_id)) or summary
+    config = experiment.get("config")
+    kinds = config.get("log_to") if isinstance(config, dict) else None
+    if kinds and settled:
+        exporter = Exporter(out, tuple(kinds), console.print)
+        try:
+            exporter.export(settled)
+        finally:
+            exporter.close()
+    return summary
