@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from normlab.analysis.comparison import EXACT_TEST
 from normlab.analysis.format import fmt_bytes, fmt_p, fmt_ratio, fmt_signed
@@ -22,7 +23,16 @@ from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import LR_SWEEP_DIR, TestbedFormat, plot_path, testbed_format
 from normlab.run_format import folder as run_folder
 
-__all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
+__all__ = [
+    "Link",
+    "Plot",
+    "ReportContent",
+    "Section",
+    "Table",
+    "build_content",
+    "confidence_pct",
+    "tost_pct",
+]
 
 _PRETTY_NORMS = {
     "layernorm": "LayerNorm",
@@ -93,15 +103,34 @@ class Plot:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A link to another report: its text, and its target relative to this report in each
+    format (``md`` from report.md, ``html`` from report.html)."""
+
+    text: str
+    md: str
+    html: str
+
+    @staticmethod
+    def href(path: str) -> str:
+        """``path`` as a link's target: percent-encoded but for letters, digits and
+        ``/ = . - _ ~ + ,`` (so ``d_model=64/report.html`` reads as it is)."""
+        return quote(path, safe="/=.-_~+,")
+
+
+@dataclass(frozen=True)
 class Section:
-    """A section of its own (after the curves): a title, paragraphs, captioned tables and
-    plots, in that order; ``anchor`` is its HTML id."""
+    """A section of its own (after the curves): a title, paragraphs, captioned settings (a
+    two-column table of name and value, laid out as a grid in HTML), captioned tables, links
+    and plots, in that order; ``anchor`` is its HTML id."""
 
     anchor: str
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[str, Table]] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
+    settings: list[tuple[str, Table]] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

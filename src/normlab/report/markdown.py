@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from normlab.report.content import Plot, ReportContent, Section, Table
+from normlab.report.content import Link, Plot, ReportContent, Section, Table
 
 __all__ = ["render_markdown"]
 
@@ -43,9 +43,12 @@ def _plot(p: Plot) -> str:
 
 def _section(s: Section) -> list[str]:
     out = [f"## {_text(s.title)}\n", *(f"{_text(p)}\n" for p in s.paragraphs)]
-    for caption, table in s.tables:
+    for caption, table in [*s.settings, *s.tables]:
         out.append(f"**{_text(caption)}**\n" if caption else "")
         out.append(_table(table))
+    if s.links:
+        out.append("\n".join(f"- [{_text(link.text)}]({Link.href(link.md)})" for link in s.links))
+        out.append("")
     out.extend(_plot(p) for p in s.plots)
     return out
 
