@@ -31,6 +31,7 @@ __all__ = [
     "Table",
     "build_content",
     "confidence_pct",
+    "fmt_value",
     "tost_pct",
 ]
 
@@ -169,7 +170,9 @@ def _display_unit(testbed: TestbedFormat, field: str, unit: str) -> str:
     return testbed.display(field).suffix.strip() or unit
 
 
-def _fmt_value(v: Any) -> str:
+def fmt_value(v: Any) -> str:
+    """A setting's value as the report shows it: a float in ``g`` format, a dict or list as
+    compact JSON, None as an em dash, anything else as ``str``."""
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, (dict, list)):
@@ -268,7 +271,7 @@ def learning_rate_row(folder: CompareFolder) -> tuple[str, str] | None:
     rates = folder.experiment.get("learning_rates")
     if not isinstance(rates, dict) or not rates:
         return None
-    shown = ", ".join(f"{arm} {_fmt_value(r)}" for arm, r in rates.items())
+    shown = ", ".join(f"{arm} {fmt_value(r)}" for arm, r in rates.items())
     ladder_out, setting = folder.path.parent, folder.path.name
     sweep = None
     if run_folder.has_ladder_plan(ladder_out):
@@ -293,7 +296,7 @@ def learning_rate_row(folder: CompareFolder) -> tuple[str, str] | None:
 
 def _fixed_table(folder: CompareFolder) -> Table:
     fixed = folder.experiment.get("fixed") or {}
-    rows = [[str(k), _fmt_value(v)] for k, v in fixed.items()] if isinstance(fixed, dict) else []
+    rows = [[str(k), fmt_value(v)] for k, v in fixed.items()] if isinstance(fixed, dict) else []
     return Table(["setting", "value"], rows, ["left", "left"])
 
 
@@ -306,8 +309,8 @@ def _params_table(a: dict[str, Any]) -> Table:
         rows.append(
             [
                 arm,
-                _fmt_value(info["norm"]),
-                _fmt_value(info["placement"]),
+                fmt_value(info["norm"]),
+                fmt_value(info["placement"]),
                 f"{n:,}" if n is not None else "—",
                 f"{n_norm:,}" if n_norm is not None else "—",
                 share,
@@ -428,7 +431,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
                 str(r.seed),
                 r.status,
                 reasons[r.run_id],
-                _fmt_value(r.summary.get("steps")) if r.summary else "—",
+                fmt_value(r.summary.get("steps")) if r.summary else "—",
                 _fmt_metric(testbed, testbed.quality, r.value(testbed.quality)),
                 *extra,
                 _fmt_metric(testbed, "final_train_loss", r.value("final_train_loss")),
@@ -489,7 +492,7 @@ def _environment_table(a: dict[str, Any]) -> Table:
         same = env.get(key.removeprefix("runs_"))
         if key.startswith("runs_") and isinstance(value, list) and [str(same)] == value:
             continue  # every run agrees with the experiment-level value
-        text = ", ".join(map(str, value)) if isinstance(value, list) else _fmt_value(value)
+        text = ", ".join(map(str, value)) if isinstance(value, list) else fmt_value(value)
         if isinstance(value, int) and not isinstance(value, bool) and "tokens" in key:
             text = f"{value:,}"
         rows.append([labels.get(key, key), text])

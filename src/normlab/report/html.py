@@ -1,5 +1,6 @@
-"""The report as one self-contained HTML file: inline CSS, plots embedded as base64 PNG, no
-external resource of any kind (no fonts, scripts or links to fetch)."""
+"""The report (a compare's, or a size ladder's) as one self-contained HTML file: inline CSS,
+plots embedded as base64 PNG, no external resource of any kind (no fonts, scripts or links to
+fetch; a ladder's page links its rungs' own reports, beside it in the folder)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from html import escape
 
 from normlab.analysis.wording import tone
 from normlab.report.content import Link, Plot, ReportContent, Section, Table
+from normlab.report.ladder_content import BOX_LABEL, LadderContent
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "render_ladder_html"]
 
 _BOX_TITLE = {
     "switch": "Recommendation",
@@ -88,6 +90,23 @@ figcaption { color: var(--muted); font-size: 0.88em; margin-top: 6px; }
 ul.method li { margin: 6px 0; }
 footer { margin-top: 48px; color: var(--muted); font-size: 0.82em; }
 """
+
+
+_LADDER_CSS = """
+.status-good { background: #eefbf1; border-color: #9bd8a9; color: #0f3d1e; }
+.status-good .label { color: var(--good); }
+.status-bad { background: #fdf1f0; border-color: #f0a8a0; color: #4d1410; }
+.status-bad .label { color: var(--bad); }
+.status-neutral { background: #eef4fb; border-color: #a8c5e6; color: #12304f; }
+.status-neutral .label { color: #1f5fa8; }
+.status-open { background: #fff8e8; border-color: #f0c36d; color: #4a3000; }
+.status-open .label { color: var(--open); }
+ul.links { list-style: none; padding: 0; margin: 12px 0; display: flex; flex-wrap: wrap;
+  gap: 6px 26px; }
+td .badge { white-space: nowrap; }
+"""
+"""What a ladder's page adds to the compare report's styles: its box coloured by the tone of
+the words at the target (:func:`normlab.analysis.wording.tone`), and its list of links."""
 
 
 def _badge(text: str) -> str:
@@ -293,3 +312,26 @@ def _method_list(lines: Sequence[str], folder: str) -> list[str]:
         f"<footer>Built by <code>normlab report</code> from the files in the {escape(folder)}; "
         "rebuild it at any time without retraining.</footer>",
     ]
+
+
+def render_ladder_html(c: LadderContent) -> str:
+    """Lay out the ladder's report ``c`` as one self-contained HTML page, with the compare
+    report's styles: the head and navigation, the box with the prediction's table and figure,
+    the sections, the method."""
+    nav = [("verdict", "Prediction"), *((s.anchor, s.title) for s in c.sections)]
+    parts = [
+        *_head(
+            c.title,
+            "normlab compare --ladder",
+            c.subtitle,
+            [*nav, ("method", "Method")],
+            _CSS + _LADDER_CSS,
+        ),
+        *_verdict_box(
+            c.status, BOX_LABEL, c.headline, c.arm_details, c.verdict_table, c.verdict_plot
+        ),
+        *(part for section in c.sections for part in _section(section)),
+        *_method_list(c.method, "ladder folder"),
+        "</main></body></html>",
+    ]
+    return "\n".join(parts) + "\n"
