@@ -10,7 +10,8 @@ network (the report is self-contained):
    (``--dump-dom``); once the page has loaded, the script records in the DOM every image's
    ``complete`` and ``naturalWidth`` (an image that did not load or decode has width 0), the
    box of every visible piece of text (each line of each text node, from the layout itself)
-   and every two boxes of different text that overlap by more than a pixel each way, and the
+   and every two boxes of different text that overlap by more than a pixel each way, the
+   tables wider than the page's column (they scroll sideways: noted, not a failure), and the
    page's size;
 2. the page itself is captured at the dumped height (``--screenshot``, one window as tall as
    the page) to ``--png``.
@@ -85,17 +86,24 @@ window.addEventListener("load", () => {
       if (w > 1 && h > 1) found.overlaps.push([a.text, b.text, Math.round(w), Math.round(h)]);
     }
   }
+  found.scrolled = [];
+  for (const el of document.querySelectorAll(".table-wrap")) {
+    if (el.scrollWidth > el.clientWidth + 1) {
+      found.scrolled.push([(el.querySelector("th") || el).textContent.slice(0, 50),
+                           el.scrollWidth, el.clientWidth]);
+    }
+  }
   const root = document.documentElement;
   found.height = root.scrollHeight;
   found.width = root.scrollWidth;
   found.viewport = window.innerWidth;
   const out = document.createElement("pre");
-  out.id = "%s";
+  out.id = "__MARK__";
   out.textContent = JSON.stringify(found);
   document.body.appendChild(out);
 });
 </script>
-""" % MARK
+""".replace("__MARK__", MARK)
 
 
 def _chromium(binary: str, profile: Path, *args: str, timeout: float = 120.0) -> str:
@@ -174,6 +182,8 @@ def main(argv: list[str] | None = None) -> int:
         f"{page}: {len(found['images'])} images, {found['texts']} text boxes, page "
         f"{found['width']}×{found['height']} px; screenshot {png}"
     )
+    for head, full, shown in found["scrolled"]:
+        print(f"  note: the table starting {head!r} scrolls sideways ({full} px in {shown} px)")
     for line in wrong:
         print(f"  {line}")
     print("no overlapping text, every image loaded" if not wrong else f"{len(wrong)} problem(s)")

@@ -1,5 +1,7 @@
 """The report's figures read cleanly at 2, 3 and 6 arms with long names: no two text boxes
-overlap and no legend covers a plotted point, measured with matplotlib's own text extents."""
+overlap and no legend covers a plotted point, measured with matplotlib's own text extents.
+:func:`_legend_mismatches` finds a legend swatch in a colour nothing is drawn in (the ladder's
+and the learning-rate sweep's figures are held to it in test_ladder.py and test_lr_sweep.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.collections import PathCollection
-from matplotlib.figure import Figure
 from matplotlib.colors import to_rgba
+from matplotlib.figure import Figure
 from matplotlib.legend import Legend
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
@@ -264,3 +266,31 @@ def test_the_checks_can_fail(tmp_path):
     ax.legend(loc="upper left")
     assert _overlapping_texts(fig)
     assert _legend_covers(fig) > 0
+    assert _legend_mismatches(fig) == []  # the points' swatch is their colour
+
+
+def test_the_swatch_check_can_fail():
+    """A band drawn orange whose legend swatch is grey, a line drawn dashed whose swatch is
+    solid, a marker drawn in one colour keyed in another: each is named."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(4, 3))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.fill_between([0, 1], [0, 0], [1, 1], color="#D55E00", alpha=0.25)
+    ax.plot([0, 1], [0, 1], color="#0072B2", linestyle="--")
+    ax.plot([0.5], [0.5], marker="*", color="#D55E00", linestyle="none")
+    handles = [
+        Patch(color="#555", alpha=0.35, label="band"),
+        Line2D([], [], color="#0072B2", label="line"),
+        Line2D([], [], marker="*", color="#555", linestyle="none", label="star"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center")
+    assert len(_legend_mismatches(fig)) == 3
+    right = Figure(figsize=(4, 3))
+    FigureCanvasAgg(right)
+    ax = right.subplots()
+    ax.fill_between([0, 1], [0, 0], [1, 1], color="#D55E00", alpha=0.25)
+    right.legend(handles=[Patch(color="#D55E00", alpha=0.25, label="band")])
+    assert _legend_mismatches(right) == []

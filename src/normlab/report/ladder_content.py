@@ -156,9 +156,9 @@ def _interval(low: float, high: float) -> str:
 
 
 def _prediction_table(f: LadderFolder) -> Table:
-    """Per arm: the predicted difference at the target, the intervals for one training, for
-    the mean of k paired seeds and for the trend, the bootstrap draws on each side of zero and
-    the word."""
+    """Per arm: the predicted difference arm − baseline at the target, its intervals for one
+    training, for the mean of k paired seeds and for the trend, the share of bootstrap draws
+    below zero and the word."""
     conf = f.confidence
     k = f.first["prediction"]["mean_of_seeds"]["seeds"]
     rows = []
@@ -167,24 +167,24 @@ def _prediction_table(f: LadderFolder) -> Table:
         single, mean_k, trend = p["single"], p["mean_of_seeds"], p["trend"]
         rows.append(
             [
-                f"{arm} − {rec['baseline']}",
+                arm,
                 f"{fmt_signed(single['estimate'])} {rec['unit']}",
                 _interval(single["low"], single["high"]),
                 _interval(mean_k["low"], mean_k["high"]),
                 _interval(trend["low"], trend["high"]),
-                f"{100 * single['p_below']:.1f} % / {100 * single['p_above']:.1f} %",
+                f"{100 * single['p_below']:.1f} %",
                 str(p["word"]),
             ]
         )
     return Table(
         columns=[
-            "difference",
-            f"predicted at {f.first['target']['n_params']:.3g} parameters",
-            f"one training [{conf}% PI]",
-            f"mean of {k} seeds [{conf}% PI]",
-            f"trend [{conf}% interval]",
-            "draws below / above 0",
-            "at the target",
+            f"arm − {f.first['baseline']}",
+            "predicted Δ",
+            f"one training, {conf}% PI",
+            f"mean of {k} seeds, {conf}% PI",
+            f"trend, {conf}%",
+            "draws below 0",
+            "verdict",
         ],
         rows=rows,
         align=["left", "right", "right", "right", "right", "right", "left"],
@@ -254,7 +254,7 @@ def _fit_table(f: LadderFolder) -> Table:
         lack = fit["lack_of_fit_p"]
         rows.append(
             [
-                f"{arm} − {rec['baseline']}",
+                arm,
                 f"{fmt_signed(fit['a'])} ± {fmt_num(fit['a_se'])}",
                 f"{fmt_signed(fit['b'])} ± {fmt_num(fit['b_se'])}",
                 f"{fmt_num(fit['pooled_sd'])} (ν = {fit['df']})",
@@ -262,7 +262,13 @@ def _fit_table(f: LadderFolder) -> Table:
             ]
         )
     return Table(
-        ["difference", "a ± se", "b ± se (per tenfold N)", "pooled paired sd", "lack of fit"],
+        [
+            f"arm − {f.first['baseline']}",
+            "a ± se",
+            "b ± se (per tenfold N)",
+            "pooled paired sd",
+            "lack of fit",
+        ],
         rows,
         ["left", "right", "right", "right", "right"],
     )
