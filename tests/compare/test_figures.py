@@ -1,5 +1,7 @@
 """The report's figures read cleanly at 2, 3 and 6 arms with long names: no two text boxes
-overlap and no legend covers a plotted point, measured with matplotlib's own text extents."""
+overlap and no legend covers a plotted point, measured with matplotlib's own text extents.
+:func:`_legend_mismatches` finds a legend swatch in a colour nothing is drawn in (the ladder's
+and the learning-rate sweep's figures are held to it in test_ladder.py and test_lr_sweep.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 from matplotlib.collections import PathCollection
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 from matplotlib.legend import Legend
+from matplotlib.lines import Line2D
+from matplotlib.patches import Rectangle
 from matplotlib.text import Text
 
 from normlab import run_format
@@ -169,6 +174,62 @@ def _legend_covers(fig: Figure) -> int:
     return covered
 
 
+def _rgba(color) -> tuple[float, ...]:
+    return tuple(round(float(c), 3) for c in to_rgba(color))
+
+
+def _drawn(fig: Figure) -> tuple[set, set, set]:
+    """What the panels draw, by colour: fill colours (RGBA, with their alpha) of areas and
+    patches; (colour, line style) of lines; (marker, face colour) of markers, lines' and
+    scatter points' alike."""
+    fills, lines, markers = set(), set(), set()
+    for ax in fig.axes:
+        for coll in ax.collections:
+            faces = [_rgba(c) for c in coll.get_facecolors()]
+            if isinstance(coll, PathCollection):
+                markers.update(("scatter", f) for f in faces)
+            else:
+                fills.update(faces)
+        fills.update(_rgba(p.get_facecolor()) for p in ax.patches)
+        for line in ax.get_lines():
+            if line.get_linestyle() not in ("None", "none", " ", ""):
+                lines.add((_rgba(line.get_color()), line.get_linestyle()))
+            if line.get_marker() not in (None, "", "None", " ", "none"):
+                markers.add((line.get_marker(), _rgba(line.get_markerfacecolor())))
+    return fills, lines, markers
+
+
+def _legend_mismatches(fig: Figure) -> list[str]:
+    """Every legend swatch (a patch, a line, a marker) whose colour nothing in the panels is
+    drawn in: a band's swatch must have the band's colour and opacity, a line's its colour and
+    style, a marker's its shape and face colour (or a scatter's face colour)."""
+    fig.canvas.draw()
+    fills, lines, markers = _drawn(fig)
+    scatter = {f for kind, f in markers if kind == "scatter"}
+    legends = [*fig.legends, *(ax.get_legend() for ax in fig.axes)]
+    wrong = []
+    for leg in (x for x in legends if isinstance(x, Legend)):
+        for art in leg.findobj(lambda a: isinstance(a, Rectangle | Line2D)):
+            if isinstance(art, Rectangle):
+                if art.get_visible() and art is not leg.legendPatch and art.get_width() > 0:
+                    face = _rgba(art.get_facecolor())
+                    if face[3] > 0 and face not in fills:
+                        wrong.append(f"patch {face}")
+                continue
+            style = art.get_linestyle()
+            if style not in ("None", "none", " ", "") and (
+                (_rgba(art.get_color()), style) not in lines
+            ):
+                wrong.append(f"line {art.get_color()} {style}")
+            marker = art.get_marker()
+            face = _rgba(art.get_markerfacecolor())
+            if marker not in (None, "", "None", " ", "none") and (
+                (marker, face) not in markers and face not in scatter
+            ):
+                wrong.append(f"marker {marker} {face}")
+    return wrong
+
+
 def _figures(tmp_path: Path, arms: list[str]) -> dict[str, Figure]:
     folder = load_compare_folder(_write_folder(tmp_path / "o", arms))
     a = analyze(folder)
@@ -205,3 +266,31 @@ def test_the_checks_can_fail(tmp_path):
     ax.legend(loc="upper left")
     assert _overlapping_texts(fig)
     assert _legend_covers(fig) > 0
+    assert _legend_mismatches(fig) == []  # the points' swatch is their colour
+
+
+def test_the_swatch_check_can_fail():
+    """A band drawn orange whose legend swatch is grey, a line drawn dashed whose swatch is
+    solid, a marker drawn in one colour keyed in another: each is named."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.patches import Patch
+
+    fig = Figure(figsize=(4, 3))
+    FigureCanvasAgg(fig)
+    ax = fig.subplots()
+    ax.fill_between([0, 1], [0, 0], [1, 1], color="#D55E00", alpha=0.25)
+    ax.plot([0, 1], [0, 1], color="#0072B2", linestyle="--")
+    ax.plot([0.5], [0.5], marker="*", color="#D55E00", linestyle="none")
+    handles = [
+        Patch(color="#555", alpha=0.35, label="band"),
+        Line2D([], [], color="#0072B2", label="line"),
+        Line2D([], [], marker="*", color="#555", linestyle="none", label="star"),
+    ]
+    fig.legend(handles=handles, loc="outside lower center")
+    assert len(_legend_mismatches(fig)) == 3
+    right = Figure(figsize=(4, 3))
+    FigureCanvasAgg(right)
+    ax = right.subplots()
+    ax.fill_between([0, 1], [0, 0], [1, 1], color="#D55E00", alpha=0.25)
+    right.legend(handles=[Patch(color="#D55E00", alpha=0.25, label="band")])
+    assert _legend_mismatches(right) == []

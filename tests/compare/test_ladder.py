@@ -250,17 +250,34 @@ def test_record_validates_against_the_declaration():
         check_ladder(broken)
 
 
-def test_figures_read_cleanly(tmp_path):
-    from test_figures import _legend_covers, _overlapping_texts
+@pytest.mark.parametrize("n_arms", [1, 3])
+def test_figures_read_cleanly(n_arms):
+    """The ladder's figures: no overlapping text, no legend over data, and every legend
+    swatch in a colour the panels draw (the bands' in their arm's colour and opacity)."""
+    from test_figures import _legend_covers, _legend_mismatches, _overlapping_texts
 
-    from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
+    from normlab.report.plots import figure_png, plot_ladder, plot_ladder_losses, plot_lr_sweep
     from normlab.report.style import arm_colors
 
     value = _summary()
-    colors = arm_colors(["layernorm-pre", "rmsnorm-pre"])
-    for fig in (plot_ladder(value, colors), plot_lr_sweep(value["learning_rates"], colors)):
+    record = value["arms"]["rmsnorm-pre"]
+    arms = ["rmsnorm-pre", "dyt-pre-alpha0.5-learnable", "rmsnorm-sandwich-peri-ln"][:n_arms]
+    value["arms"] = {arm: {**record, "arm": arm} for arm in arms}
+    colors = arm_colors(["layernorm-pre", *arms])
+    losses = {
+        arm: [(r["n_params"], [3.0 - 0.1 * j + 0.01 * i + d for d in r["diffs"]])
+              for j, r in enumerate(record["rungs"])]
+        for i, arm in enumerate(["layernorm-pre", *arms])
+    }  # fmt: skip
+    figures = (
+        plot_ladder(value, colors),
+        plot_lr_sweep(value["learning_rates"], colors),
+        plot_ladder_losses(losses, colors, "final validation bpb (bpb)"),
+    )
+    for fig in figures:
         assert _overlapping_texts(fig) == []
         assert _legend_covers(fig) == 0
+        assert _legend_mismatches(fig) == []
         assert figure_png(fig)[:4] == b"\x89PNG"
 
 

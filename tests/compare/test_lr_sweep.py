@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from test_figures import LONG_ARMS, _legend_covers, _overlapping_texts
+from test_figures import LONG_ARMS, _legend_covers, _legend_mismatches, _overlapping_texts
 
 from normlab.analysis.lr_sweep import lr_sweep_record, select_learning_rates, sweep_lines
 from normlab.report.plots import plot_lr_sweep
@@ -37,6 +37,7 @@ def test_the_sweep_figure_reads_cleanly_with_long_names_at_the_edges(
     fig = plot_lr_sweep(record, arm_colors(arms))
     assert _overlapping_texts(fig) == []
     assert _legend_covers(fig) == 0
+    assert _legend_mismatches(fig) == []  # the stars and x's keyed in the arms' colours
 
 
 def test_the_words_flag_edges_divergence_and_alignment() -> None:

@@ -219,6 +219,9 @@ def test_tiny_ladder_with_a_sweep_end_to_end_and_resumed(
     assert (out / plot_path("lr_sweep")).stat().st_size > 0
     report = (out / "report.md").read_text()
     assert "## Learning rates" in report and "extend --lr-sweep" in report
+    page = (out / "report.html").read_text(encoding="utf-8")  # the same section, its figure
+    assert '<h2 id="learning-rates">Learning rates</h2>' in page
+    assert '<img alt="Loss against learning rate" src="data:image/png;base64,' in page
     last = output.strip().splitlines()[-1]
     assert last == ladder["arms"]["rmsnorm-pre"]["prediction"]["sentence"]
 

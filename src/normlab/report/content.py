@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from normlab._plural import counted
 from normlab.analysis.comparison import EXACT_TEST
@@ -24,7 +25,17 @@ from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import LR_SWEEP_DIR, TestbedFormat, plot_path, testbed_format
 from normlab.run_format import folder as run_folder
 
-__all__ = ["Plot", "ReportContent", "Table", "build_content", "confidence_pct", "tost_pct"]
+__all__ = [
+    "Link",
+    "Plot",
+    "ReportContent",
+    "Section",
+    "Table",
+    "build_content",
+    "confidence_pct",
+    "fmt_value",
+    "tost_pct",
+]
 
 _PRETTY_NORMS = {
     "layernorm": "LayerNorm",
@@ -95,15 +106,34 @@ class Plot:
 
 
 @dataclass(frozen=True)
+class Link:
+    """A link to another report: its text, and its target relative to this report in each
+    format (``md`` from report.md, ``html`` from report.html)."""
+
+    text: str
+    md: str
+    html: str
+
+    @staticmethod
+    def href(path: str) -> str:
+        """``path`` as a link's target: percent-encoded but for letters, digits and
+        ``/ = . - _ ~ + ,`` (so ``d_model=64/report.html`` reads as it is)."""
+        return quote(path, safe="/=.-_~+,")
+
+
+@dataclass(frozen=True)
 class Section:
-    """A section of its own (after the curves): a title, paragraphs, captioned tables and
-    plots, in that order; ``anchor`` is its HTML id."""
+    """A section of its own (after the curves): a title, paragraphs, captioned settings (a
+    two-column table of name and value, laid out as a grid in HTML), captioned tables, links
+    and plots, in that order; ``anchor`` is its HTML id."""
 
     anchor: str
     title: str
     paragraphs: list[str] = field(default_factory=list)
     tables: list[tuple[str, Table]] = field(default_factory=list)
     plots: list[Plot] = field(default_factory=list)
+    settings: list[tuple[str, Table]] = field(default_factory=list)
+    links: list[Link] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -142,7 +172,9 @@ def _display_unit(testbed: TestbedFormat, field: str, unit: str) -> str:
     return testbed.display(field).suffix.strip() or unit
 
 
-def _fmt_value(v: Any) -> str:
+def fmt_value(v: Any) -> str:
+    """A setting's value as the report shows it: a float in ``g`` format, a dict or list as
+    compact JSON, None as an em dash, anything else as ``str``."""
     if isinstance(v, float):
         return f"{v:g}"
     if isinstance(v, (dict, list)):
@@ -241,7 +273,7 @@ def learning_rate_row(folder: CompareFolder) -> tuple[str, str] | None:
     rates = folder.experiment.get("learning_rates")
     if not isinstance(rates, dict) or not rates:
         return None
-    shown = ", ".join(f"{arm} {_fmt_value(r)}" for arm, r in rates.items())
+    shown = ", ".join(f"{arm} {fmt_value(r)}" for arm, r in rates.items())
     ladder_out, setting = folder.path.parent, folder.path.name
     sweep = None
     if run_folder.has_ladder_plan(ladder_out):
@@ -266,7 +298,7 @@ def learning_rate_row(folder: CompareFolder) -> tuple[str, str] | None:
 
 def _fixed_table(folder: CompareFolder) -> Table:
     fixed = folder.experiment.get("fixed") or {}
-    rows = [[str(k), _fmt_value(v)] for k, v in fixed.items()] if isinstance(fixed, dict) else []
+    rows = [[str(k), fmt_value(v)] for k, v in fixed.items()] if isinstance(fixed, dict) else []
     return Table(["setting", "value"], rows, ["left", "left"])
 
 
@@ -279,8 +311,8 @@ def _params_table(a: dict[str, Any]) -> Table:
         rows.append(
             [
                 arm,
-                _fmt_value(info["norm"]),
-                _fmt_value(info["placement"]),
+                fmt_value(info["norm"]),
+                fmt_value(info["placement"]),
                 f"{n:,}" if n is not None else "—",
                 f"{n_norm:,}" if n_norm is not None else "—",
                 share,
@@ -401,7 +433,7 @@ def _runs_table(folder: CompareFolder, a: dict[str, Any]) -> Table:
                 str(r.seed),
                 r.status,
                 reasons[r.run_id],
-                _fmt_value(r.summary.get("steps")) if r.summary else "—",
+                fmt_value(r.summary.get("steps")) if r.summary else "—",
                 _fmt_metric(testbed, testbed.quality, r.value(testbed.quality)),
                 *extra,
                 _fmt_metric(testbed, "final_train_loss", r.value("final_train_loss")),
@@ -462,7 +494,7 @@ def _environment_table(a: dict[str, Any]) -> Table:
         same = env.get(key.removeprefix("runs_"))
         if key.startswith("runs_") and isinstance(value, list) and [str(same)] == value:
             continue  # every run agrees with the experiment-level value
-        text = ", ".join(map(str, value)) if isinstance(value, list) else _fmt_value(value)
+        text = ", ".join(map(str, value)) if isinstance(value, list) else fmt_value(value)
         if isinstance(value, int) and not isinstance(value, bool) and "tokens" in key:
             text = f"{value:,}"
         rows.append([labels.get(key, key), text])

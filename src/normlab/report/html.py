@@ -1,15 +1,18 @@
-"""The report as one self-contained HTML file: inline CSS, plots embedded as base64 PNG, no
-external resource of any kind (no fonts, scripts or links to fetch)."""
+"""The report (a compare's, or a size ladder's) as one self-contained HTML file: inline CSS,
+plots embedded as base64 PNG, no external resource of any kind (no fonts, scripts or links to
+fetch; a ladder's page links its rungs' own reports, beside it in the folder)."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from html import escape
 
 from normlab.analysis.wording import tone
-from normlab.report.content import Plot, ReportContent, Section, Table
+from normlab.report.content import Link, Plot, ReportContent, Section, Table
+from normlab.report.ladder_content import BOX_LABEL, LadderContent
 
-__all__ = ["render_html"]
+__all__ = ["render_html", "render_ladder_html"]
 
 _BOX_TITLE = {
     "switch": "Recommendation",
@@ -89,6 +92,23 @@ footer { margin-top: 48px; color: var(--muted); font-size: 0.82em; }
 """
 
 
+_LADDER_CSS = """
+.status-good { background: #eefbf1; border-color: #9bd8a9; color: #0f3d1e; }
+.status-good .label { color: var(--good); }
+.status-bad { background: #fdf1f0; border-color: #f0a8a0; color: #4d1410; }
+.status-bad .label { color: var(--bad); }
+.status-neutral { background: #eef4fb; border-color: #a8c5e6; color: #12304f; }
+.status-neutral .label { color: #1f5fa8; }
+.status-open { background: #fff8e8; border-color: #f0c36d; color: #4a3000; }
+.status-open .label { color: var(--open); }
+ul.links { list-style: none; padding: 0; margin: 12px 0; display: flex; flex-wrap: wrap;
+  gap: 6px 26px; }
+td .badge { white-space: nowrap; }
+"""
+"""What a ladder's page adds to the compare report's styles: its box coloured by the tone of
+the words at the target (:func:`normlab.analysis.wording.tone`), and its list of links."""
+
+
 def _badge(text: str) -> str:
     word = text.strip().lower()
     if not word or word == "—":
@@ -140,10 +160,20 @@ def _figure(p: Plot) -> str:
 def _section(s: Section) -> list[str]:
     parts = [f'<h2 id="{escape(s.anchor)}">{escape(s.title)}</h2>']
     parts.extend(f"<p>{escape(p)}</p>" for p in s.paragraphs)
+    for caption, table in s.settings:
+        if caption:
+            parts.append(f"<h3>{escape(caption)}</h3>")
+        parts.append(_key_values(table))
     for caption, table in s.tables:
         if caption:
             parts.append(f"<h3>{escape(caption)}</h3>")
         parts.append(_table(table))
+    if s.links:
+        items = "".join(
+            f'<li><a href="{escape(Link.href(link.html))}">{escape(link.text)}</a></li>'
+            for link in s.links
+        )
+        parts.append(f'<ul class="links">{items}</ul>')
     parts.extend(_figure(p) for p in s.plots)
     return parts
 
@@ -168,36 +198,67 @@ def render_html(c: ReportContent) -> str:
     return "\n".join(parts) + "\n"
 
 
+_COMPARE_NAV = (
+    ("verdict", "Verdict"),
+    ("setup", "What was compared"),
+    ("curves", "Curves"),
+    ("metrics", "All metrics"),
+    ("runs", "Runs"),
+    ("environment", "Environment"),
+    ("method", "Method"),
+)
+
+
 def _page_head(c: ReportContent) -> list[str]:
     """The document's head (title, inline CSS), the page title and subtitle, the navigation."""
+    return _head(c.title, "normlab compare", c.subtitle, _COMPARE_NAV, _CSS)
+
+
+def _head(
+    title: str, kind: str, subtitle: str, nav: Sequence[tuple[str, str]], css: str
+) -> list[str]:
+    """The document's head (``title — kind``, the inline ``css``), the page title and
+    ``subtitle``, and the navigation: one link per (anchor, text) of ``nav``."""
+    links = "".join(f'<a href="#{escape(anchor)}">{escape(text)}</a>' for anchor, text in nav)
     return [
         "<!DOCTYPE html>",
         '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        f"<title>{escape(c.title)} — normlab compare</title>",
-        f"<style>{_CSS}</style></head><body><main>",
-        f"<h1>{escape(c.title)}</h1>",
-        f'<p class="subtitle">{escape(c.subtitle)}</p>',
-        '<nav><a href="#verdict">Verdict</a><a href="#setup">What was compared</a>'
-        '<a href="#curves">Curves</a><a href="#metrics">All metrics</a>'
-        '<a href="#runs">Runs</a><a href="#environment">Environment</a>'
-        '<a href="#method">Method</a></nav>',
+        f"<title>{escape(title)} — {escape(kind)}</title>",
+        f"<style>{css}</style></head><body><main>",
+        f"<h1>{escape(title)}</h1>",
+        f'<p class="subtitle">{escape(subtitle)}</p>',
+        f"<nav>{links}</nav>",
     ]
 
 
 def _verdict(c: ReportContent) -> list[str]:
     """The verdict box (headline, each arm's decision), its table and its figure."""
+    label = _BOX_TITLE.get(c.status, "Recommendation")
+    return _verdict_box(c.status, label, c.headline, c.arm_details, c.verdict_table, c.verdict_plot)
+
+
+def _verdict_box(
+    status: str,
+    label: str,
+    headline: str,
+    arm_details: Sequence[tuple[str, str, str]],
+    table: Table,
+    plot: Plot | None,
+) -> list[str]:
+    """The box titled ``label`` (CSS class ``status-<status>``) with the ``headline`` and one
+    line per (arm, badge word, text), then its ``table`` and its ``plot``."""
     parts = [
-        f'<section id="verdict" class="verdict status-{escape(c.status)}">',
-        f'<div class="label">{escape(_BOX_TITLE.get(c.status, "Recommendation"))}</div>',
-        f'<p class="headline">{escape(c.headline)}</p><ul>',
+        f'<section id="verdict" class="verdict status-{escape(status)}">',
+        f'<div class="label">{escape(label)}</div>',
+        f'<p class="headline">{escape(headline)}</p><ul>',
     ]
-    for arm, decision, text in c.arm_details:
+    for arm, decision, text in arm_details:
         parts.append(f"<li><strong>{escape(arm)}</strong> {_badge(decision)} {escape(text)}</li>")
     parts.append("</ul></section>")
-    parts.append(_table(c.verdict_table))
-    if c.verdict_plot is not None:
-        parts.append(_figure(c.verdict_plot))
+    parts.append(_table(table))
+    if plot is not None:
+        parts.append(_figure(plot))
     return parts
 
 
@@ -239,10 +300,38 @@ def _runs(c: ReportContent) -> list[str]:
 
 def _method(c: ReportContent) -> list[str]:
     """The method's paragraphs as a list, and the footer."""
+    return _method_list(c.method, "compare folder")
+
+
+def _method_list(lines: Sequence[str], folder: str) -> list[str]:
+    """The method's ``lines`` as a list, and the footer naming the kind of ``folder`` read."""
     return [
         '<h2 id="method">Method</h2><ul class="method">',
-        *(f"<li>{escape(line)}</li>" for line in c.method),
+        *(f"<li>{escape(line)}</li>" for line in lines),
         "</ul>",
-        "<footer>Built by <code>normlab report</code> from the files in the compare folder; "
+        f"<footer>Built by <code>normlab report</code> from the files in the {escape(folder)}; "
         "rebuild it at any time without retraining.</footer>",
     ]
+
+
+def render_ladder_html(c: LadderContent) -> str:
+    """Lay out the ladder's report ``c`` as one self-contained HTML page, with the compare
+    report's styles: the head and navigation, the box with the prediction's table and figure,
+    the sections, the method."""
+    nav = [("verdict", "Prediction"), *((s.anchor, s.title) for s in c.sections)]
+    parts = [
+        *_head(
+            c.title,
+            "normlab compare --ladder",
+            c.subtitle,
+            [*nav, ("method", "Method")],
+            _CSS + _LADDER_CSS,
+        ),
+        *_verdict_box(
+            c.status, BOX_LABEL, c.headline, c.arm_details, c.verdict_table, c.verdict_plot
+        ),
+        *(part for section in c.sections for part in _section(section)),
+        *_method_list(c.method, "ladder folder"),
+        "</main></body></html>",
+    ]
+    return "\n".join(parts) + "\n"

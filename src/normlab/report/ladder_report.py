@@ -1,30 +1,41 @@
 """``build_ladder_report``: a ladder folder's analysis on disk (its summary.json, under
-``ladder``, written by the study that trained it: :func:`normlab.study.ladder.analyse_ladder`)
-→ ``plots/ladder.png`` (and ``plots/lr_sweep.png`` when the ladder holds a learning-rate
-sweep), report.md and report.html, all written atomically. The report draws the analysis, it
-computes none. Each rung keeps its own compare report in its own folder; nothing is trained.
-With a sweep, the report says in words which rate each arm ran at in each rung, flags a best
-rate at the sweep's edge and, when an arm was swept at several widths (μP), whether its optimum
-lines up (:func:`normlab.analysis.lr_sweep.sweep_lines`)."""
+``ladder`` with ladder.json under ``plan``, written by the study that trained it:
+:func:`normlab.study.ladder.analyse_ladder`) → from the folder's files alone
+(:func:`write_ladder_report`), its figures (``plots/ladder.png``, ``plots/ladder_losses.png``
+and, when the ladder holds a learning-rate sweep, ``plots/lr_sweep.png``), report.md and
+report.html, all written atomically. The report draws the analysis, it computes none. The two
+reports are one content (:mod:`normlab.report.ladder_content`) laid out twice, with the compare
+report's styles. Each rung keeps its own compare report in its own folder, which the ladder's
+links; nothing is trained. With a sweep, the report says in words which rate each arm ran at in
+each rung, flags a best rate at the sweep's edge and, when an arm was swept at several widths
+(μP), whether its optimum lines up (:func:`normlab.analysis.lr_sweep.sweep_lines`)."""
 
 from __future__ import annotations
 
-import base64
-import html
 from pathlib import Path
 from typing import Any
 
 from normlab._io import write_bytes_atomic, write_text_atomic
-from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
-from normlab.report.plots import figure_png, plot_ladder, plot_lr_sweep
+from normlab.report.content import Plot
+from normlab.report.html import render_ladder_html
+from normlab.report.ladder_content import (
+    LADDER_PLOT,
+    LOSSES_PLOT,
+    LadderFolder,
+    arm_values,
+    build_ladder_content,
+    read_ladder_folder,
+)
+from normlab.report.markdown import render_ladder_markdown
+from normlab.report.plots import figure_png, plot_ladder, plot_ladder_losses, plot_lr_sweep
 from normlab.report.sections import LR_SWEEP_PLOT
 from normlab.report.style import arm_colors
 from normlab.run_format import REPORT_HTML_FILE, REPORT_MD_FILE, plot_path
-from normlab.run_format import folder as run_folder
 
-__all__ = ["LADDER_PLOTS", "build_ladder_report", "prediction_lines"]
+__all__ = ["LADDER_PLOTS", "build_ladder_report", "prediction_lines", "write_ladder_report"]
 
-LADDER_PLOTS = ("ladder", LR_SWEEP_PLOT)
+LADDER_PLOTS = (LADDER_PLOT, LOSSES_PLOT, LR_SWEEP_PLOT)
+"""The file stems of every figure a ladder's report may hold."""
 
 
 def prediction_lines(ladder: dict[str, Any]) -> list[str]:
@@ -33,98 +44,77 @@ def prediction_lines(ladder: dict[str, Any]) -> list[str]:
     return [str(rec["prediction"]["sentence"]) for rec in ladder["arms"].values()]
 
 
-def _rung_table(ladder: dict[str, Any]) -> list[str]:
-    lines = ["| arm | rung | parameters | seeds | mean difference | 95 % interval | sd |"]
-    lines.append("|---|---|---|---|---|---|---|")
-    for arm, rec in ladder["arms"].items():
-        unit = rec["unit"]
-        for r in rec["rungs"]:
-            lines.append(
-                f"| {arm} | {r['setting']} | {r['n_params']:,.0f} | {r['n']} | "
-                f"{r['mean']:+.4f} {unit} | {r['low']:+.4f} to {r['high']:+.4f} | "
-                f"{r['sd']:.4f} |"
-            )
-    return lines
-
-
-def _rate_lines(ladder: dict[str, Any], plan: dict[str, Any]) -> list[str]:
-    """The sweep in words (:func:`normlab.analysis.lr_sweep.sweep_lines`) after one line on how
-    the rates were chosen; [] without a sweep."""
-    record = ladder.get("learning_rates")
-    if not record:
-        return []
-    first = next(iter(ladder["arms"].values()))
-    sweep = plan.get("lr_sweep") or {}
-    rates = ", ".join(f"{r:g}" for r in sweep.get("rates", []))
-    how = (
-        "under μP the rates are chosen at the smallest rung and checked at the largest"
-        if len(set(record["chosen_at"].values())) == 1 and len(record["chosen_at"]) > 1
-        else "each rung's rates are chosen at that rung"
-    )
-    head = (
-        f"Each arm at its own best rate: every arm was trained at each rate of {rates} on "
-        f"{tuning_seed_words(record['tuning_seeds'])} (apart from the evaluation seeds); its "
-        f"best rate has the lowest mean {first['metric']} among the rates where no tuning seed "
-        f"diverged; {how}."
-    )
-    return [head, *sweep_lines(record, first["metric"])]
-
-
 def build_ladder_report(out: Path) -> dict[str, Path]:
     """Draw the ladder folder ``out``'s analysis (summary.json: {``ladder``: …, ``plan``:
-    ladder.json}, :func:`normlab.run_format.folder.read_ladder_analysis`) as the figures,
-    report.md and report.html; returns {relative path: path}. ``OSError`` or ``ValueError``
-    when the analysis is absent or damaged."""
+    ladder.json}) as the figures, report.md and report.html (:func:`write_ladder_report`);
+    returns {relative path: path}. ``OSError`` or ``ValueError`` when the analysis is absent or
+    damaged."""
+    return write_ladder_report(Path(out))
+
+
+def write_ladder_report(out: Path) -> dict[str, Path]:
+    """The figures, report.md and report.html of the ladder folder ``out``, from its
+    summary.json and its rungs' files (:func:`normlab.report.ladder_content.read_ladder_folder`);
+    a figure this build leaves out is removed. Returns {relative path: path}."""
     out = Path(out)
-    ladder, plan = run_folder.read_ladder_analysis(out)
-    first = next(iter(ladder["arms"].values()))
-    colors = arm_colors([first["baseline"], *ladder["arms"]])
-    figures = {"ladder": plot_ladder(ladder, colors)}
-    if ladder.get("learning_rates"):
-        figures[LR_SWEEP_PLOT] = plot_lr_sweep(ladder["learning_rates"], colors)
+    folder = read_ladder_folder(out)
+    plots = _plots(folder)
+    content = build_ladder_content(folder, plots)
     written: dict[str, Path] = {}
-    pngs = {}
-    for name, fig in figures.items():
-        pngs[name] = figure_png(fig)
-        written[plot_path(name)] = write_bytes_atomic(out / plot_path(name), pngs[name])
+    for p in plots.values():
+        written[p.relpath] = write_bytes_atomic(out / p.relpath, p.png)
     for name in LADDER_PLOTS:
-        if name not in figures:
+        if plot_path(name) not in written:
             (out / plot_path(name)).unlink(missing_ok=True)
-    sentences = prediction_lines(ladder)
-    rungs = ", ".join(plan["rungs"])
-    rates = _rate_lines(ladder, plan)
-    md = [
-        "# normlab compare --ladder",
-        "",
-        *sentences,
-        "",
-        f"Rungs: {rungs} ({plan.get('parametrization', 'sp')}; {plan.get('steps', '')}); each "
-        "rung's own report is in its folder.",
-        "",
-        *_rung_table(ladder),
-        "",
-        *(["## Learning rates", "", *(f"- {line}" for line in rates), ""] if rates else []),
-        *(f"![{name}]({plot_path(name)})" for name in figures),
-        "",
-    ]
-    written[REPORT_MD_FILE] = write_text_atomic(out / REPORT_MD_FILE, "\n".join(md))
-    images = "".join(
-        f'<p><img alt="{name}" src="data:image/png;base64,'
-        f'{base64.b64encode(png).decode("ascii")}"></p>'
-        for name, png in pngs.items()
+    written[REPORT_MD_FILE] = write_text_atomic(
+        out / REPORT_MD_FILE, render_ladder_markdown(content)
     )
-    body = "".join(f"<p>{html.escape(s)}</p>" for s in sentences)
-    rate_html = (
-        "<h2>Learning rates</h2><ul>"
-        + "".join(f"<li>{html.escape(line)}</li>" for line in rates)
-        + "</ul>"
-        if rates
-        else ""
+    written[REPORT_HTML_FILE] = write_text_atomic(
+        out / REPORT_HTML_FILE, render_ladder_html(content)
     )
-    page = (
-        '<!doctype html><html><head><meta charset="utf-8"><title>normlab ladder</title>'
-        f"</head><body><h1>normlab compare --ladder</h1>{body}"
-        f"<p>Rungs: {html.escape(rungs)}</p>{rate_html}{images}</body></html>\n"
-    )
-    written[REPORT_HTML_FILE] = write_text_atomic(out / REPORT_HTML_FILE, page)
     return written
+
+
+def _plots(f: LadderFolder) -> dict[str, Plot]:
+    """The ladder's figures by file stem, each with its title and caption: the difference
+    against size, each arm against size (when a rung's summary.json has values) and the
+    learning-rate sweep (when there is one)."""
+    colors = arm_colors([f.first["baseline"], *f.records])
+    conf = f.confidence
+    plots = {
+        LADDER_PLOT: Plot(
+            LADDER_PLOT,
+            "The difference against model size, extrapolated to the target",
+            f"One panel per arm: the paired difference arm − baseline against the parameter "
+            f"count (log axis); each rung's mean with its {conf}% t-interval (dots), the "
+            f"weighted line a + b·log10 N, from the largest rung to the target the trend's "
+            f"{conf}% interval (darker band) and either side of it the rest of one training's "
+            f"{conf}% prediction interval (lighter band), and at the target (star, dotted line) "
+            "the prediction for one training with its interval.",
+            figure_png(plot_ladder(f.ladder, colors)),
+        )
+    }
+    losses = arm_values(f)
+    if any(values for points in losses.values() for _, values in points):
+        label = f"{f.testbed.quality_label} ({f.first['unit']})"
+        plots[LOSSES_PLOT] = Plot(
+            LOSSES_PLOT,
+            "Each arm against model size",
+            f"Per arm and rung, the {f.testbed.quality_label} of each seed (dots) and their mean "
+            "(diamond) with its 95% t-interval, at the rung's parameter count (the "
+            "baseline's; the arms are shifted a few percent apart so none hides another). "
+            "These intervals include the seed-to-seed variation that the paired difference "
+            "cancels, so overlapping bars do not mean 'no difference'.",
+            figure_png(plot_ladder_losses(losses, colors, label)),
+        )
+    if f.ladder.get("learning_rates"):
+        plots[LR_SWEEP_PLOT] = Plot(
+            LR_SWEEP_PLOT,
+            "Loss against learning rate",
+            f"One panel per swept rung: per arm the mean {f.first['metric']} over the tuning "
+            "seeds at each rate (log axis) with its 95% t-interval as a band; the star is the "
+            "rate the arm's comparison ran at, an x at the top of a panel a rate where a "
+            "tuning seed diverged.",
+            figure_png(plot_lr_sweep(f.ladder["learning_rates"], colors)),
+        )
+    return plots

@@ -1,12 +1,15 @@
-"""The report as Markdown: the same content as the HTML, plots linked from ``plots/``."""
+"""The report as Markdown (a compare's, or a size ladder's): the same content as the HTML,
+plots linked from ``plots/``, other reports linked by their report.md."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
-from normlab.report.content import Plot, ReportContent, Section, Table
+from normlab.report.content import Link, Plot, ReportContent, Section, Table
+from normlab.report.ladder_content import BOX_LABEL, LadderContent
 
-__all__ = ["render_markdown"]
+__all__ = ["render_ladder_markdown", "render_markdown"]
 
 _STATUS_WORD = {
     "switch": "Recommendation",
@@ -43,20 +46,20 @@ def _plot(p: Plot) -> str:
 
 def _section(s: Section) -> list[str]:
     out = [f"## {_text(s.title)}\n", *(f"{_text(p)}\n" for p in s.paragraphs)]
-    for caption, table in s.tables:
+    for caption, table in [*s.settings, *s.tables]:
         out.append(f"**{_text(caption)}**\n" if caption else "")
         out.append(_table(table))
+    if s.links:
+        out.append("\n".join(f"- [{_text(link.text)}]({Link.href(link.md)})" for link in s.links))
+        out.append("")
     out.extend(_plot(p) for p in s.plots)
     return out
 
 
 def render_markdown(c: ReportContent) -> str:
     """Lay out ``c`` as a Markdown document."""
-    out = [f"# {_text(c.title)}\n", f"{_text(c.subtitle)}\n"]
-    out.append(f"> **{_STATUS_WORD.get(c.status, 'Recommendation')}: {_text(c.headline)}**\n>")
-    for arm, decision, text in c.arm_details:
-        out.append(f"> - **{_text(arm)}** ({_text(decision)}): {_text(text)}")
-    out.append("")
+    label = _STATUS_WORD.get(c.status, "Recommendation")
+    out = _top(c.title, c.subtitle, label, c.headline, c.arm_details)
     out.append(_table(c.verdict_table))
     if c.verdict_plot is not None:
         out.append(_plot(c.verdict_plot))
@@ -83,6 +86,37 @@ def render_markdown(c: ReportContent) -> str:
     out.append(_table(c.runs_table))
     out.append("## Environment\n")
     out.append(_table(c.environment))
+    out.append("## Method\n")
+    out.extend(f"- {_text(line)}" for line in c.method)
+    return "\n".join(out).rstrip() + "\n"
+
+
+def _top(
+    title: str,
+    subtitle: str,
+    label: str,
+    headline: str,
+    arm_details: Sequence[tuple[str, str, str]],
+) -> list[str]:
+    """The title, the subtitle and the box: ``label`` and the ``headline``, then one line per
+    (arm, word, text)."""
+    out = [f"# {_text(title)}\n", f"{_text(subtitle)}\n"]
+    out.append(f"> **{_text(label)}: {_text(headline)}**\n>")
+    for arm, decision, text in arm_details:
+        out.append(f"> - **{_text(arm)}** ({_text(decision)}): {_text(text)}")
+    out.append("")
+    return out
+
+
+def render_ladder_markdown(c: LadderContent) -> str:
+    """Lay out the ladder's report ``c`` as a Markdown document: the box, the prediction's
+    table and figure, the sections, the method."""
+    out = _top(c.title, c.subtitle, BOX_LABEL, c.headline, c.arm_details)
+    out.append(_table(c.verdict_table))
+    if c.verdict_plot is not None:
+        out.append(_plot(c.verdict_plot))
+    for section in c.sections:
+        out.extend(_section(section))
     out.append("## Method\n")
     out.extend(f"- {_text(line)}" for line in c.method)
     return "\n".join(out).rstrip() + "\n"

@@ -45,6 +45,7 @@ __all__ = [
     "plot_final_metrics",
     "plot_grad_norm",
     "plot_ladder",
+    "plot_ladder_losses",
     "plot_lr_sweep",
     "plot_norm_health",
     "plot_paired_comparison",
@@ -940,39 +941,71 @@ def _ladder_band(rec: Mapping[str, Any], grid: np.ndarray) -> tuple[np.ndarray, 
 def plot_ladder(ladder: Mapping[str, Any], colors: Mapping[str, str]) -> Figure:
     """A size ladder (summary.json's ``ladder``): per arm, the paired difference against the
     parameter count on a log axis, each rung's mean with its t-interval, the weighted line
-    d = a + b·log10 N, the prediction bands from the largest rung to the target (one training,
-    and the trend), and the target with its single-training interval."""
+    d = a + b·log10 N, the prediction bands from the largest rung to the target (the trend's,
+    and outside it the rest of one training's), and the target with its single-training
+    interval. The legend draws each entry in the colour of every arm it stands for."""
     arms = list(ladder["arms"])
+    shown = [colors.get(arm, _LADDER_COLOR) for arm in arms]
     with plot_style():
         fig, axes = _figure(7.5, 1.2 + 3.4 * max(1, len(arms)), 1, nrows=max(1, len(arms)))
-        for ax, arm in zip(axes, arms, strict=True):
-            _ladder_panel(ax, arm, ladder["arms"][arm], colors.get(arm, "#0072B2"))
+        for ax, arm, color in zip(axes, arms, shown, strict=True):
+            _ladder_panel(ax, arm, ladder["arms"][arm], color)
         _title(fig, "The paired difference against model size, extrapolated to the target")
         conf = round(100 * float(ladder["arms"][arms[-1]]["prediction"]["confidence"]))
-        handles = [
-            Line2D([], [], marker="o", color="#555", markeredgecolor="black", linestyle="none",
-                   label=f"rung mean, {conf}% CI"),
-            Line2D([], [], color="#555", linewidth=1.4, label="weighted fit a + b·log10 N"),
-            Patch(color="#555", alpha=0.35, label=f"trend, {conf}% interval"),
-            Patch(color="#555", alpha=0.15, label=f"one training, {conf}% prediction"),
-            Line2D([], [], marker="*", color="#555", markeredgecolor="black", markersize=10,
-                   linestyle="none", label="target"),
-        ]  # fmt: skip
-        fig.legend(handles=handles, loc="outside lower center", ncols=3)
+        entries = {
+            f"rung mean, {conf}% CI": lambda c: Line2D(
+                [], [], marker="o", color=c, markeredgecolor="black", markeredgewidth=0.6,
+                linestyle="none"),
+            "weighted fit a + b·log10 N": lambda c: Line2D([], [], color=c, linewidth=1.4),
+            f"trend, {conf}% interval": lambda c: Patch(color=c, alpha=_TREND_ALPHA, linewidth=0),
+            f"one training, {conf}% prediction": lambda c: Patch(
+                color=c, alpha=_SINGLE_ALPHA, linewidth=0),
+            "target": lambda c: Line2D(
+                [], [], marker="*", color=c, markeredgecolor="black", markeredgewidth=0.6,
+                markersize=11, linestyle="none"),
+        }  # fmt: skip
+        _swatch_legend(fig, {label: [make(c) for c in shown] for label, make in entries.items()})
     return fig
 
 
+_LADDER_COLOR = "#0072B2"
+"""An arm's colour in the ladder's figures when ``colors`` has none for it."""
+_TREND_ALPHA, _SINGLE_ALPHA = 0.25, 0.12
+"""The opacity of the trend's band and of the rest of one training's band."""
+
+
+def _swatch_legend(fig: Figure, entries: Mapping[str, Sequence[Any]]) -> None:
+    """The legend below the panels: per label, its handles side by side (one per arm, each in
+    that arm's colour), up to three entries a row."""
+    from matplotlib.legend_handler import HandlerTuple
+
+    handles = [tuple(h) for h in entries.values()]
+    widest = max((len(h) for h in handles), default=1)
+    fig.legend(
+        handles,
+        list(entries),
+        loc="outside lower center",
+        ncols=min(3, len(handles)),
+        handler_map={tuple: HandlerTuple(ndivide=None, pad=0.3)},
+        handlelength=2.0 + 1.2 * (widest - 1),
+    )
+
+
 def _ladder_panel(ax: Axes, arm: str, rec: Mapping[str, Any], color: str) -> None:
-    """One arm's panel of :func:`plot_ladder`: the bands from the largest rung to the target,
-    the fitted line, the rungs (:func:`_ladder_rungs`) and the target's prediction."""
+    """One arm's panel of :func:`plot_ladder`: the bands from the largest rung to the target
+    (the trend's, and one training's either side of it, so no area is shaded twice), the
+    fitted line, the rungs (:func:`_ladder_rungs`) and the target's prediction."""
     pred, fit, target = rec["prediction"], rec["fit"], rec["target"]
     ns = np.array([r["n_params"] for r in rec["rungs"]], dtype=np.float64)
     nt = float(target["n_params"])
     ax.axhline(0.0, color="#444", linewidth=0.9)
     grid = np.geomspace(ns.max(), nt, 12) if nt > ns.max() else np.array([ns.max()])
     s_lo, s_hi, t_lo, t_hi = _ladder_band(rec, grid)
-    ax.fill_between(grid, s_lo, s_hi, color=color, alpha=0.12, linewidth=0)
-    ax.fill_between(grid, t_lo, t_hi, color=color, alpha=0.25, linewidth=0)
+    ax.fill_between(grid, np.minimum(s_lo, t_lo), t_lo, color=color, alpha=_SINGLE_ALPHA,
+                    linewidth=0)  # fmt: skip
+    ax.fill_between(grid, t_hi, np.maximum(s_hi, t_hi), color=color, alpha=_SINGLE_ALPHA,
+                    linewidth=0)  # fmt: skip
+    ax.fill_between(grid, t_lo, t_hi, color=color, alpha=_TREND_ALPHA, linewidth=0)
     line_n = np.geomspace(ns.min(), nt, 50)
     ax.plot(line_n, fit["a"] + fit["b"] * np.log10(line_n), color=color, linewidth=1.4)
     _ladder_rungs(ax, rec, ns, color)
@@ -1018,6 +1051,60 @@ def _ladder_rungs(ax: Axes, rec: Mapping[str, Any], ns: np.ndarray, color: str) 
     )
 
 
+def plot_ladder_losses(
+    losses: Mapping[str, Sequence[tuple[float, Sequence[float]]]],
+    colors: Mapping[str, str],
+    label: str,
+) -> Figure:
+    """Each arm's quality metric against model size: ``losses`` is {arm: [(the rung's
+    parameter count, the values of its seeds)]}; per rung each seed as a dot and the mean ◆
+    with its 95 % t-interval (unpaired: it holds the seed-to-seed variation the paired
+    difference cancels), the means of an arm joined by a line; the arms sit side by side at a
+    rung, shifted by a few percent in N; ``label`` names the axis."""
+    arms = list(losses)
+    shown = {arm: colors.get(arm, _LADDER_COLOR) for arm in arms}
+    with plot_style():
+        fig, axes = _figure(7.5, 4.4)
+        ax = axes[0]
+        for i, arm in enumerate(arms):
+            shift = 10 ** (0.025 * (i - (len(arms) - 1) / 2))
+            _ladder_losses_arm(ax, losses[arm], shown[arm], shift)
+        ax.set_xscale("log")
+        ax.set_xlabel("parameters (each rung's, the baseline's count)")
+        ax.set_ylabel(label)
+        _title(fig, "Each arm against model size")
+        _swatch_legend(
+            fig,
+            {
+                arm: [Line2D([], [], color=c, marker="D", markersize=6, linewidth=1.3)]
+                for arm, c in shown.items()
+            },
+        )
+    return fig
+
+
+def _ladder_losses_arm(
+    ax: Axes, points: Sequence[tuple[float, Sequence[float]]], color: str, shift: float
+) -> None:
+    """One arm of :func:`plot_ladder_losses`: its seeds, means and intervals at N · ``shift``."""
+    ns, means = [], []
+    for n, values in points:
+        v = np.asarray(values, dtype=np.float64)
+        if v.size == 0:
+            continue
+        x = float(n) * shift
+        ax.scatter(np.full(v.size, x), v, s=16, color=color, alpha=0.6, edgecolors="white",
+                   linewidths=0.5, zorder=3)  # fmt: skip
+        ci, mean = t_interval(v, 0.95), float(v.mean())
+        low = ci.low if ci.low is not None else mean
+        high = ci.high if ci.high is not None else mean
+        ax.errorbar([x], [mean], yerr=[[mean - low], [high - mean]], fmt="D", color=color,
+                    markersize=6, capsize=4, linewidth=1.3, zorder=4)  # fmt: skip
+        ns.append(x)
+        means.append(mean)
+    ax.plot(ns, means, color=color, linewidth=1.3, zorder=2)
+
+
 _EDGE_NOTE_CHARS = 40
 """Characters per line of a learning-rate panel's edge note (a 4-inch panel's width at the
 title's size, with room to spare)."""
@@ -1044,18 +1131,40 @@ def plot_lr_sweep(learning_rates: Mapping[str, Any], colors: Mapping[str, str]) 
             ax.set_visible(False)
         axes[0].set_ylabel("loss on tuning seeds (mean, 95% CI)")
         _title(fig, "Loss against learning rate per arm; the star is each arm's chosen rate")
-        handles: list[Any] = [
-            Line2D([], [], color=colors.get(a, "#0072B2"), marker="o", markersize=4, label=a)
-            for a in arms_seen
-        ]
-        handles += [
-            Line2D([], [], marker="*", color="#555", markeredgecolor="black", markersize=10,
-                   linestyle="none", label="best rate"),
-            Line2D([], [], marker="x", color="#555", markeredgewidth=1.8, linestyle="none",
-                   label="a tuning seed diverged"),
-        ]  # fmt: skip
-        fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(handles)))
+        _swatch_legend(fig, _lr_legend(learning_rates, arms_seen, colors))
     return fig
+
+
+def _lr_legend(
+    learning_rates: Mapping[str, Any], arms: Sequence[str], colors: Mapping[str, str]
+) -> dict[str, list[Any]]:
+    """The entries of :func:`plot_lr_sweep`'s legend, each drawn as the panels draw it: every
+    arm's curve, the best rate's star in each arm's colour, and the x of a diverged tuning seed
+    in the colour of each arm that had one (only when one had)."""
+    shown = {a: colors.get(a, _LADDER_COLOR) for a in arms}
+    entries: dict[str, list[Any]] = {
+        a: [Line2D([], [], color=c, marker="o", markersize=4, linewidth=1.3)]
+        for a, c in shown.items()
+    }
+    entries["best rate"] = [
+        Line2D([], [], marker="*", color=c, markeredgecolor="black", markeredgewidth=0.6,
+               markersize=13, linestyle="none")
+        for c in shown.values()
+    ]  # fmt: skip
+    diverged = {
+        arm
+        for by_arm in learning_rates["settings"].values()
+        for arm, curve in by_arm.items()
+        if any(p["n_diverged"] for p in curve["points"])
+    }
+    if diverged:
+        entries["a tuning seed diverged"] = [
+            Line2D([], [], marker="x", color=c, markersize=7, markeredgewidth=1.8,
+                   linestyle="none")
+            for a, c in shown.items()
+            if a in diverged
+        ]  # fmt: skip
+    return entries
 
 
 def _lr_panel(ax: Axes, setting: str, by_arm: Mapping[str, Any], colors: Mapping[str, str]) -> None:
