@@ -89,6 +89,8 @@ FLAG_KEYS = {
     "seeds": "seeds",
     "steps": "train.steps",
     "tokens": "train.tokens",
+    "tokens_per_param": "train.tokens_per_param",
+    "param_count": "train.param_count",
     "lr": "train.lr",
     "warmup": "train.warmup",
     "batch_size": "train.batch_size",
