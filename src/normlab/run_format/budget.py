@@ -16,7 +16,7 @@ A run config (``run.json``) holds ``tokens_per_param``, ``param_count`` and
 :data:`BUDGET_PARAMS` in its ``train`` section only when a budget was given (so a run without
 one is recorded as it always was), and the resolved ``steps`` and ``tokens`` always;
 ``experiment.json`` holds the grid's :func:`budget_record` under :data:`BUDGET_KEY`. Every
-run's summary holds :data:`TOKENS_PER_PARAM` (:func:`tokens_per_param`): the tokens it trained
+run's summary holds :data:`TOKENS_PER_PARAM_FIELD` (:func:`tokens_per_param`): the tokens it trained
 per parameter of the budget's N, or of its own count without a budget.
 """
 
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from fractions import Fraction
 from typing import Any
 
-from normlab.run_format.fields import Display, SummaryField
+from normlab.run_format.fields import TOKENS_PER_PARAM
 
 __all__ = [
     "ALL_PARAMS",
@@ -36,9 +36,7 @@ __all__ = [
     "NON_EMBEDDING",
     "PARAM_COUNTS",
     "PARAM_COUNT_WORDS",
-    "TOKENS_PER_PARAM",
     "TOKENS_PER_PARAM_FIELD",
-    "TOKENS_PER_PARAM_LABEL",
     "budget_record",
     "budget_steps",
     "budget_words",
@@ -63,13 +61,10 @@ BUDGET_PARAMS = "budget_params"
 BUDGET_KEY = "budget"
 """The key of ``experiment.json`` that holds the grid's budget (absent without one)."""
 
-TOKENS_PER_PARAM_FIELD = "tokens_per_param"
-"""The summary field of the tokens a run trained per parameter."""
-TOKENS_PER_PARAM_LABEL = "tokens per parameter"
-"""Its label; its unit is tokens per parameter (a ratio)."""
-TOKENS_PER_PARAM = SummaryField(TOKENS_PER_PARAM_FIELD, Display(digits=2))
-"""The summary field's declaration (a head field, after the parameter counts): the run's
-training tokens divided by N (:func:`tokens_per_param`)."""
+TOKENS_PER_PARAM_FIELD = TOKENS_PER_PARAM.name
+"""The summary field of the tokens a run trained per parameter (declared as
+:data:`normlab.run_format.fields.TOKENS_PER_PARAM`, a head field after the parameter
+counts)."""
 
 
 def budget_steps(tokens_per_param: float, n_params: int, tokens_per_step: int) -> int:
