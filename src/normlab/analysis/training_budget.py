@@ -33,6 +33,8 @@ __all__ = [
     "budget_lines",
     "budget_record",
     "early_note",
+    "experiment_budget",
+    "planned_budget",
 ]
 
 COMPUTE_OPTIMAL_TOKENS_PER_PARAM = 20.0
@@ -45,17 +47,18 @@ about 0.1 bpb per 100 steps when it stops), so the verdict says which model star
 which ends better."""
 
 
-def _from_experiment(folder: CompareFolder) -> dict[str, Any] | None:
-    """The planned budget of ``folder``'s experiment.json: its ``budget`` (given), else its
-    fixed ``train.tokens`` over the baseline arm's parameter count; None without them."""
-    experiment = folder.experiment
+def experiment_budget(experiment: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The planned budget of a compare folder's ``experiment`` (its experiment.json): its
+    ``budget`` (given), else its fixed ``train.tokens`` over the baseline arm's parameter
+    count; None without them."""
     given = experiment.get(BUDGET_KEY)
     if isinstance(given, Mapping) and given.get("n_params"):
         keys = ("tokens_per_param", "n_params", "param_count", "tokens", "steps")
         return {"given": True, **{k: given.get(k) for k in keys}}
     fixed = experiment.get("fixed") or {}
     counts = experiment.get("parameter_counts") or {}
-    base = counts.get(folder.baseline_arm) if isinstance(counts, Mapping) else None
+    baseline = experiment.get("baseline_arm") or next(iter(experiment.get("arms") or []), None)
+    base = counts.get(baseline) if isinstance(counts, Mapping) else None
     tokens = fixed.get("train.tokens") if isinstance(fixed, Mapping) else None
     n = base.get("n_params") if isinstance(base, Mapping) else None
     if not tokens or not n:
@@ -89,14 +92,19 @@ def _from_runs(folder: CompareFolder) -> dict[str, Any] | None:
     }
 
 
+def planned_budget(folder: CompareFolder) -> dict[str, Any] | None:
+    """How long ``folder``'s runs trained (module docstring): {``given``, ``tokens_per_param``,
+    ``n_params``, ``param_count``, ``tokens``, ``steps``}, None where nothing says."""
+    return experiment_budget(folder.experiment) or _from_runs(folder)
+
+
 def budget_record(folder: CompareFolder) -> dict[str, Any]:
     """The analysis's ``budget``: ``given`` (a budget of tokens per parameter was given),
     ``tokens_per_param``, ``n_params`` (N), ``param_count``, ``tokens`` and ``steps`` per run
     (null where unknown), ``compute_optimal`` and ``early_below`` (the two thresholds),
     ``early_training`` (tokens per parameter below ``early_below``) and ``note``
     (:func:`early_note`, null unless early)."""
-    planned = _from_experiment(folder) or _from_runs(folder)
-    record: dict[str, Any] = planned or {
+    record: dict[str, Any] = planned_budget(folder) or {
         "given": False,
         "tokens_per_param": None,
         "n_params": None,
