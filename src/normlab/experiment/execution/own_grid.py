@@ -225,20 +225,26 @@ def paired_description(
         f"paired: shared parameters equal across arms for every seed; only the "
         f"{' and '.join(varied)} differ{'s' if len(varied) == 1 else ''}{fixed_text}. "
         f"{_plural(len(runs), 'run')} ({_plural(seeds, 'seed')}) × {_plural(steps, 'step')} "
-        f"on {device} with {_plural(threads, 'thread')} ({budget_line(cfg, runs)})"
+        f"on {device} with {_plural(threads, 'thread')}{budget_line(cfg, runs)}"
     )
 
 
 def budget_line(cfg: ExperimentConfig, runs: list[dict[str, Any]]) -> str:
-    """How many tokens each run trains per parameter of the baseline arm
-    (:func:`normlab.run_format.budget.budget_words`): the budget's X and N when one was given,
-    else the runs' tokens over the baseline arm's parameter count (all)."""
+    """`` (X tokens per parameter of the baseline arm's N parameters, all)``: how many tokens
+    each run trains per parameter of the baseline arm
+    (:func:`normlab.run_format.budget.budget_words`), the budget's X and N when one was given,
+    else the runs' tokens over the baseline arm's parameter count (all); "" when the runs do
+    not say."""
     train = runs[0]["train"]
     if train.get("tokens_per_param") is not None:
-        return budget_words(train["tokens_per_param"], train[BUDGET_PARAMS], train["param_count"])
-    base = next(r for r in runs if r["arm"] == cfg.baseline_arm())
-    n = int(base["n_params"])
-    return budget_words(train["tokens"] / n, n, ALL_PARAMS)
+        x, n, how = train["tokens_per_param"], train[BUDGET_PARAMS], train["param_count"]
+    else:
+        base = next((r for r in runs if r.get("arm") == cfg.baseline_arm()), {})
+        n, tokens, how = base.get("n_params"), train.get("tokens"), ALL_PARAMS
+        if not n or tokens is None:
+            return ""
+        x = tokens / n
+    return f" ({budget_words(x, n, how)})"
 
 
 def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:
