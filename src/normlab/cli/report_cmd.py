@@ -11,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from normlab._plural import counted
 from normlab.analysis.runs import CompareFolderError
 from normlab.cli.answer import print_answer
 from normlab.cli.app import app
@@ -216,9 +217,9 @@ def _import(
     arms = ", ".join(plan.arms)
     console.print(
         escape(
-            f"imported {len(plan.runs)} runs from {plan.source} into {written}: arms {arms} "
-            f"(baseline {plan.arms[0]}), seeds {', '.join(map(str, plan.seeds))}, judged on "
-            f"{plan.metric} ({'lower' if plan.lower_is_better else 'higher'} is better)"
+            f"imported {counted(len(plan.runs), 'run')} from {plan.source} into {written}: "
+            f"arms {arms} (baseline {plan.arms[0]}), seeds {', '.join(map(str, plan.seeds))}, "
+            f"judged on {plan.metric} ({'lower' if plan.lower_is_better else 'higher'} is better)"
         ),
         highlight=False,
         soft_wrap=True,

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
+from normlab._plural import counted
 from normlab.analysis.rounds import SequentialTracker
 from normlab.analysis.sequential import look_schedule, plan_for
 from normlab.experiment.execution.runner import AfterTraining
@@ -127,7 +128,8 @@ class _Rounds:
         run_folder.write_sequential(folder, state)
         shown = ", ".join(f"{arm} {v}" for arm, v in state.get("verdicts", {}).items())
         self.console.print(
-            f"look {k + 1} of {len(self.looks)} after {n} seeds ({elapsed:.0f} s): {shown}"
+            f"look {k + 1} of {len(self.looks)} after {counted(n, 'seed')} "
+            f"({elapsed:.0f} s): {shown}"
             + (f"; stopping: {state['stopped']['words']}" if reason else "")
         )
         if reason is not None and self.finish is not None:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from normlab._plural import counted
 from normlab._version import __version__
 from normlab.run_format import (
     CRASHED,
@@ -345,7 +346,7 @@ def plan_import(
     for rule, index in ((arm_rule, 1), (seed_rule, 2)):
         if all(item[index] is None for item in read):
             raise TrackerImportError(
-                f"{rule.option}: '{rule.text}' matched none of the {len(found)} runs "
+                f"{rule.option}: '{rule.text}' matched none of the {counted(len(found), 'run')} "
                 f"({_listed(names)}); expected a regex (or field rule) that {rule.where} matches"
             )
     selected: dict[tuple[str, int], TrackedRun] = {}

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from normlab._plural import counted, noun
 from normlab._resources import available_memory, check_fits, free_disk
 from normlab.experiment.config import ExperimentConfig
 
@@ -41,7 +42,8 @@ def check_experiment_sizes(cfg: ExperimentConfig, out: Path) -> None:
     ``cfg`` would need more memory or disk (``out``'s) than the machine has now."""
     memory, disk = available_memory(), free_disk(out)
     runs = n_runs(cfg)
-    grid = f"the grid of {runs:,} runs ({len(cfg.arm_names())} arms × seeds)"
+    arms = counted(len(cfg.arm_names()), "arm")
+    grid = f"the grid of {runs:,} {noun(runs, 'run')} ({arms} × seeds)"
     fewer = "lower seeds (or use fewer norms and placements)"
     check_fits(runs * SPEC_BYTES, memory, grid, "in memory", fewer)
     steps = cfg.resolved_steps()
