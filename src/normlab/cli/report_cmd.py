@@ -55,8 +55,8 @@ _IMPORT_ONLY = {
     "baseline": "--baseline",
     "out_dir": "--out",
 }
-"""The options of ``--import`` only (with ``--lower-is-better/--higher-is-better``): {parameter:
-option}."""
+"""The options of ``--import`` only (with ``--lower-is-better/--higher-is-better`` and
+``--compare-unequal-steps``): {parameter: option}."""
 
 
 @app.command(help=REPORT_HELP)
@@ -118,6 +118,15 @@ def report(
         Path | None,
         typer.Option("--out", help="With --import: the compare folder to write."),
     ] = None,
+    compare_unequal_steps: Annotated[
+        bool,
+        typer.Option(
+            "--compare-unequal-steps",
+            help="With --import: compare a run that ended at an earlier step than another arm "
+            "of its seed on its last value (e.g. early stopping). Default: such a run is left "
+            "out of the verdict and listed, as cut short.",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
     from normlab.cli.errors import print_error
@@ -131,6 +140,8 @@ def report(
         given = [_IMPORT_ONLY[k] for k, v in flags.items() if v is not None]
         if not lower_is_better:
             given.append("--higher-is-better")
+        if compare_unequal_steps:
+            given.append("--compare-unequal-steps")
         if given:
             raise fail(
                 f"{given[0]}: an option of --import; expected normlab report OUT, or normlab "
@@ -159,6 +170,7 @@ def report(
             "lower_is_better": lower_is_better,
             "margin": margin,
             "baseline": baseline,
+            "compare_unequal_steps": compare_unequal_steps,
         },
         out_dir,
         fail,
@@ -224,11 +236,10 @@ def _import(
         highlight=False,
         soft_wrap=True,
     )
-    if plan.skipped:
-        left = "; ".join(f"{s['run']} ({s['reason']})" for s in plan.skipped)
-        console.print(
-            escape(f"left out {len(plan.skipped)} run(s): {left}"), highlight=False, soft_wrap=True
-        )
+    for left in plan.skipped:
+        which = f" (arm {left['arm']}, seed {left['seed']})" if "arm" in left else ""
+        line = f"left out {left['run']}{which}: {left['reason']}"
+        console.print(escape(line), highlight=False, soft_wrap=True)
     for line in pairing_lines(run_folder.read_experiment(written)):
         console.print(escape(f"pairing: {line}"), highlight=False, soft_wrap=True)
     return written
