@@ -66,6 +66,7 @@ from normlab.analysis.lr_sweep import (
 )
 from normlab.analysis.runs import CompareFolder
 from normlab.analysis.wording import Smallest, judge
+from normlab.cli.errors import EXIT_FAILED
 from normlab.run_format import SUMMARY_FILE, testbed_format
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -239,12 +240,13 @@ def run_order(cmds: Mapping[str, list[list[str]]], only: Sequence[str]) -> list[
 
 def run_all(commands: Sequence[Sequence[str]]) -> float:
     """Run ``commands`` one after another; the wall seconds. A coordinate check that is not
-    flat exits 1 and is still a result; any other failure stops."""
+    flat exits 3 (failed: the README's table of exit statuses) and is still a result; any
+    other failure stops."""
     start = time.perf_counter()
     for cmd in commands:
         print("$", shown(cmd), flush=True)
         rc = subprocess.run(cmd, check=False).returncode
-        if rc != 0 and not (cmd[3] == "coord-check" and rc == 1):
+        if rc != 0 and not (cmd[3] == "coord-check" and rc == EXIT_FAILED):
             raise SystemExit(f"{shown(cmd)} exited {rc}")
     return time.perf_counter() - start
 

@@ -186,37 +186,50 @@ _ROWS = [*_curve("ln_s0", 2, 0.0), *_curve("rms_s0", 2, 0.1), *_curve("ln_s1", 2
 
 
 @pytest.mark.parametrize(
-    ("rows", "args", "words"),
+    ("rows", "args", "words", "code"),
     [
-        (_ROWS, {"--import": "parquet:{csv}"}, "--import: 'parquet:"),
-        (_ROWS, {"--import": "csv:{tmp}/nowhere.csv"}, "--import: '"),
-        ([], {}, "--import: no csv runs found"),
-        (_ROWS, {"--arm-from": "^(ln"}, "--arm-from: '^(ln' is not a regular expression"),
-        (_ROWS, {"--arm-from": "^(x.*)_s"}, "--arm-from: '^(x.*)_s' matched none of the 3 runs"),
-        (_ROWS, {"--seed-from": "_(s\\d+)$"}, "--seed-from: run 'ln_s0' gives the seed 's0'"),
-        (_ROWS, {"--arm-from": "^(ln)_s"}, "--arm-from: every run gives the one arm 'ln'"),
-        (_ROWS, {"--metric": "acc"}, "--metric: no run logged 'acc'; the runs logged 'val_loss'"),
-        (_ROWS, {"--arm-from": "param:norm"}, "--arm-from: 'param:norm' reads a param: field"),
+        (_ROWS, {"--import": "parquet:{csv}"}, "--import: 'parquet:", 2),
+        (_ROWS, {"--import": "csv:{tmp}/nowhere.csv"}, "--import: '", 1),
+        ([], {}, "--import: no csv runs found", 1),
+        (_ROWS, {"--arm-from": "^(ln"}, "--arm-from: '^(ln' is not a regular expression", 2),
+        (_ROWS, {"--arm-from": "^(x.*)_s"}, "--arm-from: '^(x.*)_s' matched none of the 3 runs", 1),
+        (_ROWS, {"--seed-from": "_(s\\d+)$"}, "--seed-from: run 'ln_s0' gives the seed 's0'", 1),
+        (_ROWS, {"--arm-from": "^(ln)_s"}, "--arm-from: every run gives the one arm 'ln'", 1),
+        (
+            _ROWS,
+            {"--metric": "acc"},
+            "--metric: no run logged 'acc'; the runs logged 'val_loss'",
+            1,
+        ),
+        (_ROWS, {"--arm-from": "param:norm"}, "--arm-from: 'param:norm' reads a param: field", 2),
         (
             [*_ROWS, *_curve("lnb_s0", 2, 0.0)],
             {"--arm-from": "^(ln|rms)"},
             "--arm-from/--seed-from: runs 'ln_s0' and 'lnb_s0' both give arm 'ln', seed 0",
+            1,
         ),
         (
             [*_ROWS, *_curve("LN_s0", 2, 0.0)],
             {"--arm-from": "^(.+)_s"},
             "--arm-from: the arms 'LN' and 'ln' differ only in case",
+            1,
         ),
-        (_ROWS, {"--margin": "0"}, "--margin: expected the difference in val_loss"),
-        (_ROWS, {"--margin": "nan"}, "--margin: expected the difference in val_loss"),
-        (_ROWS, {"--baseline": "gn"}, "--baseline: 'gn' is not an arm"),
-        (_ROWS, {"--out": None}, "--out: expected the folder"),
-        (_ROWS, {"--import": None}, "--arm-from: an option of --import"),
+        (_ROWS, {"--margin": "0"}, "--margin: expected the difference in val_loss", 2),
+        (_ROWS, {"--margin": "nan"}, "--margin: expected the difference in val_loss", 2),
+        (_ROWS, {"--baseline": "gn"}, "--baseline: 'gn' is not an arm", 1),
+        (_ROWS, {"--out": None}, "--out: expected the folder", 2),
+        (_ROWS, {"--import": None}, "--arm-from: an option of --import", 2),
     ],
 )
 def test_refusals_are_one_line_naming_the_option(
-    tmp_path: Path, rows: list[tuple[str, int, str, str]], args: dict[str, str | None], words: str
+    tmp_path: Path,
+    rows: list[tuple[str, int, str, str]],
+    args: dict[str, str | None],
+    words: str,
+    code: int,
 ) -> None:
+    """Each refusal exits as the table of exit statuses says: 2 (usage) for an option as
+    written, 1 (refused) for a source or runs that cannot be used with well-formed options."""
     csv = _write_csv(tmp_path / "runs.csv", rows)
     out = tmp_path / "out"
     given: dict[str, str | None] = {
@@ -230,7 +243,7 @@ def test_refusals_are_one_line_naming_the_option(
     }
     argv = [part for key, value in given.items() if value is not None for part in (key, value)]
     result = CliRunner().invoke(app, ["report", *argv])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == code, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("normlab report: error: "), result.stderr
     assert words in lines[0], lines[0]

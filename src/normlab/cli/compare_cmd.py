@@ -23,7 +23,15 @@ from rich.markup import escape
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
 from normlab.cli.answer import compare_args, print_answer, write_command
 from normlab.cli.app import app
-from normlab.cli.errors import fail
+from normlab.cli.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    EXIT_STOPPED,
+    EXIT_USAGE,
+    exit_status_help,
+    fail,
+)
 from normlab.experiment.config import ExperimentConfig, ScriptConfig, testbed_defaults
 from normlab.experiment.execution.rounds import DEFAULT_MAX_TIME_S
 from normlab.run_format import (
@@ -36,12 +44,6 @@ from normlab.run_format import folder as run_folder
 from normlab.trackers.exporting import Exporter, check_installed, parse_kinds
 
 DEFAULT_OUT = Path("normlab-out/compare")
-EXIT_REFUSED = 1
-EXIT_BAD_CONFIG = 2
-EXIT_NO_RESULT = 3
-EXIT_STOPPED = 4
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
 
 UNTIL_DECIDED_HELP = (
     "Train paired seeds in rounds until the quality verdict of every arm is decided, by a "
@@ -201,13 +203,21 @@ COMPARE_HELP = (
     "settings. Runs in the folder that the new command does not plan (e.g. seeds beyond a lower "
     "--seeds) are kept on disk but left out of the analysis and report."
     "\n\n"
-    "Exit status: 0 when at least one run finished or diverged (crashed runs are recorded as "
-    "results); 1 when the command refused before training (bad --out, --device or --data, "
-    "folder locked, unpaired arms, settings that differ from finished runs); 2 for an invalid "
-    "config; 3 when every run crashed; 4 when training began but the command could not complete "
-    "(a full disk or another system error while training, or the report could not be written): "
-    "finished runs are kept, run the same command again to resume, or `normlab report` to build "
-    "the report; 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM)."
+    + exit_status_help(
+        ok="when at least one run finished or diverged (crashed runs are recorded as results)",
+        refused="when the command refused before training (bad --out, --device or --data, a "
+        "folder locked or damaged, unpaired arms, settings that differ from finished runs, a "
+        "model the machine cannot hold)",
+        usage="for an invalid config (an option or key, a --model type transformers lacks, a "
+        "--model-set value or a --parametrization the model does not take)",
+        failed="when every run crashed",
+        stopped="when training began but the command could not complete (a full disk or "
+        "another system error while training, or the report could not be written): finished "
+        "runs are kept, run the same command again to resume, or `normlab report` to build the "
+        "report",
+        interrupted="when interrupted (Ctrl-C)",
+        terminated="when terminated (SIGTERM)",
+    )
 )
 """The help of ``normlab compare``: one line per paragraph, so that Typer's rich help rewraps
 each paragraph to the terminal instead of keeping the source's line breaks."""
@@ -350,7 +360,7 @@ def _compare(flags: dict[str, Any]) -> None:
                 "compare",
                 f"--{script_only[0].replace('_', '-')}: an option of --script; expected it "
                 'with --script "CMD {norm} {seed} {run_dir}"',
-                EXIT_BAD_CONFIG,
+                EXIT_USAGE,
             )
         cfg = _validated_config(config, given, console)
         args = compare_args(
@@ -365,7 +375,7 @@ def _compare(flags: dict[str, Any]) -> None:
             "compare",
             "--plan: not available with --lr-sweep (the comparison's rates come from the tuning "
             "runs' results); run without --plan",
-            EXIT_BAD_CONFIG,
+            EXIT_USAGE,
         )
     if until_decided:
         args += compare_args({"until_decided": True, "max_seeds": max_seeds, "max_time": max_time})
@@ -374,7 +384,7 @@ def _compare(flags: dict[str, Any]) -> None:
         _ladder(cfg, out, console, args, plan=plan, report=report, started=started, rounds=rounds)
         return
     if isinstance(cfg, ExperimentConfig) and cfg.target_params is not None:
-        raise fail("compare", "--target-params: only with --ladder", EXIT_BAD_CONFIG)
+        raise fail("compare", "--target-params: only with --ladder", EXIT_USAGE)
     if plan:
         _plan(cfg, out)
         return
@@ -406,7 +416,7 @@ def _script_config(
     flags: dict[str, Any], given: dict[str, Any], config: Path | None
 ) -> ScriptConfig:
     """The :class:`ScriptConfig` of ``--script`` and the flags that apply to it; exits with
-    :data:`EXIT_BAD_CONFIG` and one line naming the flag when one does not fit."""
+    :data:`EXIT_USAGE` and one line naming the flag when one does not fit."""
     import os
 
     from normlab.experiment.config import ScaleSettings
@@ -421,14 +431,14 @@ def _script_config(
             f"--{others[0].replace('_', '-')}: sets normlab's own training, which --script "
             f"replaces; expected only {allowed} "
             "with --script (the script sets the rest itself)",
-            EXIT_BAD_CONFIG,
+            EXIT_USAGE,
         )
     if not flags["metric"]:
         raise fail(
             "compare",
             "--metric: expected the name of the metric your script logs with "
             "run.log_eval(step, NAME=value), e.g. --metric val_loss",
-            EXIT_BAD_CONFIG,
+            EXIT_USAGE,
         )
     values = {
         "command": flags["script"],
@@ -452,7 +462,7 @@ def _script_config(
             **{k: v for k, v in values.items() if v is not None}, scale=ScaleSettings(**scale)
         )
     except ValueError as err:
-        raise fail("compare", err, EXIT_BAD_CONFIG) from None
+        raise fail("compare", err, EXIT_USAGE) from None
 
 
 _LIST_FLAGS = ("norms", "placements", "precision", "log_to")
@@ -472,21 +482,21 @@ def _config_flags(flags: dict[str, Any]) -> dict[str, Any]:
         try:
             given["log_to"] = list(parse_kinds(given["log_to"]))
         except ValueError as err:
-            raise fail("compare", err, EXIT_BAD_CONFIG) from None
+            raise fail("compare", err, EXIT_USAGE) from None
     if given["ladder"] is not None:
         from normlab.experiment.execution.ladder import parse_ladder
 
         try:
             given["ladder"] = parse_ladder(given["ladder"])
         except ValueError as err:
-            raise fail("compare", err, EXIT_BAD_CONFIG) from None
+            raise fail("compare", err, EXIT_USAGE) from None
     if given["lr_sweep"] is not None:
         given["lr_sweep"] = parse_rates(given["lr_sweep"])
     return given
 
 
 def parse_rates(text: str) -> list[float]:
-    """``"1e-3,3e-3,1e-2"`` → [0.001, 0.003, 0.01]; exits with :data:`EXIT_BAD_CONFIG` and one
+    """``"1e-3,3e-3,1e-2"`` → [0.001, 0.003, 0.01]; exits with :data:`EXIT_USAGE` and one
     line naming ``--lr-sweep`` when an item is not a number (the rates' own rules are
     :func:`normlab.experiment.config.check_lr_sweep`'s)."""
     items = [t.strip() for t in text.split(",") if t.strip()]
@@ -497,7 +507,7 @@ def parse_rates(text: str) -> list[float]:
             "compare",
             f"--lr-sweep: expected comma-separated learning rates (e.g. 1e-3,3e-3,1e-2), got "
             f"{text!r}",
-            EXIT_BAD_CONFIG,
+            EXIT_USAGE,
         ) from None
 
 
@@ -505,7 +515,7 @@ def _validated_config(
     config: Path | None, given: dict[str, Any], console: Console
 ) -> ExperimentConfig:
     """The experiment config of the YAML file with the flags laid over it, validated; exits
-    with :data:`EXIT_BAD_CONFIG` and one line naming the problem when it is invalid."""
+    with :data:`EXIT_USAGE` and one line naming the problem when it is invalid."""
     from normlab.experiment.config import ConfigError, validate_config
 
     overrides = {FLAG_KEYS[flag]: value for flag, value in given.items()}
@@ -516,7 +526,7 @@ def _validated_config(
         check_lr_sweep_options(merged)
         return validate_config(merged)
     except (ConfigError, ValueError) as err:
-        raise fail("compare", err, EXIT_BAD_CONFIG) from None
+        raise fail("compare", err, EXIT_USAGE) from None
 
 
 def _train(
@@ -602,7 +612,7 @@ def _export_step(
 def _check_results(
     console: Console, summaries: dict[str, dict[str, Any]], out: Path, started: float
 ) -> None:
-    """Print how the runs ended; exit with :data:`EXIT_NO_RESULT` when none finished or
+    """Print how the runs ended; exit with :data:`EXIT_FAILED` when none finished or
     diverged."""
     counts = status_counts(summaries)
     shown = ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
@@ -612,7 +622,7 @@ def _check_results(
             "compare",
             f"no run finished or diverged; each run's error is in "
             f"{run_folder.summary_path(run_folder.runs_path(out) / '<run>')}",
-            EXIT_NO_RESULT,
+            EXIT_FAILED,
         )
 
 
@@ -707,10 +717,13 @@ def _run_rounds(
     from normlab.experiment.execution.rounds import run_until_decided
     from normlab.run_format import testbed_format
 
-    if not max_time > 0:
-        raise ValueError(f"max_time: expected --max-time in seconds > 0, got {max_time!r}")
+    try:  # the options' values, before anything is trained: a usage error
+        if not max_time > 0:
+            raise ValueError(f"max_time: expected --max-time in seconds > 0, got {max_time!r}")
+        looks = look_schedule(len(cfg.seed_list()), max_seeds)
+    except ValueError as err:
+        raise fail("compare", err, EXIT_USAGE) from None
     fmt = testbed_format(cfg.testbed)
-    looks = look_schedule(len(cfg.seed_list()), max_seeds)
     plan = plan_for(
         fmt.quality,
         lower_is_better=fmt.metric(fmt.quality).lower_is_better,
@@ -854,7 +867,7 @@ def _run_one(
             "compare",
             f"--run: trains a planned run as its run.json says; expected only --out with it, "
             f"got {', '.join(others)}",
-            EXIT_BAD_CONFIG,
+            EXIT_USAGE,
         )
     try:
         summary = run_planned(out, run_id, console=console)
@@ -862,7 +875,7 @@ def _run_one(
         raise fail("compare", err, EXIT_REFUSED) from None
     summary = _after_planned_run(out, run_id, summary, console)
     if summary.get("status") not in DONE_STATUSES:
-        raise typer.Exit(EXIT_NO_RESULT)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _after_planned_run(
@@ -922,12 +935,12 @@ def _ladder(
             "compare",
             "--seeds: a ladder needs at least two paired seeds per rung (their spread weighs "
             f"each rung), got {len(cfg.seed_list())}",
-            EXIT_BAD_CONFIG,
+            EXIT_USAGE,
         )
     try:
         ladder_plan = plan_ladder(cfg)
     except ValueError as err:
-        raise fail("compare", err, EXIT_BAD_CONFIG) from None
+        raise fail("compare", err, EXIT_USAGE) from None
     sweep = sweep_plan(ladder_plan) if cfg.lr_sweep is not None else None
     sweep_record = None
     if sweep is not None:

@@ -11,10 +11,9 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from normlab.analysis.runs import CompareFolderError
 from normlab.cli.answer import print_answer
 from normlab.cli.app import app
-from normlab.cli.errors import EXIT_USAGE
+from normlab.cli.errors import EXIT_REFUSED, EXIT_USAGE, exit_status_help, is_usage_error
 from normlab.run_format import (
     ANALYSIS_FILE,
     LADDER_KEY,
@@ -38,11 +37,20 @@ REPORT_HELP = (
     "seed from its name (the regex's first group; MLflow also param:KEY[=REGEX] and "
     "tag:KEY[=REGEX], W&B config:KEY[=REGEX]); write them to OUT as a compare folder (replacing "
     "OUT only when it holds an earlier import of the same source), then build its report, which "
-    "says which pairing checks could be made. See docs/own-loop.md."
+    "says which pairing checks could be made. A run whose tracker file is damaged or cut short "
+    "is named and left out of the verdict, and so, unless --compare-unequal-steps, is a run "
+    "that ended at an earlier step than another arm of its seed. See docs/own-loop.md."
     "\n\n"
-    "Exit status: 0 when built; 1 when the folder is locked by a running command, or a file "
-    "cannot be read or written (e.g. a full disk, a damaged metrics.jsonl); 2 when OUT is not a "
-    "readable compare folder, or an import is refused for its options or its runs."
+    + exit_status_help(
+        ok="when the report is built",
+        refused="when OUT is not a readable compare folder (missing, damaged), is locked by a "
+        "running command, or a file cannot be read or written (e.g. a full disk); or when an "
+        "import's source cannot be used (a PATH that does not exist, no runs, damage that "
+        "cannot be pinned on one run, rules that match no run, fewer than two arms, a metric "
+        "no run logged, an --out that holds something else)",
+        usage="when an option is missing, does not go with the others, or is malformed (an "
+        "unknown KIND, a regex that does not compile, a --margin that is not > 0)",
+    )
 )
 """The help of ``normlab report``: one line per paragraph (Typer rewraps each)."""
 
@@ -178,6 +186,13 @@ def report(
     _build(written, fail)
 
 
+def _status(err: BaseException) -> int:
+    """The exit status of a refusal: :data:`EXIT_USAGE` for an option as written (a malformed
+    ``--import`` option), else :data:`EXIT_REFUSED` (a folder, file or source that cannot be
+    used: missing, damaged, locked, not UTF-8, runs that do not fit the options)."""
+    return EXIT_USAGE if is_usage_error(err) else EXIT_REFUSED
+
+
 _IMPORT_NEEDS = {
     "arm_from": "--arm-from: expected a regex whose first group is each run's arm, e.g. "
     "--arm-from '^(.+)_s\\d+$'",
@@ -201,7 +216,6 @@ def _import(
     from normlab.experiment.execution.lock import FolderLockedError, OutputLock
     from normlab.report.imported import pairing_lines
     from normlab.trackers.importing import check_out, parse_source, plan_import, write_import
-    from normlab.trackers.tracked import TrackerImportError
 
     for key, message in _IMPORT_NEEDS.items():
         if not options[key]:
@@ -218,13 +232,11 @@ def _import(
             check_out(out, kind, path)
             written = write_import(plan, out)
     except FolderLockedError as err:
-        raise fail(str(err), 1) from None
+        raise fail(str(err), EXIT_REFUSED) from None
     except (ValueError, OSError, MemoryError, UnicodeError) as err:
         if created:  # the lock made the folder; nothing was imported into it
             shutil.rmtree(out, ignore_errors=True)
-        if isinstance(err, TrackerImportError):
-            raise fail(str(err), EXIT_USAGE) from None
-        raise fail(describe_error(err) or str(err), 1) from None
+        raise fail(describe_error(err) or str(err), _status(err)) from None
     console = Console()
     arms = ", ".join(plan.arms)
     console.print(
@@ -262,11 +274,9 @@ def _build(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
         else:  # not a compare folder: build_report says so, and no lock file is created
             written = build_report(out)
     except FolderLockedError as err:
-        raise fail(str(err), 1) from None
-    except CompareFolderError as err:
-        raise fail(str(err), 2) from None
-    except (ValueError, OSError, MemoryError, UnicodeError) as err:
-        raise fail(describe_error(err) or str(err), 1) from None
+        raise fail(str(err), EXIT_REFUSED) from None
+    except (ValueError, OSError, MemoryError, UnicodeError) as err:  # CompareFolderError too
+        raise fail(describe_error(err) or str(err), _status(err)) from None
     summary = written[ANALYSIS_FILE]
     console = Console()
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
@@ -294,11 +304,9 @@ def _ladder_report(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
             written = build_ladder_report(out)
         ladder = run_folder.read_analysis(out)[LADDER_KEY]
     except FolderLockedError as err:
-        raise fail(str(err), 1) from None
-    except CompareFolderError as err:
-        raise fail(str(err), 2) from None
-    except (ValueError, OSError, KeyError) as err:
-        raise fail(str(err), 1) from None
+        raise fail(str(err), EXIT_REFUSED) from None
+    except (ValueError, OSError, KeyError) as err:  # CompareFolderError too
+        raise fail(str(err), _status(err)) from None
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
     console.print(f"        {written[REPORT_MD_FILE]}")
     for line in prediction_lines(ladder):

@@ -25,8 +25,9 @@ Scalar = int | float | bool | str | None
 
 class UnknownModelError(ValueError):
     """A :data:`MODEL_OPTION` that names no model there is: a model_type transformers does not
-    know or has no causal-LM class for. One line naming the option (a usage error on the command
-    line, exit status 2, like :class:`SettingsError`); a folder that cannot be read is not one."""
+    know or has no causal-LM class for, or a ``package.module:factory`` that cannot be imported
+    or is no factory. One line naming the option (a usage error on the command line, exit status
+    2, like :class:`SettingsError`); a folder that cannot be read is not one."""
 
 
 class SettingsError(ValueError):
