@@ -178,6 +178,7 @@ CASES: list[Any] = [
     case("usage", "compare --target-params alone", "compare --target-params 1000 --out {o}"),
     case("usage", "compare a --script option alone", "compare --metric val_loss --out {o}"),
     case("usage", "compare mup on dit", "compare --testbed dit --parametrization mup --out {o}"),
+    case("usage", "compare a malformed --device", "compare --device cuda:abc --out {o}"),
     case(
         "usage",
         "compare mup for a factory",

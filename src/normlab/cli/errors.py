@@ -52,6 +52,8 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
+from normlab._checks import UsageValueError
+
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
@@ -222,19 +224,12 @@ def print_error(command: str | None, message: str) -> None:
 
 
 def is_usage_error(err: BaseException) -> bool:
-    """Whether ``err`` is about an option's value as written, not about the machine or the
-    files (:data:`EXIT_USAGE`, not :data:`EXIT_REFUSED`): the model settings of
-    ``--model-set`` (:class:`normlab.models.external.SettingsError`), a ``--model`` that names
-    no model there is (:class:`~normlab.models.external.UnknownModelError`), a
-    ``--parametrization mup`` the model cannot take, a factory or a base width the size rule
-    cannot make (:class:`~normlab.models.external.MupError`), and an ``--import`` option as
-    written (:class:`normlab.trackers.tracked.ImportUsageError`)."""
-    from normlab.models.external.mup import MupError
-    from normlab.models.external.spec import SettingsError, UnknownModelError
-    from normlab.trackers.tracked import ImportUsageError
-
-    usage = SettingsError | UnknownModelError | MupError | ImportUsageError
-    return isinstance(err, usage)
+    """Whether ``err`` is about a value as written, not about the machine or the files
+    (:data:`EXIT_USAGE`, not :data:`EXIT_REFUSED`): a :class:`normlab._checks.UsageValueError`,
+    which the checks below the command line raise for such a value (``--model-set`` settings,
+    a ``--model`` that names no model there is, a ``--parametrization mup`` the model cannot
+    take, a malformed ``--device``, an ``--import`` option as written …)."""
+    return isinstance(err, UsageValueError)
 
 
 def fail(command: str | None, err: BaseException | str, code: int) -> typer.Exit:

@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from normlab._checks import UsageValueError
+
 __all__ = [
     "ENDED",
     "FAILED",
@@ -59,7 +61,7 @@ class TrackerImportError(ValueError):
     them (a path that does not exist, a damaged file, a rule that matches no run …)."""
 
 
-class ImportUsageError(TrackerImportError):
+class ImportUsageError(TrackerImportError, UsageValueError):
     """An import refused for an option as written, before any source is read: an unknown kind, a
     regex that does not compile, a field rule the kind has not, a margin that is not a number
     > 0."""
