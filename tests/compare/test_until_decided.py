@@ -25,6 +25,7 @@ from normlab.analysis.rounds import SequentialTracker, paired_differences, read_
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_schedule
 from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
+from normlab.cli.errors import EXIT_USAGE
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.own_grid import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
@@ -374,7 +375,7 @@ def test_until_decided_refuses_a_plan_it_cannot_run(
         app, ["compare", "--data", str(corpus), "--until-decided", *flags, "--out", str(out)],
         env={"COLUMNS": "300"},
     )  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_USAGE, result.output  # the options' values: usage
     assert message in result.output and not out.exists()
 
 
