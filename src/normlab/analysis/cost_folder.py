@@ -93,18 +93,22 @@ def _round(b: float) -> float:
     return float(f"{b:.3g}")
 
 
+def _positive(run: RunResult, *fields: str) -> tuple[float, ...] | None:
+    """The values of ``fields`` in ``run``'s summary when every one is a number > 0, else
+    None."""
+    values = [run.value(f) for f in fields]
+    return tuple(v for v in values if v) if all(v and v > 0 for v in values) else None
+
+
 def params_counted(folder: CompareFolder) -> tuple[float, str] | None:
     """(P, how it was counted): the parameters a budget counts (module docstring), or None when
     the baseline arm has no parameter count."""
     base = folder.runs_of(folder.baseline_arm)
-    ratios = [
-        r.value("tokens") / r.value(TOKENS_PER_PARAM)  # type: ignore[operator]
-        for r in base
-        if r.status == FINISHED and r.value("tokens") and r.value(TOKENS_PER_PARAM)
-    ]
+    pairs = [_positive(r, "tokens", TOKENS_PER_PARAM) for r in base if r.status == FINISHED]
+    ratios = [tokens / tpp for tokens, tpp in filter(None, pairs)]
     if ratios:
         return statistics.median(ratios), "the parameters the runs' tokens_per_param counts"
-    counts = [n for r in base if (n := r.value("n_params"))]
+    counts = [n[0] for r in base if (n := _positive(r, "n_params"))]
     if not counts:
         return None
     return counts[0], f"all {counts[0]:,.0f} parameters of the baseline arm"
@@ -152,18 +156,17 @@ def budget_spreads(folder: CompareFolder, arm: str, params: float) -> list[Budge
 def _seed_points(folder: CompareFolder, params: float) -> list[tuple[float, float, float]]:
     """(budget, core-seconds, FLOPs) of every seed whose every arm finished with ``tokens``,
     ``n_params``, ``wall_s`` and ``threads`` (module docstring)."""
+    fields = ("tokens", "n_params", "wall_s", "threads")
     points = []
     for seed in sorted({r.seed for r in folder.runs}):
-        runs = [r for arm in folder.arms for r in folder.runs_of(arm) if r.seed == seed]
-        fields = ("tokens", "n_params", "wall_s", "threads")
-        if len(runs) < len(folder.arms) or not all(
-            r.status == FINISHED and all(r.value(f) for f in fields) for r in runs
-        ):
+        runs = {r.arm: r for r in folder.runs if r.seed == seed and r.status == FINISHED}
+        values = {arm: _positive(r, *fields) for arm, r in runs.items()}
+        if any(values.get(arm) is None for arm in folder.arms):
             continue
-        base = next(r for r in runs if r.arm == folder.baseline_arm)
-        core = sum(r.value("wall_s") * r.value("threads") for r in runs)  # type: ignore[operator]
-        flops = sum(train_flops(r.value("n_params"), r.value("tokens")) for r in runs)  # type: ignore[arg-type]
-        points.append((_round(base.value("tokens") / params), core, flops))  # type: ignore[operator]
+        core = sum(wall * threads for _, _, wall, threads in values.values())
+        flops = sum(train_flops(n, tokens) for tokens, n, _, _ in values.values())
+        tokens = values[folder.baseline_arm][0]
+        points.append((_round(tokens / params), core, flops))
     return points
 
 
@@ -235,12 +238,9 @@ def _budgets(spreads: Sequence[BudgetSpread]) -> list[float]:
 
 def _current(folder: CompareFolder, params: float) -> float | None:
     """The main budget of the baseline's finished runs (the most common one)."""
-    budgets = [
-        _round(r.value("tokens") / params)  # type: ignore[operator]
-        for r in folder.runs_of(folder.baseline_arm)
-        if r.status == FINISHED and r.value("tokens")
-    ]
-    return statistics.mode(budgets) if budgets else None
+    runs = folder.runs_of(folder.baseline_arm)
+    tokens = [t[0] for r in runs if r.status == FINISHED and (t := _positive(r, "tokens"))]
+    return statistics.mode(_round(t / params) for t in tokens) if tokens else None
 
 
 def wall_seconds(core_s: float, cost_model: Mapping[str, Any]) -> float:
