@@ -35,7 +35,11 @@ from normlab.analysis.cost import (
 from normlab.analysis.cost_folder import (
     STANDARD_BUDGETS,
     budget_spreads,
+    budget_words,
     decision_sentence,
+    fmt_flops,
+    fmt_sig,
+    fmt_wall,
     params_counted,
     seed_cost,
     settle_budget,
@@ -43,6 +47,7 @@ from normlab.analysis.cost_folder import (
 from normlab.cli.answer import budget_settle_command, print_answer
 from normlab.experiment.config import validate_config
 from normlab.report import build_report
+from normlab.report.decision_cost import decision_cost_section
 from normlab.run_format import (
     COMMAND_FILE,
     DECISION_COST,
@@ -215,11 +220,25 @@ def test_the_shape_is_checked_and_names_the_path(tmp_path: Path) -> None:
 def test_no_record_when_every_arm_is_decided_or_nothing_is_timed(tmp_path: Path) -> None:
     a = analyze(load_compare_folder(FIXTURE))
     assert a["verdicts"][ARM]["quality"] == "equivalent"
-    assert DECISION_COST_KEY not in a
+    assert DECISION_COST_KEY not in a and decision_cost_section(a) is None
     out = _pilot(tmp_path)
     for seed in range(3):
         _edit(out, BASE, seed, wall_s=None)
     assert DECISION_COST_KEY not in analyze(load_compare_folder(out))
+
+
+def test_numbers_in_words() -> None:
+    assert [fmt_sig(x) for x in (190.4, 1.94, 0.0341, 0.0)] == ["190", "1.9", "0.034", "0"]
+    assert fmt_sig(2.76e-7) == "2.8e-07"
+    assert [fmt_wall(s) for s in (40, 720, 6840, 302_400)] == [
+        "40 s",
+        "12 min",
+        "1.9 h",
+        "3.5 days",
+    ]
+    assert fmt_flops(3.21e15) == "3.2e15" and fmt_flops(None) == "—"
+    assert budget_words(1.0) == "1 token per parameter"
+    assert budget_words(0.09409) == "0.0941 tokens per parameter"
 
 
 # --- which budget the settling command names ----------------------------------------------
