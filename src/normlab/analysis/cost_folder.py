@@ -213,18 +213,27 @@ def _budgets_words(budgets: Sequence[float]) -> str:
     return f"{', '.join(f'{b:.3g}' for b in budgets)} tokens per parameter"
 
 
+def _minus(x: float) -> str:
+    """``x`` to 2 significant digits with U+2212 for a minus sign."""
+    return f"{x:.2g}".replace("-", "\u2212")
+
+
 def _law_record(law: SpreadLaw, n_budgets: int) -> dict[str, Any]:
     k, low, high = law.exponent, law.exponent_low, law.exponent_high
     pct = round(100 * SPREAD_CONFIDENCE)
+    shape = f"σ(b) ∝ b^({_minus(-k)})"
+    ks = f"k {_minus(low)} to {_minus(high)}"
     if law.measured:
-        words = (
-            f"σ(b) ∝ b^(−{k:.2g}), fitted on {counted(n_budgets, 'measured budget')} "
-            f"(k {low:.2g} to {high:.2g}, {pct} %)"
-        )
+        words = f"{shape}, fitted on {counted(n_budgets, 'measured budget')} ({ks}, {pct} %)"
     else:
+        why = (
+            "one budget was measured"
+            if n_budgets < 2
+            else f"the {counted(n_budgets, 'measured budget')} give no slope (a spread of 0)"
+        )
         words = (
-            f"σ(b) ∝ b^(−{k:.2g}) assumed (k {low:.2g} to {high:.2g}): one budget was measured, "
-            "so how the spread falls with the budget is not measured here"
+            f"{shape} assumed ({ks}): {why}, so how the spread falls with the budget is not "
+            "measured here"
         )
     return {**asdict(law), "words": words}
 

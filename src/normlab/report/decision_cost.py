@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from normlab._plural import counted
+from normlab._plural import counted, noun
 from normlab.analysis.cost_folder import core_hours, fmt_flops, fmt_sig, fmt_wall, wall_seconds
 from normlab.analysis.power import MAX_SEEDS_FORECAST, SPREAD_CONFIDENCE, forecast_range
 from normlab.report.content import Section, Table
@@ -88,7 +88,8 @@ def decision_cost_section(a: Mapping[str, Any]) -> Section | None:
         f"({power}% power at the difference observed at the nearest measured budget), from the "
         f"plug-in spread to the top of its {pct}% range; a seed trains every arm once. "
         f"Compute: {model['words']}; FLOPs 6·N·D per run; the wall time here is core-seconds / "
-        f"({model['threads']:g} threads × {counted(model['parallel'], 'parallel run')}). The "
+        f"({model['threads']:g} {noun(1 if model['threads'] == 1 else 2, 'thread')} × "
+        f"{counted(model['parallel'], 'parallel run')}). The "
         "spread at a budget that was not measured is read off the spread law: "
         + "; ".join(f"{arm}: {costs[arm]['law']['words']}" for arm in arms)
         + ". Only the spread's uncertainty is carried into the ranges."
