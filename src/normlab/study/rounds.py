@@ -193,8 +193,6 @@ def sequential_tracker(
     its direction and the config's margin, looks after the seeds given, every 2 more and at
     ``spec.max_seeds``; ``ValueError`` naming ``--max-time`` or ``--max-seeds`` when the plan
     cannot run."""
-    if not spec.max_time > 0:
-        raise ValueError(f"max_time: expected --max-time in seconds > 0, got {spec.max_time!r}")
     fmt = testbed_format(cfg.testbed)
     looks = look_schedule(len(cfg.seed_list()), spec.max_seeds)
     plan = plan_for(
