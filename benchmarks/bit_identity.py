@@ -43,6 +43,7 @@ TIMING_KEYS = frozenset(
         "time_to_target_s",
         "posttrain_s",
         "peak_memory_bytes",
+        "total_peak_memory_bytes",
         "rank_peak_memory_bytes",
         "peak_memory_kind",
         "samples_s",

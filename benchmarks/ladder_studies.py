@@ -67,6 +67,7 @@ from normlab.analysis.ladder import Rung, fit_ladder, predict_ladder, rung_stats
 from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING, tuning_seed_words
 from normlab.analysis.lr_sweep_folder import sweep_losses
 from normlab.cli.coord_check_cmd import JSON_FILE as COORD_CHECK_FILE
+from normlab.cli.errors import EXIT_FAILED
 from normlab.run_format import LADDER_KEY, LR_SWEEP_KEY
 from normlab.run_format import folder as run_folder
 
@@ -239,11 +240,11 @@ def _done_coord_check(cmd: Sequence[str]) -> bool:
 
 def run_one(cmd: Sequence[str]) -> None:
     """Run one command with this Python's normlab, from the checkout (paths in ``cmd`` are
-    relative to it). A coordinate check that is not flat exits 1 and is still a result; any
-    other failure stops."""
+    relative to it). A coordinate check that is not flat exits 3 (failed: the README's table
+    of exit statuses) and is still a result; any other failure stops."""
     print("$", " ".join(cmd), flush=True)
     rc = subprocess.run([sys.executable, "-m", *cmd], cwd=ROOT, check=False).returncode
-    if rc != 0 and not (cmd[1] == "coord-check" and rc == 1):
+    if rc != 0 and not (cmd[1] == "coord-check" and rc == EXIT_FAILED):
         raise SystemExit(f"{' '.join(cmd)} exited {rc}")
 
 

@@ -16,6 +16,16 @@ from collections.abc import Sequence
 import torch
 
 FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+
+
+class UsageValueError(ValueError):
+    """A value the user gave (an option, an argument, a config key) that is not taken as
+    written: malformed, out of range, a name that names nothing there is, or one that does not go
+    with the others, found by a check below the command line. The command line exits with its
+    usage status for it (``normlab.cli.errors.EXIT_USAGE``), as for typer's own usage errors;
+    any other ``ValueError`` of a command refuses what well-formed options name."""
+
+
 CASTING_MODES = ("llama", "gemma", "fp32")
 
 

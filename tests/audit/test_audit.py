@@ -530,8 +530,8 @@ def test_a_defect_fails_the_process_and_the_status_is_documented(tmp_path: Path)
     assert done.returncode == 3, done.stdout + done.stderr
     assert done.stdout.startswith("verdict: defect")
     shown = CliRunner().invoke(app, ["audit", "norm", "--help"], env={"COLUMNS": "200"})
-    assert "Exit status: 0 when the verdict is ok or note, 3 when it is defect" in " ".join(
-        shown.output.split()
-    )
+    help_text = " ".join(shown.output.split())
+    assert "Exit status: 0 (ok) when the verdict is ok or note;" in help_text
+    assert "3 (failed) when the verdict is defect" in help_text
     docs = (Path(__file__).resolve().parents[2] / "docs/audit.md").read_text(encoding="utf-8")
     assert "exit status 3" in docs

@@ -51,11 +51,11 @@ def _invoke(*args: str) -> tuple[int, str]:
 def test_out_that_is_a_file_is_rejected_before_measuring(tmp_path: Path, no_run: list) -> None:
     afile = tmp_path / "afile"
     afile.write_text("keep me")
-    code, text = _invoke("--out", str(afile))
-    assert code == 2 and "--out" in text and "not a folder" in text
+    code, text = _invoke("--out", str(afile))  # well formed, but it cannot be used: refused
+    assert code == 1 and "--out" in text and "not a folder" in text
     assert "Traceback" not in text
     code, text = _invoke("--out", str(afile / "sub"))  # a path below a file cannot be made
-    assert code == 2 and "--out" in text and "cannot write" in text
+    assert code == 1 and "--out" in text and "cannot write" in text
     assert not no_run
     assert afile.read_text() == "keep me"
 
@@ -64,7 +64,7 @@ def test_out_impossible_path_is_rejected(no_run: list) -> None:
     if not Path("/proc").is_dir():
         pytest.skip("needs /proc")
     code, text = _invoke("--out", "/proc/nope/bench")
-    assert code == 2 and "--out" in text and "Traceback" not in text
+    assert code == 1 and "--out" in text and "Traceback" not in text
     assert not no_run
 
 
@@ -104,7 +104,6 @@ def test_peer_names_known_everywhere() -> None:
         (["--llc-multiple", "-1"], "--llc-multiple"),
         (["--llc-multiple", "inf"], "--llc-multiple"),
         (["--device", "tpu"], "--device"),
-        (["--device", "cuda:99"], "--device"),
         (["--reps", "0"], "--reps"),
         (["--rows", "0"], "--rows"),
         (["--threads", "-2"], "--threads"),
@@ -121,6 +120,16 @@ def test_bad_option_is_named_before_measuring(
     assert code == 2, text
     assert f"Invalid value for {option}" in text
     assert "Traceback" not in text
+    assert not no_run
+
+
+def test_a_device_that_is_not_there_is_refused_before_measuring(
+    tmp_path: Path, no_run: list
+) -> None:
+    """A well-formed --device this machine has not: refused (exit 1), not a usage error."""
+    code, text = _invoke("--device", "cuda:99", "--out", str(tmp_path / "o"))
+    assert code == 1, text
+    assert "--device: 'cuda:99' requested but" in text and "Traceback" not in text
     assert not no_run
 
 
@@ -209,13 +218,14 @@ def test_a_failure_while_staging_leaves_the_folder_as_it_was(
 
 
 def test_cli_run_that_measures_nothing_fails_and_keeps_earlier_results(tmp_path: Path) -> None:
-    """Only skipped peers: exit 1. In a fresh folder the CSV and JSON still record why each row
-    was skipped (no chart); in a folder with earlier results nothing is replaced or removed."""
+    """Only skipped peers: exit 3 (failed). In a fresh folder the CSV and JSON still record why
+    each row was skipped (no chart); in a folder with earlier results nothing is replaced or
+    removed."""
     if torch.cuda.is_available():
         pytest.skip("liger may run on CUDA")
     fresh = tmp_path / "fresh"
     result = CliRunner().invoke(app, ["bench", *TINY, "--peers", "liger", "--out", str(fresh)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output
     text = _flat(result.output)
     assert "no chart" in text and "no row was measured" in text
     assert sorted(p.name for p in fresh.iterdir()) == ["bench.csv", "bench.json"]
@@ -227,7 +237,7 @@ def test_cli_run_that_measures_nothing_fails_and_keeps_earlier_results(tmp_path:
     for name, data in files.items():
         (earlier / name).write_bytes(data)
     result = CliRunner().invoke(app, ["bench", *TINY, "--peers", "liger", "--out", str(earlier)])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 3, result.output
     assert "were left as they were" in _flat(result.output)
     assert {p.name: p.read_bytes() for p in earlier.iterdir()} == files
 

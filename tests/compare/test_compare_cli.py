@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.cli.compare_cmd import EXIT_BAD_CONFIG, EXIT_REFUSED
 from normlab.cli.compare_options import parse_seeds
+from normlab.cli.errors import EXIT_REFUSED, EXIT_USAGE
 from normlab.experiment.config import ConfigError, load_config_file, validate_config
 from normlab.experiment.execution.lock import OutputLock
 from normlab.experiment.execution.runner import check_out_contents, foreign_entries
@@ -186,7 +186,7 @@ def test_compare_with_one_norm_exits_2_before_any_work(config: Path, tmp_path: P
     code, output = invoke_cli(
         "compare", "--config", str(config), "--norms", "layernorm", "--out", str(out)
     )
-    assert code == EXIT_BAD_CONFIG == 2, output
+    assert code == EXIT_USAGE == 2, output
     assert "norms, placements" in output and "at least two arms" in output
     assert "Keep" not in output and not out.exists()
 
@@ -222,7 +222,7 @@ def test_compare_warmup_flag_is_checked(config: Path, tmp_path: Path) -> None:
     code, output = invoke_cli(
         "compare", "--config", str(config), "--warmup", "2", "--out", str(out)
     )
-    assert code == EXIT_BAD_CONFIG, output
+    assert code == EXIT_USAGE, output
     assert "train.warmup: 2 warm-up steps with train.steps = 2" in output
     assert not out.exists()
 

@@ -11,7 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.cli.compare_cmd import EXIT_NO_RESULT, EXIT_REFUSED
+from normlab.cli.errors import EXIT_FAILED, EXIT_REFUSED
 
 
 def invoke(*args: str) -> tuple[int, str, BaseException | None]:
@@ -100,7 +100,7 @@ def test_no_run_with_a_result_is_a_failure(
 ) -> None:
     monkeypatch.setattr("normlab.experiment.execution.runner.train_grid", _all_crashed)
     code, output, error = invoke("--config", str(config), "--out", str(tmp_path / "out"))
-    assert error is None and code == EXIT_NO_RESULT == 3, output
+    assert error is None and code == EXIT_FAILED == 3, output
     assert "2 crashed" in output and "no run finished or diverged" in output
 
 

@@ -302,7 +302,7 @@ def _bad_inputs(tmp: Path, corpus: Path) -> list[tuple[list[str], int, str]]:
         (["--model", f"hf:{no_config}", "--data", str(corpus)], 1, "has no config.json"),
         (
             ["--model", "test_model_sources:no_make_norm", "--data", str(corpus)],
-            1,
+            2,  # names no model factory: usage
             "--model: test_model_sources:no_make_norm takes vocab_size but no make_norm",
         ),
         (

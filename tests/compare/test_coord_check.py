@@ -115,7 +115,7 @@ def test_cli_writes_the_table_figure_and_json(
     assert (out / "coord_check.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     monkeypatch.setattr(gpt_module, "output_multiplier", lambda cfg: 1.0)
     broken = runner.invoke(app, args)
-    assert broken.exit_code == 1 and "mup: not flat" in broken.output
+    assert broken.exit_code == 3 and "mup: not flat" in broken.output  # failed
     sp = runner.invoke(app, [*args, "--parametrization", "sp"])
     assert sp.exit_code == 0 and "sp: not flat" in sp.output
 

@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from normlab.cli import app
-from normlab.cli.compare_cmd import EXIT_REFUSED
+from normlab.cli.errors import EXIT_REFUSED
 from normlab.data import (
     EXCLUDED_DIRS,
     SourceFile,

@@ -82,31 +82,68 @@ def _curve(run: str, steps: int, base: float) -> list[tuple[str, int, str, str]]
     return [(run, s, "val_loss", repr(base + 1.0 / s)) for s in range(1, steps + 1)]
 
 
+_BROKEN_ROWS = [
+    *_curve("ln_s0", 4, 0.0), *_curve("rms_s0", 4, 0.01),
+    *_curve("ln_s1", 4, 0.1), *_curve("rms_s1", 3, 0.11),  # rms stopped at step 3
+    *_curve("ln_s2", 4, 0.2),  # no rms run at seed 2
+    *_curve("ln_s3", 4, 0.3), ("rms_s3", 1, "val_loss", "nan"), ("rms_s3", 2, "val_loss", "1"),
+    ("ln_s4", 1, "loss", "2.0"), *_curve("rms_s4", 2, 0.4),  # ln never logged val_loss
+]  # fmt: skip
+
+
 def test_report_names_unpaired_seeds_step_differences_and_broken_runs(tmp_path: Path) -> None:
-    rows = [
-        *_curve("ln_s0", 4, 0.0), *_curve("rms_s0", 4, 0.01),
-        *_curve("ln_s1", 4, 0.1), *_curve("rms_s1", 3, 0.11),  # rms stopped at step 3
-        *_curve("ln_s2", 4, 0.2),  # no rms run at seed 2
-        *_curve("ln_s3", 4, 0.3), ("rms_s3", 1, "val_loss", "nan"), ("rms_s3", 2, "val_loss", "1"),
-        ("ln_s4", 1, "loss", "2.0"), *_curve("rms_s4", 2, 0.4),  # ln never logged val_loss
-    ]  # fmt: skip
+    """By default a run that ended whole at an earlier step than its seed's other arm (rms_s1)
+    is left out and its seed named unpaired; a diverged run (rms_s3) and one that never logged
+    the metric (ln_s4) keep their statuses, and their seeds' step differences are named."""
     out = tmp_path / "out"
-    import_runs(f"csv:{_write_csv(tmp_path / 'r.csv', rows)}", *RULES, "val_loss", out, margin=0.1)
+    csv = _write_csv(tmp_path / "r.csv", _BROKEN_ROWS)
+    plan = import_runs(f"csv:{csv}", *RULES, "val_loss", out, margin=0.1)
+    assert [(s["run"], s.get("arm"), s.get("seed")) for s in plan.skipped] == [("rms_s1", "rms", 1)]
+    assert "it ends at step 3, before step 4 where ln of seed 1 end" in plan.skipped[0]["reason"]
     experiment = read_experiment(out)
     lines = pairing_lines(experiment)
     assert "not recorded by the tracker, not checked" in lines[0]
-    assert "unpaired: seed 2 (no run of rms)" in lines[1]
-    assert "seed 1: ln to step 4, rms to step 3" in lines[2]
-    assert "seed 4: ln to step 1, rms to step 2" in lines[2]
+    assert "unpaired: seed 1 (rms_s1 left out), seed 2 (no run of rms)" in lines[1]
+    assert "seed 1:" not in lines[2]
+    assert "seed 3: ln to step 4, rms to step 2 (rms ends earlier)" in lines[2]
+    assert "seed 4: ln to step 1, rms to step 2 (ln ends earlier)" in lines[2]
+    assert "those that remain failed, diverged or did not end" in lines[2]
     assert "not recorded by CSV" in lines[3]
     diverged = read_summary(out / "runs" / "rms__s3")
     assert diverged is not None and (diverged["status"], diverged["diverged_at"]) == ("diverged", 1)
     crashed = read_summary(out / "runs" / "ln__s4")
     assert crashed is not None and crashed["status"] == "crashed"
     assert "logged no value of 'val_loss'" in crashed["error"]
+    assert not (out / "runs" / "rms__s1").exists()
+    analysis = analyze(load_compare_folder(out))
+    assert analysis["comparisons"]["rms"]["final_val_loss"]["n_pairs"] == 1  # seed 0 only
+    paragraphs = import_paragraphs(experiment)
+    assert "runs were trained elsewhere" in paragraphs[0]
+    assert "so is a run that ended whole at an earlier step" in paragraphs[0]
+    assert "Tracker runs left out (1): rms_s1 (it ends at step 3" in paragraphs[2]
+
+
+def test_compare_unequal_steps_judges_a_short_run_on_its_last_value(tmp_path: Path) -> None:
+    """``--compare-unequal-steps``: the run that ended at step 3 is compared, and the words say
+    that its last value is from an earlier step."""
+    out = tmp_path / "out"
+    csv = _write_csv(tmp_path / "r.csv", _BROKEN_ROWS)
+    result = CliRunner().invoke(
+        app,
+        [
+            "report", "--import", f"csv:{csv}", "--arm-from", RULES[0], "--seed-from", RULES[1],
+            "--metric", "val_loss", "--margin", "0.1", "--out", str(out),
+            "--compare-unequal-steps",
+        ],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "left out rms_s1" not in result.stdout
+    assert "seed 1: ln to step 4, rms to step 3 (rms ends earlier)" in result.stdout
+    assert "compared on its last value, from an earlier step" in result.stdout
     analysis = analyze(load_compare_folder(out))
     assert analysis["comparisons"]["rms"]["final_val_loss"]["n_pairs"] == 2  # seeds 0 and 1
-    assert "runs were trained elsewhere" in import_paragraphs(experiment)[0]
+    short = read_summary(out / "runs" / "rms__s1")
+    assert short is not None and short["final_val_loss"] == pytest.approx(0.11 + 1 / 3)
 
 
 def test_an_undecided_import_asks_for_more_logged_seeds_not_until_decided(
@@ -149,37 +186,50 @@ _ROWS = [*_curve("ln_s0", 2, 0.0), *_curve("rms_s0", 2, 0.1), *_curve("ln_s1", 2
 
 
 @pytest.mark.parametrize(
-    ("rows", "args", "words"),
+    ("rows", "args", "words", "code"),
     [
-        (_ROWS, {"--import": "parquet:{csv}"}, "--import: 'parquet:"),
-        (_ROWS, {"--import": "csv:{tmp}/nowhere.csv"}, "--import: '"),
-        ([], {}, "--import: no csv runs found"),
-        (_ROWS, {"--arm-from": "^(ln"}, "--arm-from: '^(ln' is not a regular expression"),
-        (_ROWS, {"--arm-from": "^(x.*)_s"}, "--arm-from: '^(x.*)_s' matched none of the 3 runs"),
-        (_ROWS, {"--seed-from": "_(s\\d+)$"}, "--seed-from: run 'ln_s0' gives the seed 's0'"),
-        (_ROWS, {"--arm-from": "^(ln)_s"}, "--arm-from: every run gives the one arm 'ln'"),
-        (_ROWS, {"--metric": "acc"}, "--metric: no run logged 'acc'; the runs logged 'val_loss'"),
-        (_ROWS, {"--arm-from": "param:norm"}, "--arm-from: 'param:norm' reads a param: field"),
+        (_ROWS, {"--import": "parquet:{csv}"}, "--import: 'parquet:", 2),
+        (_ROWS, {"--import": "csv:{tmp}/nowhere.csv"}, "--import: '", 1),
+        ([], {}, "--import: no csv runs found", 1),
+        (_ROWS, {"--arm-from": "^(ln"}, "--arm-from: '^(ln' is not a regular expression", 2),
+        (_ROWS, {"--arm-from": "^(x.*)_s"}, "--arm-from: '^(x.*)_s' matched none of the 3 runs", 1),
+        (_ROWS, {"--seed-from": "_(s\\d+)$"}, "--seed-from: run 'ln_s0' gives the seed 's0'", 1),
+        (_ROWS, {"--arm-from": "^(ln)_s"}, "--arm-from: every run gives the one arm 'ln'", 1),
+        (
+            _ROWS,
+            {"--metric": "acc"},
+            "--metric: no run logged 'acc'; the runs logged 'val_loss'",
+            1,
+        ),
+        (_ROWS, {"--arm-from": "param:norm"}, "--arm-from: 'param:norm' reads a param: field", 2),
         (
             [*_ROWS, *_curve("lnb_s0", 2, 0.0)],
             {"--arm-from": "^(ln|rms)"},
             "--arm-from/--seed-from: runs 'ln_s0' and 'lnb_s0' both give arm 'ln', seed 0",
+            1,
         ),
         (
             [*_ROWS, *_curve("LN_s0", 2, 0.0)],
             {"--arm-from": "^(.+)_s"},
             "--arm-from: the arms 'LN' and 'ln' differ only in case",
+            1,
         ),
-        (_ROWS, {"--margin": "0"}, "--margin: expected the difference in val_loss"),
-        (_ROWS, {"--margin": "nan"}, "--margin: expected the difference in val_loss"),
-        (_ROWS, {"--baseline": "gn"}, "--baseline: 'gn' is not an arm"),
-        (_ROWS, {"--out": None}, "--out: expected the folder"),
-        (_ROWS, {"--import": None}, "--arm-from: an option of --import"),
+        (_ROWS, {"--margin": "0"}, "--margin: expected the difference in val_loss", 2),
+        (_ROWS, {"--margin": "nan"}, "--margin: expected the difference in val_loss", 2),
+        (_ROWS, {"--baseline": "gn"}, "--baseline: 'gn' is not an arm", 1),
+        (_ROWS, {"--out": None}, "--out: expected the folder", 2),
+        (_ROWS, {"--import": None}, "--arm-from: an option of --import", 2),
     ],
 )
 def test_refusals_are_one_line_naming_the_option(
-    tmp_path: Path, rows: list[tuple[str, int, str, str]], args: dict[str, str | None], words: str
+    tmp_path: Path,
+    rows: list[tuple[str, int, str, str]],
+    args: dict[str, str | None],
+    words: str,
+    code: int,
 ) -> None:
+    """Each refusal exits as the table of exit statuses says: 2 (usage) for an option as
+    written, 1 (refused) for a source or runs that cannot be used with well-formed options."""
     csv = _write_csv(tmp_path / "runs.csv", rows)
     out = tmp_path / "out"
     given: dict[str, str | None] = {
@@ -193,7 +243,7 @@ def test_refusals_are_one_line_naming_the_option(
     }
     argv = [part for key, value in given.items() if value is not None for part in (key, value)]
     result = CliRunner().invoke(app, ["report", *argv])
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == code, result.output
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("normlab report: error: "), result.stderr
     assert words in lines[0], lines[0]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from normlab._io import read_jsonl, write_json_atomic
 from normlab.cli import app
-from normlab.cli.compare_cmd import EXIT_BAD_CONFIG
+from normlab.cli.errors import EXIT_USAGE
 from normlab.data import prepare_tokens
 from normlab.experiment.config import ConfigError, validate_config
 from normlab.experiment.execution import grid as grid_module
@@ -91,7 +91,7 @@ def test_the_cli_refuses_fp8_with_exit_2(tmp_path: Path) -> None:
     out = tmp_path / "out"
     result = CliRunner().invoke(app, ["compare", "--precision", "fp32,fp8", "--out", str(out)])
     text = " ".join(result.output.split())
-    assert result.exit_code == EXIT_BAD_CONFIG
+    assert result.exit_code == EXIT_USAGE
     assert "'fp8' is not a training precision (--precision)" in text
     assert not out.exists()
 

@@ -150,7 +150,7 @@ def test_cli_rebuilds_the_report(tmp_path):
 
 def test_cli_rejects_a_folder_that_is_not_a_compare_folder(tmp_path):
     result = CliRunner().invoke(app, ["report", str(tmp_path)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1  # refused: the folder cannot be used
     assert "not a 'normlab compare' output folder" in result.output
 
 
@@ -160,7 +160,7 @@ def test_cli_rejects_a_folder_without_finished_runs(tmp_path):
     for summary in (out / "runs").glob("*/summary.json"):
         summary.unlink()
     result = CliRunner().invoke(app, ["report", str(out)])
-    assert result.exit_code == 2
+    assert result.exit_code == 1
     assert "holds no finished run" in result.output
     with pytest.raises(CompareFolderError, match="holds no finished run"):
         build_report(out)

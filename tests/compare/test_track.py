@@ -222,12 +222,12 @@ def test_script_flags_are_checked_before_anything_runs(
     from typer.testing import CliRunner
 
     from normlab.cli import app
-    from normlab.cli.compare_cmd import EXIT_BAD_CONFIG
+    from normlab.cli.errors import EXIT_USAGE
 
     out = tmp_path / "out"
     norms = [] if "--norms" in args else ["--norms", "a,b"]
     result = CliRunner().invoke(app, ["compare", *args, *norms, "--out", str(out)])
-    assert result.exit_code == EXIT_BAD_CONFIG, result.output
+    assert result.exit_code == EXIT_USAGE, result.output
     assert words in result.output and not out.exists()
 
 

@@ -25,6 +25,7 @@ from normlab.analysis.rounds import SequentialTracker, paired_differences, read_
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, SequentialPlan, look_schedule
 from normlab.cli import app
 from normlab.cli.answer import compare_args, settle_command
+from normlab.cli.errors import EXIT_USAGE
 from normlab.experiment.config import validate_config
 from normlab.experiment.execution.own_grid import paired_description
 from normlab.run_format import COMMAND_FILE, SEQUENTIAL_FILE
@@ -200,15 +201,17 @@ def test_report_ends_with_the_answer_and_the_settling_command(tmp_path: Path) ->
     result = CliRunner().invoke(app, ["report", str(out)], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     lines = result.output.strip().splitlines()
-    assert lines[-4].startswith("The evidence cannot tell rmsnorm-pre from layernorm-pre")
-    assert lines[-3].startswith("Verdict per arm on validation bpb")
-    assert lines[-2].startswith("  rmsnorm-pre vs layernorm-pre: inconclusive — difference +0.10")
-    assert "95% CI [" in lines[-2] and lines[-2].endswith("3 paired seeds [undecided]")
+    assert lines[-5].startswith("The evidence cannot tell rmsnorm-pre from layernorm-pre")
+    assert lines[-4].startswith("Verdict per arm on validation bpb")
+    assert lines[-3].startswith("  rmsnorm-pre vs layernorm-pre: inconclusive — difference +0.10")
+    assert "95% CI [" in lines[-3] and lines[-3].endswith("3 paired seeds [undecided]")
     # the forecast says its range, and the command plans for its upper end
-    assert "seeds per arm would likely settle it at the spread of these 3 seeds" in lines[-4]
+    assert "seeds per arm would likely settle it at the spread of these 3 seeds" in lines[-5]
     a = json.loads((out / "summary.json").read_text())
     point, needed = (a["verdicts"][ARM][k] for k in ("seeds_needed", "seeds_needed_high"))
-    assert f"about {point} seeds" in lines[-4] and f"and up to {needed} if that" in lines[-4]
+    assert f"about {point} seeds" in lines[-5] and f"and up to {needed} if that" in lines[-5]
+    # what a decision costs, before the command (tests/compare/test_decision_cost.py)
+    assert lines[-2] == a["decision_cost"][ARM]["sentence"]
     walls = sorted(
         json.loads(p.read_text())["wall_s"] for p in (out / "runs").glob("*/summary.json")
     )
@@ -374,7 +377,7 @@ def test_until_decided_refuses_a_plan_it_cannot_run(
         app, ["compare", "--data", str(corpus), "--until-decided", *flags, "--out", str(out)],
         env={"COLUMNS": "300"},
     )  # fmt: skip
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == EXIT_USAGE, result.output  # the options' values: usage
     assert message in result.output and not out.exists()
 
 

@@ -477,3 +477,33 @@ def test_the_recommendation_ranks_switches_by_quality_then_stability_then_speed(
     assert recommendation("b", mixed, gains.get, speeds.get) == ("b", "either")
     mixed.pop("e")
     assert recommendation("b", mixed, gains.get, speeds.get) == ("b", "keep")
+
+
+def test_a_script_or_import_margin_reaches_the_arm_line(tmp_path: Path) -> None:
+    """An imported (or ``--script``) comparison keeps its margin under ``margin``, not a
+    testbed's own key: the arm's line (judge_in_analysis) must judge the quality metric with
+    it, as the verdict does, so the two never disagree (a difference of +0.002 that excludes
+    zero but lies well inside ±0.02 is "equivalent" in both, not "worse" in one)."""
+    from typer.testing import CliRunner
+
+    from normlab.cli import app
+
+    rows = [
+        {"run": f"{arm}_s{seed}", "step": 5, "metric": "val_loss",
+         "value": 2.0 + 0.01 * seed + (0.002 + 0.0001 * seed if arm == "rms" else 0.0)}
+        for arm in ("ln", "rms")
+        for seed in range(3)
+    ]  # fmt: skip
+    source = tmp_path / "runs.jsonl"
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "imported"
+    result = CliRunner().invoke(app, [
+        "report", "--import", f"jsonl:{source}", "--arm-from", r"^(.+)_s\d+$",
+        "--seed-from", r"_s(\d+)$", "--metric", "val_loss", "--margin", "0.02",
+        "--out", str(out),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    a = analyze(load_compare_folder(out))
+    quality = a["quality_metric"]
+    assert a["verdicts"]["rms"]["quality"] == "equivalent"
+    assert judge_in_analysis(a, "rms", quality).word == "equivalent"

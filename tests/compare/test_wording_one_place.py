@@ -27,6 +27,7 @@ WORD_CONSTANTS = {
 OTHER_DOMAINS = {
     ("cli/audit_cmd.py", "not determined"): "the audit's reading of whether a module normalises",
     ("trackers/exporting.py", "failed"): "the export record's runs whose export failed",
+    ("cli/errors.py", "failed"): "the exit status of a command whose answer is a failure",
     ("trackers/tracked.py", "failed"): "a tracker's status of a run that failed or was killed",
 }
 """The same strings in other domains, which are not words of a comparison."""

@@ -34,7 +34,7 @@ def _cases(tmp: Path) -> list[tuple[list[str], int, str]]:
             2,
             "normlab compare: error: --run: trains a planned run",
         ),
-        (["report", str(tmp / "missing")], 2, "normlab report: error: "),
+        (["report", str(tmp / "missing")], 1, "normlab report: error: "),
         (["bench", "--dims", "0"], 2, "normlab bench: error: Invalid value for --dims:"),
         (["audit", "norm", "nope"], 2, "normlab audit norm: error: Invalid value for TARGET:"),
         (

@@ -13,8 +13,11 @@ summary.json) and, after ``--until-decided``, the sequential state
    parameter), a note that the verdict is about how fast the models start
    (:func:`~.training_budget.budget_lines`);
 4. after sequential rounds, how many seeds it took and why it stopped;
-5. when the question is still open, the exact command that would settle it (built by the
-   caller from the flags that were given, see :mod:`normlab.cli.answer`).
+5. when the question is still open, what a decision would cost per open arm, at the current
+   training budget and at the cheapest (the analysis's ``decision_cost``,
+   :func:`normlab.analysis.cost_folder.decision_sentence`), and the exact command that would
+   settle it (built by the caller from the flags that were given, see
+   :mod:`normlab.cli.answer`).
 """
 
 from __future__ import annotations
@@ -32,9 +35,9 @@ from normlab.analysis.wording import (
     is_decided,
     judge_in_analysis,
 )
-from normlab.run_format import testbed_format
+from normlab.run_format import DECISION_COST_KEY, testbed_format
 
-__all__ = ["answer_lines", "is_open"]
+__all__ = ["answer_lines", "cost_lines", "is_open"]
 
 
 def is_open(a: Mapping[str, Any], state: Mapping[str, Any] | None = None) -> bool:
@@ -106,6 +109,15 @@ def answer_lines(
             f"Sequential: {state['procedure']}, looks at {looks} seeds, α = {plan['alpha']:g}; "
             f"stopped because {stopped.get('words', 'it was interrupted')}."
         )
+    if is_open(a, state):
+        lines += cost_lines(a)
     if is_open(a, state) and settle:
         lines.append(f"To settle it, run: {settle}")
     return lines
+
+
+def cost_lines(a: Mapping[str, Any]) -> list[str]:
+    """One line per arm the analysis prices a decision for (``decision_cost``), in arm order:
+    its sentence."""
+    costs = a.get(DECISION_COST_KEY) or {}
+    return [str(costs[arm]["sentence"]) for arm in a["arm_order"] if arm in costs]

@@ -7,6 +7,7 @@ from typing import Any
 
 from normlab._plural import counted
 from normlab.analysis.comparison import PairedComparison, compare_paired, decide_by_sign_test
+from normlab.analysis.cost_folder import decision_cost
 from normlab.analysis.families import FACTOR_DEFAULTS, comparison_families
 from normlab.analysis.lr_sweep_folder import compare_sweep
 from normlab.analysis.recommendation import (
@@ -21,6 +22,7 @@ from normlab.analysis.stability import arm_stability, stability_verdict
 from normlab.analysis.stats import describe, holm_adjust
 from normlab.analysis.training_budget import budget_record
 from normlab.analysis.verdicts import ArmVerdict, arm_verdict
+from normlab.analysis.wording import is_decided
 from normlab.run_format import LR_SWEEP_KEY, MetricSpec, TestbedFormat, testbed_format
 from normlab.run_format.budget import BUDGET_KEY
 from normlab.run_format.imported import import_record
@@ -339,6 +341,8 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
     (:func:`normlab.analysis.lr_sweep_folder.compare_sweep`); other folders have no such key.
     ``budget``: the runs' tokens per parameter and whether they are early training
     (:func:`normlab.analysis.training_budget.budget_record`).
+    When some arm's quality verdict is open, ``decision_cost`` holds what deciding it would
+    cost at each training budget (:func:`normlab.analysis.cost_folder.decision_cost`).
     """
     if not 0.0 < alpha < 0.5:
         raise ValueError(f"alpha must lie in (0, 0.5), got {alpha!r}")
@@ -380,6 +384,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "sequential": sequential,
         BUDGET_KEY: budget_record(folder),
         **_sweep(folder),
+        **_decision_cost(folder, judged, alpha, power),
     }
 
 
@@ -388,6 +393,15 @@ def _sweep(folder: CompareFolder) -> dict[str, Any]:
     ran = folder.experiment.get("learning_rates")
     record = compare_sweep(folder.path, ran if isinstance(ran, dict) else None)
     return {} if record is None else {LR_SWEEP_KEY: record}
+
+
+def _decision_cost(
+    folder: CompareFolder, judged: _ArmResults, alpha: float, power: float
+) -> dict[str, Any]:
+    """{``decision_cost``: the price of a decision per arm whose quality verdict is not decided}
+    (:func:`normlab.analysis.cost_folder.decision_cost`), or {} when there is none to give."""
+    open_arms = [arm for arm, v in judged.arm_verdicts.items() if not is_decided(v.quality)]
+    return decision_cost(folder, open_arms, alpha, power)
 
 
 def _sequential_decision(

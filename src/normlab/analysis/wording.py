@@ -98,7 +98,7 @@ from typing import Any
 
 from normlab.analysis.format import NO_INTERVAL, fmt_p
 from normlab.analysis.smallest import LEARNED_MODEL_METRICS, Smallest, smallest_for
-from normlab.run_format import CRASHED, DIVERGED, FINISHED, UNFINISHED
+from normlab.run_format import CRASHED, DIVERGED, FINISHED, UNFINISHED, testbed_format
 
 __all__ = [
     "BAD",
@@ -490,10 +490,14 @@ def judge(
 
 
 def _margin_of(a: Mapping[str, Any]) -> float | None:
-    for key in ("margin_bpb", "margin_val_loss"):
-        if isinstance(a.get(key), (int, float)):
-            return float(a[key])
-    return None
+    """The experiment's equivalence margin, under its testbed's key (``margin_bpb``,
+    ``margin_val_loss``, a script's or an import's ``margin``); None without one."""
+    try:
+        key = testbed_format(a.get("testbed")).margin_key
+    except ValueError:
+        return None
+    value = a.get(key)
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def judge_in_analysis(a: Mapping[str, Any], arm: str, metric: str) -> Judgement:

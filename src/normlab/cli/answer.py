@@ -14,7 +14,14 @@ command is that same command with the same ``--out`` (so every finished run is r
   the time the remaining planned runs would take at the speed of the runs so far (else a
   budget too small for one round would stop it again before it trains anything);
 - after ``--until-decided`` reached its last planned look undecided: ``--max-seeds`` doubled.
-  That is a new plan; its error rates assume it is fixed before any look, so the line says so.
+  That is a new plan; its error rates assume it is fixed before any look, so the line says so;
+- whichever of these, when the analysis prices a decision (``decision_cost``) and another
+  training budget is cheaper than what the current one still costs with its seeds reused
+  (:func:`normlab.analysis.cost_folder.settle_budget`): a new experiment at that budget,
+  ``--tokens-per-param`` in place of ``--steps`` / ``--tokens``, ``--until-decided`` with
+  ``--max-seeds`` at the upper end of the seeds it needs there and ``--max-time`` at their
+  time here, into a new folder beside ``--out`` (``OUT-tpp<budget>``: the runs of the current
+  budget are of another experiment).
 """
 
 from __future__ import annotations
@@ -29,12 +36,16 @@ from rich.console import Console
 from rich.markup import escape
 
 from normlab.analysis.answer import answer_lines
+from normlab.analysis.cost_folder import settle_budget
 from normlab.analysis.rounds import read_state
 from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
+from normlab.run_format import DECISION_COST_KEY
 from normlab.run_format import folder as run_folder
 from normlab.study.rounds import DEFAULT_MAX_TIME_S, round_seconds
 
 __all__ = [
+    "budget_out",
+    "budget_settle_command",
     "compare_args",
     "plan_size",
     "print_answer",
@@ -45,6 +56,8 @@ __all__ = [
 ]
 
 VALUE_FLAGS = ("--seeds", "--max-seeds", "--max-time", "--out")
+BUDGET_FLAGS = ("--steps", "--tokens", "--tokens-per-param")
+"""The flags that set a run's training budget (each takes a value)."""
 
 
 def compare_args(given: Mapping[str, Any]) -> list[str]:
@@ -75,7 +88,7 @@ def _without(args: Sequence[str], flags: Sequence[str]) -> list[str]:
             continue
         name = arg.split("=", 1)[0]
         if name in flags:
-            skip = "=" not in arg and name in VALUE_FLAGS
+            skip = "=" not in arg and name in (*VALUE_FLAGS, *BUDGET_FLAGS)
             continue
         kept.append(arg)
     return kept
@@ -119,6 +132,27 @@ def settle_command(
     else:
         new = list(base)
     return shlex.join(["normlab", "compare", *new, "--out", str(out)])
+
+
+def budget_out(out: Path | str, budget: float) -> Path:
+    """The folder of a new experiment at ``budget`` tokens per parameter, beside ``out``:
+    ``OUT-tpp<budget>``."""
+    path = Path(out)
+    return path.with_name(f"{path.name}-tpp{budget:g}")
+
+
+def budget_settle_command(a: Mapping[str, Any], args: Sequence[str], out: Path | str) -> str | None:
+    """The command that would settle the open arms at a cheaper training budget (module
+    docstring), or None when the current budget is the one to settle at (or nothing is
+    priced)."""
+    plan = settle_budget(a.get(DECISION_COST_KEY) or {})
+    if plan is None:
+        return None
+    budget, most, seconds = plan
+    info = (a.get("arm_info") or {}).get(a.get("baseline_arm"), {})
+    first = len(info.get("seeds_done", [])) + len(info.get("seeds_missing", []))
+    new = [*_without(args, BUDGET_FLAGS), "--tokens-per-param", f"{budget:g}"]
+    return settle_command(new, budget_out(out, budget), None, max(most, first), _minutes(seconds))
 
 
 def plan_size(a: Mapping[str, Any], out: Path | str) -> tuple[int | None, float | None]:
@@ -205,6 +239,7 @@ def print_answer(console: Console, out: Path, args: Sequence[str] | None = None)
         else:
             seeds, seconds = None, remaining_seconds(state, out)
         settle = settle_command(args, out, state, seeds, seconds)
+        settle = budget_settle_command(a, args, out) or settle
     lines = answer_lines(a, state, settle)
     ended = state is not None and (state.get("stopped") or {}).get("reason") == "max-seeds"
     if settle and ended and lines[-1].startswith("To settle"):

@@ -8,10 +8,12 @@ causal LM from its config, ``--model-set`` overrides; ``--norm`` an unconditiona
 in every norm slot, as ``compare --model`` does; default: the model's own norms) or
 ``package.module:factory`` returning ``(model, example_inputs)``.
 
-Exit status of ``audit norm``: 0 when the verdict is ``ok`` or ``note``, :data:`EXIT_DEFECT` (3)
-when it is ``defect`` (so that a CI job can fail on it), 2 for a usage error (TARGET or an option
-refused), 1 for any other error (:mod:`normlab.cli.errors`). ``audit model`` places norms and
-judges none: 0, or 2 / 1 as above.
+Exit statuses (:data:`normlab.cli.errors.EXIT_STATUSES`): ``audit norm`` exits 0 when the
+verdict is ``ok`` or ``note`` and :data:`~normlab.cli.errors.EXIT_FAILED` (3) when it is
+``defect`` (so that a CI job can fail on it); both commands exit 2 when TARGET or an option is
+refused as written, and 1 when what they name cannot be used (a model folder that is not there,
+probes or a model too large for the machine's memory). ``audit model`` places norms and judges
+none.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from normlab.cli.audit_targets import (
     load_norm,
     source_model,
 )
-from normlab.cli.errors import EXIT_ERROR, fail
+from normlab.cli.errors import EXIT_FAILED, EXIT_REFUSED, exit_status_help, fail, is_usage_error
 from normlab.patching import replace_norms
 
 if TYPE_CHECKING:
@@ -70,12 +72,33 @@ AUDIT_BYTES_PER_DIM = 256 * 8 * 4
 """Memory of the probes per unit of D: their largest batch is 256 rows, held in float64 in a
 few copies (see :mod:`normlab.audit.probe`)."""
 
-EXIT_DEFECT = 3
-"""Exit status of ``audit norm`` whose verdict is ``defect`` (1 and 2 are the CLI's error and
-usage statuses)."""
+AUDIT_NORM_HELP = (
+    "Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision."
+    "\n\n"
+    "Prints the verdict, then defects and notes with their error and tolerance, then the table."
+    "\n\n"
+    + exit_status_help(
+        ok="when the verdict is ok or note",
+        refused="when the probes at --dim do not fit in the machine's memory",
+        usage="when TARGET or an option is refused",
+        failed="when the verdict is defect",
+    )
+)
+"""The help of ``normlab audit norm``: one line per paragraph (Typer rewraps each)."""
+AUDIT_MODEL_HELP = (
+    "Find a model's norms: where each sits (pre/post/sandwich, final) and its conditioning."
+    "\n\n"
+    + exit_status_help(
+        ok="when the norms are placed",
+        refused="when an hf: folder cannot be read or the model does not fit in the machine's "
+        "memory",
+        usage="when TARGET or an option is refused",
+    )
+)
+"""The help of ``normlab audit model``."""
 
 
-@audit_app.command("norm")
+@audit_app.command("norm", help=AUDIT_NORM_HELP)
 def audit_norm_cmd(
     target: Annotated[
         str,
@@ -86,21 +109,19 @@ def audit_norm_cmd(
     dim: Annotated[int, typer.Option(help="Vector size D used by the probes (even).")] = 64,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """Say what a norm computes: centring, statistic, ε and where it sits, gain form, precision.
-
-    Prints the verdict, then defects and notes with their error and tolerance, then the table.
-
-    Exit status: 0 when the verdict is ok or note, 3 when it is defect, 2 for a usage error.
-    """
+    """``normlab audit norm`` (help: :data:`AUDIT_NORM_HELP`)."""
     try:
         check_dim(dim)
-        check_fits_memory(
-            AUDIT_BYTES_PER_DIM * dim,
-            f"dim: the probes at D = {dim:,}",
-            "use a smaller --dim",
-        )
     except ValueError as err:
         raise _bad_parameter(err, {"dim": "--dim"}) from None
+    try:
+        check_fits_memory(
+            AUDIT_BYTES_PER_DIM * dim,
+            f"--dim: the probes at D = {dim:,}",
+            "use a smaller --dim",
+        )
+    except DoesNotFitError as err:  # the machine's limit, not the option's spelling
+        raise fail("audit norm", err, EXIT_REFUSED) from None
     try:
         fn, weight = load_norm(target, dim)
         result = audit_norm(fn, dim, target=target, weight=weight)
@@ -111,7 +132,7 @@ def audit_norm_cmd(
     else:
         _show_norm(result, target, dim)
     if result.severity == DEFECT:
-        raise typer.Exit(EXIT_DEFECT)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _show_norm(result: NormAudit, target: str, dim: int) -> None:
@@ -177,7 +198,7 @@ def _norm_table(result: NormAudit, target: str, dim: int) -> Table:
     return table
 
 
-@audit_app.command("model")
+@audit_app.command("model", help=AUDIT_MODEL_HELP)
 def audit_model_cmd(
     target: Annotated[
         str,
@@ -223,7 +244,7 @@ def audit_model_cmd(
         ),
     ] = False,
 ) -> None:
-    """Find a model's norms: where each sits (pre/post/sandwich, final) and its conditioning."""
+    """``normlab audit model`` (help: :data:`AUDIT_MODEL_HELP`)."""
     if is_source_target(target):
         if placement is not None:
             raise typer.BadParameter(
@@ -233,9 +254,13 @@ def audit_model_cmd(
             model, inputs = source_model(target, model_set, norm)
             result = audit_model(model, *inputs)
         except DoesNotFitError as err:  # the machine's limit, not the option's spelling: exit 1
-            raise fail("audit model", err, EXIT_ERROR) from None
+            raise fail("audit model", err, EXIT_REFUSED) from None
         except (TypeError, ValueError) as err:
             flags = {"--model": "TARGET", "--model-set": "--model-set", "norm": "--norm"}
+            if not is_usage_error(err) and str(err).startswith("--model: "):
+                # not a name that names no model: a folder that cannot be read
+                message = f"TARGET: {str(err).removeprefix('--model: ')}"
+                raise fail("audit model", message, EXIT_REFUSED) from None
             raise _bad_parameter(err, flags) from err
         _show_model(target, model, result, as_json, replaceable)
         return

@@ -31,7 +31,7 @@ from normlab.bench.runner import (
     run,
 )
 from normlab.cli.app import app
-from normlab.cli.errors import EXIT_ERROR, fail
+from normlab.cli.errors import EXIT_FAILED, EXIT_REFUSED, exit_status_help, fail
 
 _DTYPES = {
     "fp32": torch.float32,
@@ -79,6 +79,18 @@ def _bad_parameter(err: ValueError) -> typer.BadParameter:
     if sep and field.isidentifier():
         return typer.BadParameter(message, param_hint=f"--{field.replace('_', '-')}")
     return typer.BadParameter(str(err))
+
+
+def _refused(err: ValueError) -> typer.Exit:
+    """A well-formed option the machine or the folder cannot serve (a CUDA device that is not
+    there, sizes beyond its memory, an ``--out`` that cannot be written): exit 1, the message's
+    ``field:`` (``dims/rows:``) spelled as the options."""
+    field, sep, message = str(err).partition(": ")
+    names = field.split("/")
+    if sep and all(name.isidentifier() for name in names):
+        options = "/".join(f"--{name.replace('_', '-')}" for name in names)
+        return fail("bench", f"{options}: {message}", EXIT_REFUSED)
+    return fail("bench", err, EXIT_REFUSED)
 
 
 def _positive(value: int | None, name: str) -> None:
@@ -166,7 +178,22 @@ def check_bench_memory(config: Config) -> None:
             )
 
 
-@app.command()
+BENCH_HELP = (
+    "Time norms against PyTorch and other kernels, as a fraction of copy bandwidth."
+    "\n\n"
+    + exit_status_help(
+        ok="when rows were measured",
+        refused="when the device is not there, the sizes do not fit in its memory, or --out "
+        "cannot be written (nothing is measured)",
+        usage="for a bad option (nothing is measured)",
+        failed="when no row was measured (every peer skipped or failed; the files say why)",
+        interrupted="when interrupted (Ctrl-C)",
+    )
+)
+"""The help of ``normlab bench``: one line per paragraph (Typer rewraps each)."""
+
+
+@app.command(help=BENCH_HELP)
 def bench(
     ops: Annotated[
         str | None, typer.Option(help=f"Ops, comma-separated: {', '.join(OPS)}.")
@@ -223,7 +250,7 @@ def bench(
         ),
     ] = "reexec",
 ) -> None:
-    """Time norms against PyTorch and other kernels, as a fraction of copy bandwidth."""
+    """``normlab bench`` (help: :data:`BENCH_HELP`)."""
     config = _checked_config(
         ops,
         dims,
@@ -264,8 +291,9 @@ def _checked_config(
     out: Path,
     allocator_mode: str,
 ) -> Config:
-    """The bench's config from its options, each checked (device, memory and --out included);
-    raises ``typer.BadParameter`` naming the option at the first that is wrong."""
+    """The bench's config from its options, each checked (device, memory and --out included):
+    ``typer.BadParameter`` naming the option at the first that is wrong as written (exit 2),
+    then exit 1 (:func:`_refused`) when the machine or ``--out`` cannot serve it."""
     if allocator_mode not in ("reexec", "warn", "ignore"):
         raise typer.BadParameter(
             f"expected reexec, warn or ignore, got {allocator_mode!r}", param_hint="--allocator"
@@ -274,12 +302,12 @@ def _checked_config(
     _positive(reps, "--reps")
     _positive(rows, "--rows")
     config = _config(ops, dims, dtypes, modes, peers, device, quick, reps, rows, llc_multiple)
-    try:
+    try:  # well formed (checked above); can this machine and --out serve it?
         check_device_available(device)
         check_bench_memory(config)
         check_out_dir(out)
     except ValueError as err:
-        raise _bad_parameter(err) from None
+        raise _refused(err) from None
     return config
 
 
@@ -322,7 +350,8 @@ def _print_row(console: Console, row: Row) -> None:
 
 
 def _write_results(console: Console, result: Result, out: Path) -> None:
-    """Write the result's files into ``out``; exit 1 when no row was measured."""
+    """Write the result's files into ``out``; exit :data:`EXIT_FAILED` when no row was
+    measured."""
     command = shlex.join(["normlab", *sys.argv[1:]])
     written = write_outputs(result, out, command=command)
     if written.paths:
@@ -333,5 +362,5 @@ def _write_results(console: Console, result: Result, out: Path) -> None:
         raise fail(
             "bench",
             "no row was measured: every peer was skipped or failed (the status column says why)",
-            EXIT_ERROR,
+            EXIT_FAILED,
         )

@@ -39,8 +39,14 @@ from normlab.cli.compare_options import (
     parse_flags,
 )
 from normlab.cli.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    EXIT_STOPPED,
+    EXIT_USAGE,
     check_utf8_path,
     describe_error,
+    exit_status_help,
     fail,
     interrupt_exit_code,
     print_error,
@@ -64,16 +70,10 @@ from normlab.study.spec import (
 
 T = TypeVar("T")
 DEFAULT_OUT = Path("normlab-out/compare")
-EXIT_REFUSED = 1
-EXIT_BAD_CONFIG = 2
-EXIT_NO_RESULT = 3
-EXIT_STOPPED = 4
-EXIT_INTERRUPTED = 130
-EXIT_TERMINATED = 143
 EXIT_STATUS = {
     Refused: EXIT_REFUSED,
-    Invalid: EXIT_BAD_CONFIG,
-    NoResult: EXIT_NO_RESULT,
+    Invalid: EXIT_USAGE,
+    NoResult: EXIT_FAILED,
     Stopped: EXIT_STOPPED,
 }
 """The exit status of each way a study stops short (:mod:`normlab.study.errors`)."""
@@ -94,13 +94,21 @@ COMPARE_HELP = (
     "settings. Runs in the folder that the new command does not plan (e.g. seeds beyond a lower "
     "--seeds) are kept on disk but left out of the analysis and report."
     "\n\n"
-    "Exit status: 0 when at least one run finished or diverged (crashed runs are recorded as "
-    "results); 1 when the command refused before training (bad --out, --device or --data, "
-    "folder locked, unpaired arms, settings that differ from finished runs); 2 for an invalid "
-    "config; 3 when every run crashed; 4 when training began but the command could not complete "
-    "(a full disk or another system error while training, or the report could not be written): "
-    "finished runs are kept, run the same command again to resume, or `normlab report` to build "
-    "the report; 130 when interrupted (Ctrl-C), 143 when terminated (SIGTERM)."
+    + exit_status_help(
+        ok="when at least one run finished or diverged (crashed runs are recorded as results)",
+        refused="when the command refused before training (bad --out, --device or --data, a "
+        "folder locked or damaged, unpaired arms, settings that differ from finished runs, a "
+        "model the machine cannot hold)",
+        usage="for an invalid config (an option or key, a --model type transformers lacks, a "
+        "--model-set value or a --parametrization the model does not take)",
+        failed="when every run crashed",
+        stopped="when training began but the command could not complete (a full disk or "
+        "another system error while training, or the report could not be written): finished "
+        "runs are kept, run the same command again to resume, or `normlab report` to build the "
+        "report",
+        interrupted="when interrupted (Ctrl-C)",
+        terminated="when terminated (SIGTERM)",
+    )
 )
 """The help of ``normlab compare``: one line per paragraph, so that Typer's rich help rewraps
 each paragraph to the terminal instead of keeping the source's line breaks."""

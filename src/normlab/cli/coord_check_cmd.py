@@ -13,12 +13,17 @@ from rich.table import Table
 
 from normlab._io import write_bytes_atomic, write_json_atomic
 from normlab.cli.app import app
-from normlab.cli.errors import EXIT_USAGE, check_utf8_path, fail
+from normlab.cli.errors import (
+    EXIT_FAILED,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    check_utf8_path,
+    exit_status_help,
+    fail,
+)
 from normlab.models.config import GPTConfig
 from normlab.models.coord_check import FLAT_SLOPE, CoordCheck, coord_check
 
-EXIT_NOT_FLAT = 1
-EXIT_BAD_OPTION = EXIT_USAGE
 LADDER_KEY = "d_model"
 JSON_FILE = "coord_check.json"
 PNG_FILE = "coord_check.png"
@@ -27,10 +32,14 @@ COORD_CHECK_HELP = (
     "Train the GPT testbed a few Adam steps at each width (same seeds, same batches) and show "
     "how the size of every layer's activations (mean |x|) scales with the width: a table of "
     "the log-log slopes and a figure.\n\n"
-    f"Exit status: 0 when done (for mup: flat, every layer's slope of log size against log "
-    f"width within ±{FLAT_SLOPE:g} after the first step, the logits allowed to shrink); 1 "
-    "when mup is asked and the sizes "
-    "are not flat; 2 for a bad option (nothing is written)."
+    + exit_status_help(
+        ok=f"when done (for mup: flat, every layer's slope of log size against log width within "
+        f"±{FLAT_SLOPE:g} after the first step, the logits allowed to shrink)",
+        refused="when --out is not a folder or its path is not UTF-8 (nothing is written)",
+        usage="for a bad option (nothing is written)",
+        failed="when mup is asked and the sizes are not flat",
+        interrupted="when interrupted (Ctrl-C)",
+    )
 )
 
 
@@ -173,11 +182,14 @@ def coord_check_command(
         if not 0 < lr < math.inf:
             raise OptionError(f"--lr: expected a positive finite rate, got {lr!r}")
         settings = rung_settings(widths, parametrization, base_d_model, n_layers, n_heads)
+    except ValueError as err:
+        raise fail("coord-check", err, EXIT_USAGE) from None
+    try:  # a well-formed --out that cannot be used
         check_utf8_path(out, "--out")
         if out.exists() and not out.is_dir():
-            raise OptionError(f"--out: {str(out)!r} exists and is not a folder")
+            raise ValueError(f"--out: {str(out)!r} exists and is not a folder; expected a folder")
     except ValueError as err:
-        raise fail("coord-check", err, EXIT_BAD_OPTION) from None
+        raise fail("coord-check", err, EXIT_REFUSED) from None
     result = coord_check(
         settings, widths, steps=steps, lr=lr, batch_size=batch_size, seeds=range(seeds)
     )
@@ -199,4 +211,4 @@ def coord_check_command(
     )
     console.print(f"wrote {out / JSON_FILE} and {out / PNG_FILE}", highlight=False, soft_wrap=True)
     if parametrization == "mup" and not result.flat:
-        raise typer.Exit(EXIT_NOT_FLAT)
+        raise typer.Exit(EXIT_FAILED)

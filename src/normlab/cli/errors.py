@@ -1,6 +1,17 @@
 """How the command line reports failures: one line that names the file, option or key, and the
 documented exit status, never a traceback for something the user can fix.
 
+:data:`EXIT_STATUSES` is the one table of exit statuses of every command (``compare``,
+``report``, ``bench``, ``audit``, ``explain``, ``coord-check``): each status's number, name and
+meaning. Every command exits with one of its constants (:data:`EXIT_OK` …), and words its
+``--help`` with :func:`exit_status_help`, which takes the numbers and names from the table. The
+rule between the two refusals: :data:`EXIT_USAGE` when what was written cannot be taken (an
+option, argument or config value of the wrong type or range, an unknown name, options that do
+not go together: :func:`is_usage_error` for the errors raised below the command line);
+:data:`EXIT_REFUSED` when it was written well but what it names cannot be used (a path that
+does not exist or holds something else, a damaged or locked folder or file, inputs that do not
+fit the options, a device that is not there, a machine without the memory).
+
 Every error is one line on standard error, ``normlab <command>: error: <message>``: its line
 breaks and runs of spaces folded, and never wrapped at the terminal's width (it is written as
 it is, not through rich), so that a script can tell errors (stderr) from results (stdout) and
@@ -33,6 +44,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, NoReturn
@@ -40,11 +52,74 @@ from typing import Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
-EXIT_ERROR = 1
-"""Exit status of a command refused for its input (bad option, file, folder)."""
+from normlab._checks import UsageValueError
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
 EXIT_USAGE = 2
-"""Exit status of a usage error: an option or config key given a value it does not take (as
-typer's own usage errors, and ``normlab compare``'s invalid config)."""
+EXIT_FAILED = 3
+EXIT_STOPPED = 4
+EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """One exit status: its number, its name (as the help and the README name it) and what it
+    means for every command."""
+
+    code: int
+    name: str
+    meaning: str
+
+
+EXIT_STATUSES: tuple[ExitStatus, ...] = (
+    ExitStatus(EXIT_OK, "ok", "the command did its work"),
+    ExitStatus(
+        EXIT_REFUSED,
+        "refused",
+        "nothing was done: the command line is well formed, but what it names cannot be used "
+        "(a path that does not exist or holds something else, a damaged or locked folder or "
+        "file, inputs that do not fit the options, a device that is not there, a machine "
+        "without the memory or disk)",
+    ),
+    ExitStatus(
+        EXIT_USAGE,
+        "usage",
+        "nothing was done: an option, argument or config value the command does not take (of "
+        "the wrong type or range, an unknown name, options that do not go together)",
+    ),
+    ExitStatus(
+        EXIT_FAILED,
+        "failed",
+        "the work was done and its answer is a failure: every run crashed (compare), no row was "
+        "measured (bench), the verdict is defect (audit norm), μP's sizes are not flat "
+        "(coord-check)",
+    ),
+    ExitStatus(
+        EXIT_STOPPED,
+        "stopped",
+        "the work began but could not complete (a full disk or another system error while "
+        "training, the report not written); what was done is kept, and the same command resumes",
+    ),
+    ExitStatus(EXIT_INTERRUPTED, "interrupted", "interrupted (Ctrl-C, SIGINT)"),
+    ExitStatus(EXIT_TERMINATED, "terminated", "terminated (SIGTERM; 129 for SIGHUP)"),
+)
+"""The exit statuses of every ``normlab`` command, in the README's table (tests/test_exit_statuses
+checks that the two agree and that every refusal of every command exits as this table says)."""
+_BY_NAME = {status.name: status for status in EXIT_STATUSES}
+
+
+def exit_status_help(**when: str) -> str:
+    """A command's ``Exit status:`` paragraph: ``0 (ok) when …; 1 (refused) when …`` in the
+    table's order, ``when`` giving, for each status name the command exits with, when it does
+    (a name outside :data:`EXIT_STATUSES` raises ``KeyError``)."""
+    unknown = sorted(set(when) - _BY_NAME.keys())
+    if unknown:
+        raise KeyError(f"not an exit status of the table: {', '.join(unknown)}")
+    parts = [f"{s.code} ({s.name}) {when[s.name]}" for s in EXIT_STATUSES if s.name in when]
+    return "Exit status: " + "; ".join(parts) + "."
+
 
 try:  # recent typer vendors click as typer._click; older typer runs on click itself
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -61,8 +136,9 @@ class Terminated(KeyboardInterrupt):
 
 
 def interrupt_exit_code(err: BaseException) -> int:
-    """128 + the signal for :class:`Terminated` (143 for ``SIGTERM``), else 130 (``SIGINT``)."""
-    return 128 + err.signum if isinstance(err, Terminated) else 130
+    """128 + the signal for :class:`Terminated` (:data:`EXIT_TERMINATED` for ``SIGTERM``), else
+    :data:`EXIT_INTERRUPTED` (``SIGINT``)."""
+    return 128 + err.signum if isinstance(err, Terminated) else EXIT_INTERRUPTED
 
 
 @contextmanager
@@ -148,13 +224,12 @@ def print_error(command: str | None, message: str) -> None:
 
 
 def is_usage_error(err: BaseException) -> bool:
-    """Whether ``err`` is about an option's value, not about the machine or the files: the
-    model settings of ``--model-set`` (:class:`normlab.models.external.SettingsError`) and a
-    ``--model`` that names no model there is
-    (:class:`normlab.models.external.UnknownModelError`)."""
-    from normlab.models.external.spec import SettingsError, UnknownModelError
-
-    return isinstance(err, SettingsError | UnknownModelError)
+    """Whether ``err`` is about a value as written, not about the machine or the files
+    (:data:`EXIT_USAGE`, not :data:`EXIT_REFUSED`): a :class:`normlab._checks.UsageValueError`,
+    which the checks below the command line raise for such a value (``--model-set`` settings,
+    a ``--model`` that names no model there is, a ``--parametrization mup`` the model cannot
+    take, a malformed ``--device``, an ``--import`` option as written …)."""
+    return isinstance(err, UsageValueError)
 
 
 def fail(command: str | None, err: BaseException | str, code: int) -> typer.Exit:
@@ -198,7 +273,7 @@ class OneLineErrors(TyperGroup):
             _exit(err.exit_code)
         except typer.Abort:
             print_error(None, "aborted")
-            _exit(EXIT_ERROR)
+            _exit(EXIT_REFUSED)
         _exit(result if isinstance(result, int) else 0)  # an Exit's status, else success
 
 
@@ -209,7 +284,7 @@ def _exit(code: int) -> NoReturn:
 def check_utf8_path(path: str | Path | None, option: str) -> None:
     """Raise ``ValueError`` naming ``option`` if ``path`` is not valid UTF-8 (e.g. a name given
     as raw bytes in another encoding): everything the command writes (report, JSON) is UTF-8
-    text that names it."""
+    text that names it, so the file or folder cannot be used (:data:`EXIT_REFUSED`)."""
     if path is None:
         return
     text = str(path)
@@ -225,7 +300,8 @@ def check_utf8_path(path: str | Path | None, option: str) -> None:
 
 def main_guard(run: Callable[[], object]) -> None:
     """Run the CLI ``run``; an error that escaped its command becomes ``normlab: error: ...``
-    on standard error and exit status 1 (an interrupt: 130, or 143 for ``SIGTERM``).
+    on standard error and exit status :data:`EXIT_REFUSED` (:data:`EXIT_USAGE` for a usage
+    error; an interrupt: 130, or 143 for ``SIGTERM``).
     Programming errors keep their traceback."""
     try:
         run()  # compare handles SIGTERM itself; other commands keep the default (killed)
@@ -237,4 +313,4 @@ def main_guard(run: Callable[[], object]) -> None:
         if message is None:
             raise
         print_error(None, message)
-        sys.exit(EXIT_USAGE if is_usage_error(err) else EXIT_ERROR)
+        sys.exit(EXIT_USAGE if is_usage_error(err) else EXIT_REFUSED)

@@ -9,7 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from normlab.cli.app import app
+from normlab.cli.errors import exit_status_help
 from normlab.explain import Explanation, explain_vector
+
+EXPLAIN_HELP = (
+    "Show μ, σ², m, RMS and the LayerNorm and RMSNorm x̂ of one vector, side by side."
+    "\n\n" + exit_status_help(ok="when shown", usage="for a value or an option it does not take")
+)
+"""The help of ``normlab explain``: one line per paragraph (Typer rewraps each)."""
 
 
 def _fmt(values: list[float]) -> str:
@@ -67,7 +74,7 @@ def _render(e: Explanation, console: Console) -> None:
 
 
 # ignore_unknown_options: a negative number such as -1 is a value of x, not an unknown option.
-@app.command(context_settings={"ignore_unknown_options": True})
+@app.command(help=EXPLAIN_HELP, context_settings={"ignore_unknown_options": True})
 def explain(
     values: Annotated[list[float], typer.Argument(help="The vector x, e.g. 1 2 3 4.")],
     eps: Annotated[float, typer.Option(help="ε, added inside the square root.")] = 1e-5,
@@ -82,7 +89,7 @@ def explain(
         ),
     ] = False,
 ) -> None:
-    """Show μ, σ², m, RMS and the LayerNorm and RMSNorm x̂ of one vector, side by side."""
+    """``normlab explain`` (help: :data:`EXPLAIN_HELP`)."""
     # computed exactly, then rounded (normlab.explain): any finite x gives the right x̂
     try:
         e = explain_vector(values, eps=eps, scale=scale, shift=shift)

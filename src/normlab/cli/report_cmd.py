@@ -11,10 +11,10 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from normlab.analysis.runs import CompareFolderError
+from normlab._plural import counted
 from normlab.cli.answer import print_answer
 from normlab.cli.app import app
-from normlab.cli.errors import EXIT_USAGE
+from normlab.cli.errors import EXIT_REFUSED, EXIT_USAGE, exit_status_help, is_usage_error
 from normlab.run_format import (
     ANALYSIS_FILE,
     REPORT_HTML_FILE,
@@ -37,11 +37,20 @@ REPORT_HELP = (
     "seed from its name (the regex's first group; MLflow also param:KEY[=REGEX] and "
     "tag:KEY[=REGEX], W&B config:KEY[=REGEX]); write them to OUT as a compare folder (replacing "
     "OUT only when it holds an earlier import of the same source), then build its report, which "
-    "says which pairing checks could be made. See docs/own-loop.md."
+    "says which pairing checks could be made. A run whose tracker file is damaged or cut short "
+    "is named and left out of the verdict, and so, unless --compare-unequal-steps, is a run "
+    "that ended at an earlier step than another arm of its seed. See docs/own-loop.md."
     "\n\n"
-    "Exit status: 0 when built; 1 when the folder is locked by a running command, or a file "
-    "cannot be read or written (e.g. a full disk, a damaged metrics.jsonl); 2 when OUT is not a "
-    "readable compare folder, or an import is refused for its options or its runs."
+    + exit_status_help(
+        ok="when the report is built",
+        refused="when OUT is not a readable compare folder (missing, damaged), is locked by a "
+        "running command, or a file cannot be read or written (e.g. a full disk); or when an "
+        "import's source cannot be used (a PATH that does not exist, no runs, damage that "
+        "cannot be pinned on one run, rules that match no run, fewer than two arms, a metric "
+        "no run logged, an --out that holds something else)",
+        usage="when an option is missing, does not go with the others, or is malformed (an "
+        "unknown KIND, a regex that does not compile, a --margin that is not > 0)",
+    )
 )
 """The help of ``normlab report``: one line per paragraph (Typer rewraps each)."""
 
@@ -54,8 +63,8 @@ _IMPORT_ONLY = {
     "baseline": "--baseline",
     "out_dir": "--out",
 }
-"""The options of ``--import`` only (with ``--lower-is-better/--higher-is-better``): {parameter:
-option}."""
+"""The options of ``--import`` only (with ``--lower-is-better/--higher-is-better`` and
+``--compare-unequal-steps``): {parameter: option}."""
 
 
 @app.command(help=REPORT_HELP)
@@ -117,6 +126,15 @@ def report(
         Path | None,
         typer.Option("--out", help="With --import: the compare folder to write."),
     ] = None,
+    compare_unequal_steps: Annotated[
+        bool,
+        typer.Option(
+            "--compare-unequal-steps",
+            help="With --import: compare a run that ended at an earlier step than another arm "
+            "of its seed on its last value (e.g. early stopping). Default: such a run is left "
+            "out of the verdict and listed, as cut short.",
+        ),
+    ] = False,
 ) -> None:
     """Rebuild the report; what it does is :data:`REPORT_HELP` (its ``--help``)."""
     from normlab.cli.errors import print_error
@@ -130,6 +148,8 @@ def report(
         given = [_IMPORT_ONLY[k] for k, v in flags.items() if v is not None]
         if not lower_is_better:
             given.append("--higher-is-better")
+        if compare_unequal_steps:
+            given.append("--compare-unequal-steps")
         if given:
             raise fail(
                 f"{given[0]}: an option of --import; expected normlab report OUT, or normlab "
@@ -158,11 +178,19 @@ def report(
             "lower_is_better": lower_is_better,
             "margin": margin,
             "baseline": baseline,
+            "compare_unequal_steps": compare_unequal_steps,
         },
         out_dir,
         fail,
     )
     _build(written, fail)
+
+
+def _status(err: BaseException) -> int:
+    """The exit status of a refusal: :data:`EXIT_USAGE` for an option as written (a malformed
+    ``--import`` option), else :data:`EXIT_REFUSED` (a folder, file or source that cannot be
+    used: missing, damaged, locked, not UTF-8, runs that do not fit the options)."""
+    return EXIT_USAGE if is_usage_error(err) else EXIT_REFUSED
 
 
 _IMPORT_NEEDS = {
@@ -188,7 +216,6 @@ def _import(
     from normlab.experiment.execution.lock import FolderLockedError, OutputLock
     from normlab.report.imported import pairing_lines
     from normlab.trackers.importing import check_out, parse_source, plan_import, write_import
-    from normlab.trackers.tracked import TrackerImportError
 
     for key, message in _IMPORT_NEEDS.items():
         if not options[key]:
@@ -205,29 +232,26 @@ def _import(
             check_out(out, kind, path)
             written = write_import(plan, out)
     except FolderLockedError as err:
-        raise fail(str(err), 1) from None
+        raise fail(str(err), EXIT_REFUSED) from None
     except (ValueError, OSError, MemoryError, UnicodeError) as err:
         if created:  # the lock made the folder; nothing was imported into it
             shutil.rmtree(out, ignore_errors=True)
-        if isinstance(err, TrackerImportError):
-            raise fail(str(err), EXIT_USAGE) from None
-        raise fail(describe_error(err) or str(err), 1) from None
+        raise fail(describe_error(err) or str(err), _status(err)) from None
     console = Console()
     arms = ", ".join(plan.arms)
     console.print(
         escape(
-            f"imported {len(plan.runs)} runs from {plan.source} into {written}: arms {arms} "
-            f"(baseline {plan.arms[0]}), seeds {', '.join(map(str, plan.seeds))}, judged on "
-            f"{plan.metric} ({'lower' if plan.lower_is_better else 'higher'} is better)"
+            f"imported {counted(len(plan.runs), 'run')} from {plan.source} into {written}: "
+            f"arms {arms} (baseline {plan.arms[0]}), seeds {', '.join(map(str, plan.seeds))}, "
+            f"judged on {plan.metric} ({'lower' if plan.lower_is_better else 'higher'} is better)"
         ),
         highlight=False,
         soft_wrap=True,
     )
-    if plan.skipped:
-        left = "; ".join(f"{s['run']} ({s['reason']})" for s in plan.skipped)
-        console.print(
-            escape(f"left out {len(plan.skipped)} run(s): {left}"), highlight=False, soft_wrap=True
-        )
+    for left in plan.skipped:
+        which = f" (arm {left['arm']}, seed {left['seed']})" if "arm" in left else ""
+        line = f"left out {left['run']}{which}: {left['reason']}"
+        console.print(escape(line), highlight=False, soft_wrap=True)
     for line in pairing_lines(run_folder.read_experiment(written)):
         console.print(escape(f"pairing: {line}"), highlight=False, soft_wrap=True)
     return written
@@ -250,11 +274,9 @@ def _build(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
         else:  # not a compare folder: build_report says so, and no lock file is created
             written = build_report(out)
     except FolderLockedError as err:
-        raise fail(str(err), 1) from None
-    except CompareFolderError as err:
-        raise fail(str(err), 2) from None
-    except (ValueError, OSError, MemoryError, UnicodeError) as err:
-        raise fail(describe_error(err) or str(err), 1) from None
+        raise fail(str(err), EXIT_REFUSED) from None
+    except (ValueError, OSError, MemoryError, UnicodeError) as err:  # CompareFolderError too
+        raise fail(describe_error(err) or str(err), _status(err)) from None
     summary = written[ANALYSIS_FILE]
     console = Console()
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
@@ -284,11 +306,9 @@ def _ladder_report(out: Path, fail: Callable[[str, int], typer.Exit]) -> None:
             ladder = analyse_ladder(out)
             written = build_ladder_report(out)
     except FolderLockedError as err:
-        raise fail(str(err), 1) from None
-    except CompareFolderError as err:
-        raise fail(str(err), 2) from None
-    except (ValueError, OSError, KeyError) as err:
-        raise fail(str(err), 1) from None
+        raise fail(str(err), EXIT_REFUSED) from None
+    except (ValueError, OSError, KeyError) as err:  # CompareFolderError too
+        raise fail(str(err), _status(err)) from None
     console.print(f"Report: {written[REPORT_HTML_FILE]}")
     console.print(f"        {written[REPORT_MD_FILE]}")
     for line in ladder_lines(ladder):

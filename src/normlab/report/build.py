@@ -15,6 +15,7 @@ from normlab.analysis.runs import CompareFolder, RunResult, load_compare_folder
 from normlab.analysis.summary import analyze
 from normlab.report.content import Plot, build_content, confidence_pct, tost_pct
 from normlab.report.curves import RunCurves, load_run_curves
+from normlab.report.decision_cost import decision_cost_section
 from normlab.report.html import render_html
 from normlab.report.markdown import render_markdown
 from normlab.report.plots import (
@@ -317,6 +318,7 @@ def build_report(out_dir: Path) -> dict[str, Path]:
             factor_section(analysis),
             health_section(folder, colors),
             lr_sweep_section(analysis, colors),
+            decision_cost_section(analysis),
         )
         if s is not None
     ]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from normlab._plural import counted, noun
 from normlab.analysis.format import fmt_num, fmt_signed
 from normlab.analysis.lr_sweep import sweep_lines, tuning_seed_words
 from normlab.analysis.power import forecast_range
@@ -183,7 +184,7 @@ def _prediction_table(f: LadderFolder) -> Table:
             f"arm − {f.first['baseline']}",
             "predicted Δ",
             f"one training, {conf}% PI",
-            f"mean of {k} seeds, {conf}% PI",
+            f"mean of {counted(k, 'seed')}, {conf}% PI",
             f"trend, {conf}%",
             "draws below 0",
             "verdict",
@@ -481,8 +482,9 @@ def _method(f: LadderFolder) -> list[str]:
         f"replicates, random seed {pred['seed']}). Each replicate resamples every rung's seeds "
         "from its centred differences inflated by √(n/(n − 1)) and refits the line with its own "
         "weights; adds the seed noise of what would be measured at the target (the mean of k "
-        f"draws from the pooled residuals: k = 1 for one training, k = {k} for the mean of {k} "
-        "paired seeds, none for the trend); and scales the spread by √(ν/χ²_ν), the "
+        f"draws from the pooled residuals: k = 1 for one training, k = {k} for the mean of "
+        f"{counted(k, 'paired seed')}, none for the trend); and scales the spread by "
+        "√(ν/χ²_ν), the "
         "uncertainty of the seed variance that a bootstrap of a few values cannot see. The "
         f"interval runs from the {100 - tail:.3g}% to the {tail:.3g}% quantile of the draws; "
         "'draws below / above 0' are their shares on each side of zero.",
@@ -527,11 +529,16 @@ def _subtitle(f: LadderFolder) -> str:
     """The rungs, the paired seeds per rung, the baseline, the margin, the parametrization
     and the folder's name."""
     seeds = sorted({int(r["n"]) for rec in f.records.values() for r in rec["rungs"]})
-    n = str(seeds[0]) if len(seeds) == 1 else f"{seeds[0]}–{seeds[-1]}"
+    n = (
+        counted(seeds[0], "paired seed")
+        if len(seeds) == 1
+        else (f"{seeds[0]}–{seeds[-1]} {noun(seeds[-1], 'paired seed')}")
+    )
     values = ", ".join(str(v) for v in f.plan.get("values", []))
+    rungs = counted(len(f.plan.get("rungs", [])), "rung")
     return (
-        f"{len(f.plan.get('rungs', []))} rungs of {f.plan.get('key', '?')} ({values}) × {n} "
-        f"paired seeds · baseline {f.first['baseline']} · {_margin_words(f)} · "
+        f"{rungs} of {f.plan.get('key', '?')} ({values}) × {n} "
+        f"· baseline {f.first['baseline']} · {_margin_words(f)} · "
         f"{f.plan.get('parametrization', 'sp')} · folder {f.path.resolve().name}"
     )
 

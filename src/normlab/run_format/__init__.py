@@ -18,6 +18,11 @@ reader's checks of which names a folder may hold, which read the names declared 
 :mod:`normlab._io`, so every layer above may import it.
 """
 
+from normlab.run_format.decision_cost import (
+    DECISION_COST,
+    DECISION_COST_KEY,
+    check_decision_cost,
+)
 from normlab.run_format.fields import (
     AVERAGED_PREFIX,
     BRANCHES,
@@ -127,6 +132,8 @@ __all__ = [
     "CRASH_FIELDS",
     "DATA_DIR",
     "DATA_INFO_FILE",
+    "DECISION_COST",
+    "DECISION_COST_KEY",
     "DEFAULT_TESTBED",
     "DIT",
     "DIVERGED",
@@ -191,6 +198,7 @@ __all__ = [
     "Smallest",
     "SummaryField",
     "TestbedFormat",
+    "check_decision_cost",
     "check_ladder",
     "check_lr_sweep_record",
     "compared_field",

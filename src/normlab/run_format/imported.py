@@ -10,7 +10,7 @@ folder is allowed only from the same source (:func:`same_source`).
 
 from __future__ import annotations
 
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 __all__ = ["IMPORT_KEY", "ImportRecord", "SkippedRun", "import_record", "same_source"]
 
@@ -19,10 +19,14 @@ IMPORT_KEY = "import"
 
 
 class SkippedRun(TypedDict):
-    """A tracker run that is not part of the folder: its name and why."""
+    """A tracker run that is not part of the folder: its name and why; ``arm`` and ``seed`` when
+    its rules gave them and it was left out for what it logged (a damaged source, a run cut
+    short), so that its seed is unpaired for that arm."""
 
     run: str
     reason: str
+    arm: NotRequired[str]
+    seed: NotRequired[int]
 
 
 class ImportRecord(TypedDict):
@@ -34,7 +38,10 @@ class ImportRecord(TypedDict):
     the rules that read each run's arm and seed; ``runs`` {run id: the tracker run's name};
     ``skipped`` the tracker runs left out; ``seeds`` {seed (as text): {arm: the last step the run
     logged, or null when it logged nothing}}; ``status_recorded`` whether the tracker records
-    whether a run ended, failed or is still running (MLflow, W&B) or not (TensorBoard, tables).
+    whether a run ended, failed or is still running (MLflow, W&B) or not (TensorBoard, tables);
+    ``compare_unequal_steps`` whether a run that ended at an earlier step than another of its
+    seed was compared all the same (``--compare-unequal-steps``) or left out (absent in folders
+    imported before it was recorded).
     """
 
     kind: str
@@ -47,6 +54,7 @@ class ImportRecord(TypedDict):
     skipped: list[SkippedRun]
     seeds: dict[str, dict[str, int | None]]
     status_recorded: bool
+    compare_unequal_steps: NotRequired[bool]
 
 
 def import_record(experiment: dict[str, Any]) -> ImportRecord | None:

@@ -22,6 +22,7 @@ __all__ = [
     "LR_SWEEP_KEY",
     "LR_SWEEP_SHAPE",
     "Key",
+    "check_key",
     "check_ladder",
     "check_lr_sweep_record",
 ]
@@ -263,3 +264,9 @@ def check_lr_sweep_record(value: Any) -> None:
     if not isinstance(value, Mapping):
         raise ValueError(f"{LR_SWEEP_KEY}: expected an object, got {value!r}")
     _check_object(value, LR_SWEEP_SHAPE, LR_SWEEP_KEY)
+
+
+def check_key(value: Any, key: Key) -> None:
+    """Raise ValueError, naming the path from ``key.name``, unless ``value`` has the shape
+    ``key`` declares (the check of every record declared with :class:`Key`)."""
+    _check(value, key, key.name)

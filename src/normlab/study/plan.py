@@ -16,6 +16,7 @@ from typing import Any
 
 from rich.console import Console
 
+from normlab._plural import counted
 from normlab.experiment.execution.lock import FolderLockedError
 from normlab.experiment.execution.runner import run_planned
 from normlab.experiment.execution.script_grid import check_planned_seed
@@ -49,8 +50,8 @@ def emit_plan(out: Path, run_ids: list[str], console: Console, what: str) -> Non
     for command in plan_commands(out, run_ids):
         print(command, flush=True)
     console.print(
-        f"plan: {len(run_ids)} runs{what} to train in {out}; run each command above (any "
-        f"order, any number at once), then: normlab report {out}"
+        f"plan: {counted(len(run_ids), 'run')}{what} to train in {out}; run each command above "
+        f"(any order, any number at once), then: normlab report {out}"
     )
 
 

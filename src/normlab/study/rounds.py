@@ -14,6 +14,12 @@ estimated as (new runs) × (median training time of the runs so far × 1.25 + 2 
 ``parallel``. A run that is already on disk costs nothing, so the same command run again after
 a time stop continues where it stopped. The ``finish`` step (the report) runs once, on the last
 round.
+
+Before the first round, when ``out`` already holds finished runs of the same experiment (a
+pilot: the same arms, baseline, testbed and settings but for the seeds and how many runs train
+at once), :func:`pilot_forecast` says what a decision would cost at the current training budget
+and at the cheapest (:func:`normlab.analysis.cost_folder.decision_cost`, from the pilot's
+analysis; nothing is written).
 """
 
 from __future__ import annotations
@@ -27,8 +33,12 @@ from typing import Any, Protocol
 
 from rich.console import Console
 
+from normlab._plural import counted
+from normlab.analysis.answer import cost_lines
 from normlab.analysis.rounds import SequentialTracker
+from normlab.analysis.runs import CompareFolder, CompareFolderError, load_compare_folder
 from normlab.analysis.sequential import look_schedule, plan_for
+from normlab.analysis.summary import analyze
 from normlab.experiment.execution.runner import AfterTraining
 from normlab.run_format import folder as run_folder
 from normlab.run_format import testbed_format
@@ -37,6 +47,7 @@ from normlab.study.spec import DEFAULT_MAX_TIME_S, GridConfig, RoundsSpec
 __all__ = [
     "DEFAULT_MAX_TIME_S",
     "Looker",
+    "pilot_forecast",
     "round_seconds",
     "run_until_decided",
     "seed_sequence",
@@ -46,6 +57,9 @@ __all__ = [
 
 RUN_OVERHEAD_S = 2.0
 """Seconds a run costs besides its training time (process start, model build)."""
+HOW_KEYS = ("seeds", "parallel", "log_to")
+"""Config keys that may differ between a pilot and the rounds that continue it: which seeds,
+and how the runs are trained and exported, not what they train."""
 
 
 class Looker(Protocol):
@@ -127,7 +141,8 @@ class _Rounds:
         run_folder.write_sequential(folder, state)
         shown = ", ".join(f"{arm} {v}" for arm, v in state.get("verdicts", {}).items())
         self.console.print(
-            f"look {k + 1} of {len(self.looks)} after {n} seeds ({elapsed:.0f} s): {shown}"
+            f"look {k + 1} of {len(self.looks)} after {counted(n, 'seed')} "
+            f"({elapsed:.0f} s): {shown}"
             + (f"; stopping: {state['stopped']['words']}" if reason else "")
         )
         if reason is not None and self.finish is not None:
@@ -178,8 +193,6 @@ def sequential_tracker(
     its direction and the config's margin, looks after the seeds given, every 2 more and at
     ``spec.max_seeds``; ``ValueError`` naming ``--max-time`` or ``--max-seeds`` when the plan
     cannot run."""
-    if not spec.max_time > 0:
-        raise ValueError(f"max_time: expected --max-time in seconds > 0, got {spec.max_time!r}")
     fmt = testbed_format(cfg.testbed)
     looks = look_schedule(len(cfg.seed_list()), spec.max_seeds)
     plan = plan_for(
@@ -193,6 +206,51 @@ def sequential_tracker(
     arms = [a for a in cfg.arm_names() if a != base]
     tracker = SequentialTracker(plan, arms, base, fmt.quality, fmt.short_unit, spec.max_time)
     return tracker, looks
+
+
+def _pilot(cfg: GridConfig, out: Path) -> CompareFolder | None:
+    """The compare folder ``out`` when it holds finished runs of ``cfg``'s experiment (module
+    docstring), else None; reads only."""
+    if not run_folder.has_experiment(out):
+        return None
+    try:
+        folder = load_compare_folder(out)
+    except (CompareFolderError, OSError):
+        return None
+    recorded = folder.experiment.get("config")
+    if not isinstance(recorded, dict):
+        return None
+
+    def what(config: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in config.items() if k not in HOW_KEYS}
+
+    same = (folder.arms, folder.baseline_arm, folder.testbed) == (
+        cfg.arm_names(),
+        cfg.baseline_arm(),
+        cfg.testbed,
+    )
+    return folder if same and what(recorded) == what(cfg.dump()) else None
+
+
+def pilot_forecast(cfg: GridConfig, out: Path, console: Console) -> list[str]:
+    """Say, before the rounds train anything, what a decision would cost when ``out`` holds a
+    pilot of ``cfg``'s experiment whose quality question is open (module docstring); returns
+    the lines said (none without a pilot or a price)."""
+    folder = _pilot(cfg, out)
+    if folder is None:
+        return []
+    lines = cost_lines(analyze(folder))
+    if lines:
+        seeds = {r.seed for r in folder.runs if r.done}
+        console.print(
+            f"pilot: {out} holds {counted(len(seeds), 'seed')} of this experiment; before "
+            "training more:",
+            highlight=False,
+            markup=False,
+        )
+        for line in lines:
+            console.print(f"  {line}", highlight=False, markup=False)
+    return lines
 
 
 def train_rounds(
@@ -214,6 +272,7 @@ def train_rounds(
         f"until decided: looks after {', '.join(map(str, looks))} seeds on {fmt.quality}, "
         f"{margin}, at most {spec.max_time:g} s"
     )
+    pilot_forecast(cfg, out, console)
     summaries, _ = run_until_decided(
         cfg, out, tracker, looks, max_time_s=spec.max_time, console=console, finish=finish,
         train=train,

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from pydantic import Field
 from rich.console import Console
 
-from normlab.analysis.sequential import DEFAULT_MAX_SEEDS
+from normlab.analysis.sequential import DEFAULT_MAX_SEEDS, look_schedule
 from normlab.experiment.config import ExperimentConfig, ScriptConfig
 from normlab.models.config import ConfigModel
 
@@ -200,6 +200,18 @@ class StudySpec:
             )
         if self.ladder is not None and self.ladder.config is not self.grid:
             raise ValueError("ladder: expected a ladder of the study's own grid config")
+        if self.rounds is not None:
+            check_rounds(self.rounds, len(self.grid.seed_list()))
+
+
+def check_rounds(rounds: RoundsSpec, n_seeds: int) -> tuple[int, ...]:
+    """The look schedule of ``--until-decided`` from ``n_seeds`` seeds
+    (:func:`normlab.analysis.sequential.look_schedule`); ``ValueError`` naming ``--max-time``,
+    ``--max-seeds`` or ``--seeds`` when the options cannot make one (a usage error, found
+    before anything is written)."""
+    if not rounds.max_time > 0:
+        raise ValueError(f"max_time: expected --max-time in seconds > 0, got {rounds.max_time!r}")
+    return look_schedule(n_seeds, rounds.max_seeds)
 
 
 class Trainer(Protocol):

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from normlab._plural import counted
 from normlab._version import __version__
 from normlab.run_format import (
     CRASHED,
@@ -66,6 +67,7 @@ from normlab.trackers.read_wandb import read_wandb
 from normlab.trackers.tracked import (
     ENDED,
     FAILED,
+    ImportUsageError,
     TrackedRun,
     TrackerImportError,
 )
@@ -115,6 +117,8 @@ _SHOWN = 8
 """Names listed in a refusal before the rest are counted."""
 _EXAMPLE = {"--arm-from": r"^(.+)_s\d+$", "--seed-from": r"_s(\d+)$"}
 """A rule of each option, for the refusals' words."""
+_SEED = re.compile(r"\s*[+-]?\d+\s*")
+"""What ``--seed-from`` must read: an integer."""
 
 
 def _listed(names: list[str]) -> str:
@@ -123,16 +127,17 @@ def _listed(names: list[str]) -> str:
 
 
 def parse_source(source: str) -> tuple[str, Path]:
-    """(kind, absolute path) of ``KIND:PATH``; :class:`TrackerImportError` naming ``--import``
-    for an unknown kind or a path that does not exist."""
+    """(kind, absolute path) of ``KIND:PATH``; naming ``--import``, :class:`ImportUsageError`
+    for an unknown kind or no path, :class:`TrackerImportError` for a path that does not
+    exist."""
     kind, sep, raw = source.partition(":")
     if not sep or kind not in KINDS:
-        raise TrackerImportError(
+        raise ImportUsageError(
             f"--import: {source!r} names no known kind; expected KIND:PATH with KIND one of "
             f"{', '.join(KINDS)}"
         )
     if not raw:
-        raise TrackerImportError(f"--import: {source!r} names no path; expected {kind}:PATH")
+        raise ImportUsageError(f"--import: {source!r} names no path; expected {kind}:PATH")
     path = Path(raw).expanduser().absolute()
     if not path.exists():
         raise TrackerImportError(f"--import: {raw!r} does not exist; expected {_WHAT[kind]}")
@@ -167,7 +172,7 @@ class RunRule:
 
     @classmethod
     def parse(cls, option: str, text: str, kind: str) -> RunRule:
-        """The rule ``text`` of ``option`` for runs of ``kind``; :class:`TrackerImportError`
+        """The rule ``text`` of ``option`` for runs of ``kind``; :class:`ImportUsageError`
         naming ``option`` when its regex does not compile or it reads a field ``kind`` runs do
         not have."""
         fields, regex, prefix = None, text, text.partition(":")[0]
@@ -175,27 +180,27 @@ class RunRule:
             allowed = FIELD_RULES.get(kind, ())
             if prefix not in allowed:
                 other = f" or {', '.join(p + ':KEY' for p in allowed)}" if allowed else ""
-                raise TrackerImportError(
+                raise ImportUsageError(
                     f"{option}: '{text}' reads a {prefix}: field, which {kind} runs do not "
                     f"have; expected a regex on the run's name{other}"
                 )
             key, sep, regex = text[len(prefix) + 1 :].partition("=")
             if not key:
-                raise TrackerImportError(
+                raise ImportUsageError(
                     f"{option}: '{text}' names no key; expected {prefix}:KEY or {prefix}:KEY=REGEX"
                 )
             fields = f"{prefix}:{key}"
             if not sep:
                 regex = r"(?s).+"  # the whole value
         if not regex:
-            raise TrackerImportError(
+            raise ImportUsageError(
                 f"{option}: expected a regex whose first group is the run's "
                 f"{'arm' if 'arm' in option else 'seed'}, e.g. '{_EXAMPLE[option]}'"
             )
         try:
             pattern = re.compile(regex)
         except re.error as err:
-            raise TrackerImportError(
+            raise ImportUsageError(
                 f"{option}: '{regex}' is not a regular expression ({err}); expected e.g. "
                 f"'{_EXAMPLE[option]}'"
             ) from None
@@ -219,7 +224,9 @@ class RunRule:
 @dataclass
 class ImportPlan:
     """What an import writes: the source, the judged metric, the arms (baseline first), the
-    seeds, the selected runs by (arm, seed) and the tracker runs left out with why."""
+    seeds, the selected runs by (arm, seed), the tracker runs left out with why, and whether a
+    run that ended earlier than another of its seed is compared (``compare_unequal_steps``) or
+    was left out."""
 
     kind: str
     path: Path
@@ -232,6 +239,7 @@ class ImportPlan:
     seeds: list[int]
     runs: dict[tuple[str, int], TrackedRun]
     skipped: list[SkippedRun] = field(default_factory=list)
+    compare_unequal_steps: bool = False
 
     @property
     def metric_field(self) -> str:
@@ -275,19 +283,19 @@ def _read(kind: str, path: Path) -> list[TrackedRun]:
 
 def _check_options(metric: str, margin: float | None) -> None:
     if not metric or not metric.strip():
-        raise TrackerImportError(
+        raise ImportUsageError(
             "--metric: expected the name of the metric that decides quality, as the tracker "
             "logged it (e.g. --metric val_loss)"
         )
     if margin is not None and (not math.isfinite(margin) or margin <= 0):
-        raise TrackerImportError(
+        raise ImportUsageError(
             f"--margin: expected the difference in {metric} that does not matter to you (the "
             f"equivalence margin, in its unit, e.g. --margin 0.01; a number > 0), got {margin!r}"
         )
 
 
 def _seed(text: str, run: TrackedRun, rule: RunRule) -> int:
-    if not re.fullmatch(r"\s*[+-]?\d+\s*", text):
+    if not _SEED.fullmatch(text):
         raise TrackerImportError(
             f"{rule.option}: run {run.name!r} gives the seed {text!r}; expected an integer "
             f"(the regex's first group, e.g. '{_EXAMPLE['--seed-from']}')"
@@ -314,43 +322,42 @@ def _check_arm_names(arms: dict[str, str], rule: RunRule) -> None:
             )
 
 
-def plan_import(
-    source: str,
-    arm_from: str,
-    seed_from: str,
-    metric: str,
-    lower_is_better: bool = True,
-    margin: float | None = None,
-    baseline: str | None = None,
-) -> ImportPlan:
-    """Read the runs of ``source`` (``KIND:PATH``) and decide what to import; every check that
-    refuses the import is made here, before anything is written. Raises
-    :class:`TrackerImportError` naming the option for: an unknown kind or missing path
-    (``--import``), a margin that is not a number > 0 (``--margin``), a rule that does not
-    compile (``--arm-from``, ``--seed-from``), no runs found, a rule that matched no run, a
-    seed that is not an integer, an arm that cannot name a folder or clashes with another, two
-    runs for one arm and seed, fewer than two arms, a metric no run logged (naming those that
-    exist), a baseline that is not an arm."""
-    kind, path = parse_source(source)
-    _check_options(metric, margin)
-    arm_rule = RunRule.parse("--arm-from", arm_from, kind)
-    seed_rule = RunRule.parse("--seed-from", seed_from, kind)
-    found = _read(kind, path)
-    if not found:
-        raise TrackerImportError(
-            f"--import: no {kind} runs found in {str(path)!r}; expected {_WHAT[kind]}"
-        )
+def _left_out(run: TrackedRun, arm: str | None, seed: int | None, why: str) -> SkippedRun:
+    """A run left out for what it logged, named with its arm and seed when its rules gave
+    them."""
+    entry: SkippedRun = {"run": run.name, "reason": why}
+    if arm is not None and seed is not None:
+        entry.update(arm=arm, seed=seed)
+    return entry
+
+
+def _damaged(run: TrackedRun, arm: str | None, seed_text: str | None) -> SkippedRun:
+    """A run whose source is damaged (:attr:`TrackedRun.damage`): left out, never judged on
+    the values read before the damage."""
+    seed = int(seed_text) if seed_text and _SEED.fullmatch(seed_text) else None
+    why = f"its source is damaged: {run.damage}; never judged on what was read before the damage"
+    return _left_out(run, arm, seed, why)
+
+
+def _select(
+    found: list[TrackedRun], arm_rule: RunRule, seed_rule: RunRule
+) -> tuple[dict[tuple[str, int], TrackedRun], list[SkippedRun]]:
+    """The runs that both rules match, by (arm, seed), and those left out with why: a run a
+    rule does not match, and a run whose source is damaged."""
     names = [r.name for r in found]
     read = [(r, arm_rule.read(r), seed_rule.read(r)) for r in found]
     for rule, index in ((arm_rule, 1), (seed_rule, 2)):
         if all(item[index] is None for item in read):
             raise TrackerImportError(
-                f"{rule.option}: '{rule.text}' matched none of the {len(found)} runs "
+                f"{rule.option}: '{rule.text}' matched none of the {counted(len(found), 'run')} "
                 f"({_listed(names)}); expected a regex (or field rule) that {rule.where} matches"
             )
     selected: dict[tuple[str, int], TrackedRun] = {}
     skipped: list[SkippedRun] = []
     for run, arm, seed_text in read:
+        if run.damage is not None:
+            skipped.append(_damaged(run, arm, seed_text))
+            continue
         if arm is None or seed_text is None:
             rule = arm_rule if arm is None else seed_rule
             reason = f"{rule.option} '{rule.text}' did not match {rule.where}"
@@ -364,30 +371,84 @@ def plan_import(
                 "rules, or import the two groups into separate folders)"
             )
         selected[key] = run
+    return selected, skipped
+
+
+def _ended_whole(metric: str, run: TrackedRun) -> bool:
+    """Whether ``run`` ended as a result that its last value stands for: the tracker says it
+    ended, it logged ``metric``, and never diverged."""
+    return run.status == ENDED and bool(run.series.get(metric)) and not _diverged_at(metric, run)
+
+
+def _short_runs(
+    selected: dict[tuple[str, int], TrackedRun], metric: str
+) -> dict[tuple[str, int], SkippedRun]:
+    """The runs that ended (:func:`_ended_whole`) at an earlier step than another run of their
+    seed that ended so, each with why: compared, its last value would stand against theirs from
+    a later step of training."""
+    short: dict[tuple[str, int], SkippedRun] = {}
+    for seed in sorted({s for _, s in selected}):
+        ended = {
+            arm: run.last_step
+            for (arm, s), run in sorted(selected.items())
+            if s == seed and run.last_step is not None and _ended_whole(metric, run)
+        }
+        longest = max(ended.values(), default=None)
+        later = [arm for arm, step in ended.items() if step == longest]
+        for arm, step in ended.items():
+            if longest is not None and step is not None and step < longest:
+                why = (
+                    f"it ends at step {step}, before step {longest} where {', '.join(later)} of "
+                    f"seed {seed} end: its last value is from an earlier step of training, so it "
+                    "is not compared with theirs (--compare-unequal-steps compares it)"
+                )
+                short[arm, seed] = _left_out(selected[arm, seed], arm, seed, why)
+    return short
+
+
+def plan_import(
+    source: str,
+    arm_from: str,
+    seed_from: str,
+    metric: str,
+    lower_is_better: bool = True,
+    margin: float | None = None,
+    baseline: str | None = None,
+    compare_unequal_steps: bool = False,
+) -> ImportPlan:
+    """Read the runs of ``source`` (``KIND:PATH``) and decide what to import; every check that
+    refuses the import is made here, before anything is written.
+
+    Left out (listed in the plan's ``skipped`` with why): a run a rule does not match, a run
+    whose source is damaged or cut short (:attr:`TrackedRun.damage`), and unless
+    ``compare_unequal_steps``, a run that ended at an earlier step than another of its seed
+    (:func:`_short_runs`). Raises :class:`ImportUsageError` naming the option for an unknown
+    kind (``--import``), a margin that is not a number > 0 (``--margin``), a rule that does not
+    compile (``--arm-from``, ``--seed-from``); :class:`TrackerImportError` for a missing path,
+    a source that cannot be read, damage the reader cannot pin on one run, no runs found, a rule
+    that matched no run, a seed that is not an integer, an arm that cannot name a folder or
+    clashes with another, two runs for one arm and seed, fewer than two arms, a metric no run
+    logged (naming those that exist), a baseline that is not an arm."""
+    kind, path = parse_source(source)
+    _check_options(metric, margin)
+    arm_rule = RunRule.parse("--arm-from", arm_from, kind)
+    seed_rule = RunRule.parse("--seed-from", seed_from, kind)
+    found = _read(kind, path)
+    if not found:
+        raise TrackerImportError(
+            f"--import: no {kind} runs found in {str(path)!r}; expected {_WHAT[kind]}"
+        )
+    selected, skipped = _select(found, arm_rule, seed_rule)
+    if not compare_unequal_steps:
+        short = _short_runs(selected, metric)
+        selected = {key: run for key, run in selected.items() if key not in short}
+        skipped += short.values()
     if not selected:
         raise TrackerImportError(
-            f"--arm-from/--seed-from: no run matched both rules ({_listed(names)}); expected "
-            "rules that give every run to compare an arm and a seed"
+            f"--arm-from/--seed-from: no run matched both rules ({_listed([r.name for r in found])}"
+            "); expected rules that give every run to compare an arm and a seed"
         )
-    arm_runs = {arm: run.name for (arm, _), run in sorted(selected.items())}
-    _check_arm_names(arm_runs, arm_rule)
-    if len(arm_runs) < 2:
-        ((arm, run),) = arm_runs.items()
-        raise TrackerImportError(
-            f"--arm-from: every run gives the one arm {arm!r} (e.g. {run!r}); expected two or "
-            "more arms to compare"
-        )
-    logged = sorted({m for run in selected.values() for m in run.series})
-    if metric not in logged:
-        raise TrackerImportError(
-            f"--metric: no run logged {metric!r}; the runs logged "
-            f"{_listed(logged) if logged else 'no scalar metric'}"
-        )
-    arms = sorted(arm_runs)
-    if baseline is not None and baseline not in arms:
-        raise TrackerImportError(
-            f"--baseline: {baseline!r} is not an arm; expected one of {_listed(arms)}"
-        )
+    arms = _check_arms(selected, arm_rule, metric, baseline, skipped)
     base = baseline or arms[0]
     return ImportPlan(
         kind=kind,
@@ -401,7 +462,42 @@ def plan_import(
         seeds=sorted({seed for _, seed in selected}),
         runs=selected,
         skipped=skipped,
+        compare_unequal_steps=compare_unequal_steps,
     )
+
+
+def _check_arms(
+    selected: dict[tuple[str, int], TrackedRun],
+    arm_rule: RunRule,
+    metric: str,
+    baseline: str | None,
+    skipped: list[SkippedRun],
+) -> list[str]:
+    """The arms of the selected runs in name order, after refusing arms that cannot name a
+    folder or clash, fewer than two arms (naming the runs left out for what they logged), a
+    metric no run logged and a baseline that is not an arm."""
+    arm_runs = {arm: run.name for (arm, _), run in sorted(selected.items())}
+    _check_arm_names(arm_runs, arm_rule)
+    if len(arm_runs) < 2:
+        ((arm, run),) = arm_runs.items()
+        left = [f"{s['run']} ({s['reason']})" for s in skipped if "arm" in s]
+        also = f"; left out: {'; '.join(left)}" if left else ""
+        raise TrackerImportError(
+            f"--arm-from: every run gives the one arm {arm!r} (e.g. {run!r}); expected two or "
+            f"more arms to compare{also}"
+        )
+    logged = sorted({m for run in selected.values() for m in run.series})
+    if metric not in logged:
+        raise TrackerImportError(
+            f"--metric: no run logged {metric!r}; the runs logged "
+            f"{_listed(logged) if logged else 'no scalar metric'}"
+        )
+    arms = sorted(arm_runs)
+    if baseline is not None and baseline not in arms:
+        raise TrackerImportError(
+            f"--baseline: {baseline!r} is not an arm; expected one of {_listed(arms)}"
+        )
+    return arms
 
 
 def check_out(out: Path, kind: str, path: Path) -> None:
@@ -424,10 +520,11 @@ def check_out(out: Path, kind: str, path: Path) -> None:
         )
 
 
-def _diverged_at(plan: ImportPlan, run: TrackedRun) -> int | None:
+def _diverged_at(metric: str, run: TrackedRun) -> int | None:
+    """The first step at which ``metric`` or the training loss was not finite, or None."""
     steps = [
         step
-        for name in {plan.metric, TRAIN_LOSS}
+        for name in {metric, TRAIN_LOSS}
         for step, value in run.series.get(name, [])
         if not math.isfinite(value)
     ]
@@ -448,7 +545,7 @@ def _summary(plan: ImportPlan, spec: dict[str, Any], run: TrackedRun) -> dict[st
         )
         failed = {"steps": run.last_step, "error": error, "traceback": ""}
         return build_summary(fmt, spec, CRASHED, failed, extra=source)
-    diverged = _diverged_at(plan, run)
+    diverged = _diverged_at(plan.metric, run)
     loss = run.series.get(TRAIN_LOSS)
     measured = {
         "steps": run.last_step,
@@ -496,6 +593,7 @@ def import_record(plan: ImportPlan) -> ImportRecord:
         "skipped": list(plan.skipped),
         "seeds": seeds,
         "status_recorded": plan.kind in STATUS_RECORDED,
+        "compare_unequal_steps": plan.compare_unequal_steps,
     }
 
 
@@ -579,6 +677,7 @@ def import_runs(
     lower_is_better: bool = True,
     margin: float | None = None,
     baseline: str | None = None,
+    compare_unequal_steps: bool = False,
 ) -> ImportPlan:
     """Import the runs of ``source`` (``KIND:PATH``) into the compare folder ``out``: check
     ``out`` (:func:`check_out`), read and check the runs (:func:`plan_import`), write the
@@ -586,6 +685,15 @@ def import_runs(
     line naming the option) for anything the user can fix."""
     kind, path = parse_source(source)
     check_out(Path(out), kind, path)
-    plan = plan_import(source, arm_from, seed_from, metric, lower_is_better, margin, baseline)
+    plan = plan_import(
+        source,
+        arm_from,
+        seed_from,
+        metric,
+        lower_is_better,
+        margin,
+        baseline,
+        compare_unequal_steps,
+    )
     write_import(plan, out)
     return plan

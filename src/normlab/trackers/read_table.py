@@ -15,6 +15,12 @@ for ``PATH/version_0/metrics.csv``), or the file's name without the suffix when 
 PATH is one file, or a folder: every ``*.csv`` (``*.jsonl``) under it. A run spread over several
 files is one run; a step logged twice keeps the value read last. Tables record no run status, so
 every run counts as ended.
+
+A file whose last line has no line end was cut while it was written (every logger ends each row
+with one): its last row may hold a number cut short (``0.8123`` read as ``0.81``), so it is
+never read. The run it belongs to (the file's run, or the row's ``run`` when that cell was
+written whole) gets the :class:`~normlab.trackers.tracked.Damage`, with the last step of its
+rows before the cut; a cut row whose run cannot be told refuses the import.
 """
 
 from __future__ import annotations
@@ -23,11 +29,20 @@ import csv
 import json
 import math
 import os
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from normlab.trackers.tracked import TrackedRun, TrackerImportError, series_from_points
+from normlab.trackers.tracked import (
+    Damage,
+    TrackedRun,
+    TrackerImportError,
+    damaged_source_error,
+    ends_mid_line,
+    series_from_points,
+)
 
 __all__ = ["LONG_COLUMNS", "RUN_COLUMN", "STEP_COLUMN", "read_csv", "read_jsonl"]
 
@@ -39,6 +54,17 @@ _NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 
 Row = tuple[str, int, dict[str, float]]
 """(run, step, {metric: value}) of one row."""
+_SPACE = re.compile(r"\s*")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Cut:
+    """The last line of a file, cut while it was written: its number and the run it belongs to
+    (None when that cannot be told)."""
+
+    line: int
+    run: str | None
 
 
 def _files(path: Path, suffix: str) -> list[tuple[Path, str]]:
@@ -139,26 +165,93 @@ def _row(
     return run, step, values
 
 
-def _csv_rows(file: Path, named: str) -> Iterator[Row]:
+def _with_last(items: Iterable[T]) -> Iterator[tuple[T, bool]]:
+    """Each of ``items`` with whether it is the last."""
+    iterator = iter(items)
+    try:
+        item = next(iterator)
+    except StopIteration:
+        return
+    for following in iterator:
+        yield item, False
+        item = following
+    yield item, True
+
+
+def _csv_cut_run(fields: dict[str, Any] | None, columns: list[str], named: str) -> str | None:
+    """The run of a CSV row cut short: the file's when it has no run column, the row's when a
+    cell after its run cell was begun (so the run cell is whole); None when the row or its run
+    cell is not whole (or the cut fell in the header)."""
+    if fields is None or None in fields:
+        return None
+    if RUN_COLUMN not in columns:
+        return named
+    run = fields.get(RUN_COLUMN)
+    later = columns[columns.index(RUN_COLUMN) + 1 :]
+    if not isinstance(run, str) or all(fields.get(c) is None for c in later):
+        return None
+    return run.strip() or None
+
+
+def _csv_rows(file: Path, named: str) -> Iterator[Row | Cut]:
+    cut = ends_mid_line(file)
     with open(file, newline="", encoding="utf-8-sig") as f:
         reader = csv.DictReader(f)
-        for fields in reader:
+        numbered = ((fields, reader.line_num) for fields in reader)
+        last: tuple[dict[str, Any], int] | None = None
+        for (fields, line), is_last in _with_last(numbered):
+            if is_last and cut:
+                last = (fields, line)
+                break
             if None in fields:  # more cells than the header has columns
                 raise TrackerImportError(
-                    f"--import: {_where(file, reader.line_num)}: more cells than the header "
-                    "has columns"
+                    f"--import: {_where(file, line)}: more cells than the header has columns"
                 )
-            yield _row(fields, named, file, reader.line_num, _csv_value)
+            yield _row(fields, named, file, line, _csv_value)
+        if cut:
+            run = _csv_cut_run(last[0] if last else None, list(reader.fieldnames or []), named)
+            yield Cut(last[1] if last else 1, run)
 
 
-def _jsonl_rows(file: Path, named: str) -> Iterator[Row]:
+def _json_run(text: str) -> str | None:
+    """The ``run`` of a JSON object cut short, when its pair was written whole before the cut
+    (something follows its value), else None."""
+    decoder = json.JSONDecoder()
+    i = _SPACE.match(text).end()
+    if not text.startswith("{", i):
+        return None
+    i += 1
+    while True:
+        try:
+            key, i = decoder.raw_decode(text, _SPACE.match(text, i).end())
+            i = _SPACE.match(text, i).end()
+            if not text.startswith(":", i):
+                return None
+            value, i = decoder.raw_decode(text, _SPACE.match(text, i + 1).end())
+        except ValueError:
+            return None
+        i = _SPACE.match(text, i).end()
+        if key == RUN_COLUMN and i < len(text):
+            whole = str(value).strip() if isinstance(value, str | int) else ""
+            return whole or None
+        if not text.startswith(",", i):
+            return None
+        i += 1
+
+
+def _jsonl_rows(file: Path, named: str) -> Iterator[Row | Cut]:
+    cut, any_run = ends_mid_line(file), False
     with open(file, encoding="utf-8") as f:
-        for number, text in enumerate(f, start=1):
+        for (number, text), is_last in _with_last(enumerate(f, start=1)):
             if not text.strip():
                 continue
             try:
                 fields = json.loads(text)
             except json.JSONDecodeError as err:
+                if is_last and cut:  # its run: the one it names whole, or the file's
+                    maybe_run = any_run or f'"{RUN_COLUMN}"' in text
+                    yield Cut(number, _json_run(text) if maybe_run else named)
+                    return
                 raise TrackerImportError(
                     f"--import: {_where(file, number)}: not valid JSON ({err.msg}); expected one "
                     "JSON object per line"
@@ -168,14 +261,22 @@ def _jsonl_rows(file: Path, named: str) -> Iterator[Row]:
                     f"--import: {_where(file, number)}: a JSON {type(fields).__name__}; expected "
                     "one JSON object per line"
                 )
+            any_run = any_run or RUN_COLUMN in fields
             yield _row(fields, named, file, number, _json_value)
 
 
 def _read(path: Path, suffix: str, rows: Any) -> list[TrackedRun]:
     points: dict[str, dict[str, list[tuple[int, float]]]] = {}
+    damage: dict[str, Damage] = {}
     try:
         for file, named in _files(path, suffix):
-            for run, step, values in rows(file, named):
+            last: dict[str, int] = {}  # the last step of each run read from this file
+            for item in rows(file, named):
+                if isinstance(item, Cut):
+                    _cut(file, item, last, damage)
+                    continue
+                run, step, values = item
+                last[run] = max(step, last.get(run, step))
                 series = points.setdefault(run, {})
                 for metric, value in values.items():
                     series.setdefault(metric, []).append((step, value))
@@ -184,9 +285,27 @@ def _read(path: Path, suffix: str, rows: Any) -> list[TrackedRun]:
             f"--import: a file under {str(path)!r} is not UTF-8 ({err.reason}); expected UTF-8 text"
         ) from None
     return [
-        TrackedRun(name=run, series={m: series_from_points(p) for m, p in sorted(series.items())})
-        for run, series in sorted(points.items())
+        TrackedRun(
+            name=run,
+            series={m: series_from_points(p) for m, p in sorted(points.get(run, {}).items())},
+            damage=damage.get(run),
+        )
+        for run in sorted(points.keys() | damage.keys())
     ]
+
+
+def _cut(file: Path, cut: Cut, last: dict[str, int], damage: dict[str, Damage]) -> None:
+    """Record the cut last line of ``file`` as its run's damage; refuse the import when its
+    run cannot be told."""
+    problem = (
+        f"ends mid-line: its last line, line {cut.line}, has no line end (cut while it was written)"
+    )
+    if cut.run is None:
+        read = max(last.values(), default=None)
+        raise damaged_source_error(
+            Damage(str(file), problem, read), "the run of that line cannot be told"
+        )
+    damage.setdefault(cut.run, Damage(str(file), problem, last.get(cut.run)))
 
 
 def read_csv(path: Path) -> list[TrackedRun]:

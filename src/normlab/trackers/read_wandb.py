@@ -16,6 +16,12 @@ machine), once per run, and reads its records:
   ``Infinity`` and ``-Infinity``;
 - ``exit``: the exit code (non-zero: the run failed; no exit record: it has not ended).
 
+wandb's reader reads a log that is cut mid-record (a run killed while writing, or still
+running) or holds a record that fails its checksum up to the damage, exits 0 and says so on its
+standard error ("an incomplete .wandb file", "skipped corrupt data"): that line makes the run's
+:class:`~normlab.trackers.tracked.Damage`, with the last step read before it. A log it cannot
+read at all (not a ``.wandb`` file) refuses the import, naming the file.
+
 PATH is a ``.wandb`` file, a run folder, or any folder: every ``run-*.wandb`` under it (W&B's
 ``latest-run`` link is not followed). The config's values are fields for ``--arm-from`` /
 ``--seed-from`` rules (``config:KEY``, nested keys joined with ``.``).
@@ -35,6 +41,7 @@ from normlab.trackers.tracked import (
     EXTRA,
     FAILED,
     RUNNING,
+    Damage,
     TrackedRun,
     TrackerImportError,
     number,
@@ -48,6 +55,8 @@ _NON_FINITE = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float
 _ENV = {"WANDB_MODE": "offline", "WANDB_ERROR_REPORTING": "false", "WANDB_SILENT": "true"}
 """W&B kept offline, without its own error reports, while it reads."""
 _TIMEOUT_S = 300.0
+_DAMAGE_WORDS = ("incomplete", "corrupt")
+"""Words of the line wandb's reader prints on its standard error when a log is cut or damaged."""
 
 
 def wandb_logs(path: Path) -> list[Path]:
@@ -75,8 +84,9 @@ def _core() -> str:
         ) from None
 
 
-def _records(core: str, log: Path, cwd: str) -> list[dict[str, Any]]:
-    """The records of one ``.wandb`` file as wandb's core prints them."""
+def _records(core: str, log: Path, cwd: str) -> tuple[list[dict[str, Any]], str | None]:
+    """The records of one ``.wandb`` file as wandb's core prints them, and the line in which
+    it says the file is cut or damaged (None when it read the file whole)."""
     command = [
         core, "leet", "inspect", "--json", "--no-observability",
         "--run-file", str(log), str(log.parent.parent),
@@ -108,7 +118,9 @@ def _records(core: str, log: Path, cwd: str) -> list[dict[str, Any]]:
         line = line.strip()
         if line.startswith("{"):
             records.append(json.loads(line))
-    return records
+    said = [line.strip() for line in done.stderr.splitlines()]
+    damaged = [line for line in said if any(w in line.lower() for w in _DAMAGE_WORDS)]
+    return records, damaged[0] if damaged else None
 
 
 def _flat(prefix: str, value: Any, into: dict[str, str]) -> None:
@@ -125,7 +137,9 @@ def _value(raw: Any) -> float | None:
     return number(raw)
 
 
-def _run(log: Path, records: list[dict[str, Any]]) -> TrackedRun:
+def _run(log: Path, records: list[dict[str, Any]], damaged: str | None = None) -> TrackedRun:
+    """The run of one ``.wandb`` file from its records; ``damaged``: wandb's line saying the
+    file is cut or damaged (the run's :class:`Damage`)."""
     name, config, status, note = None, {}, RUNNING, "its W&B log has no exit record"
     points: dict[str, list[tuple[int, float]]] = {}
     for record in records:
@@ -148,12 +162,20 @@ def _run(log: Path, records: list[dict[str, Any]]) -> TrackedRun:
         elif kind == "exit":
             code = int(body.get("exit_code", 0))
             status, note = (ENDED, "") if code == 0 else (FAILED, f"W&B recorded exit code {code}")
+    damage = None
+    if damaged is not None:
+        steps = [step for p in points.values() for step, _ in p]
+        said = damaged.split(": ", 1)[-1] if damaged.startswith("wandb") else damaged
+        damage = Damage(
+            str(log), f"is cut short or damaged (wandb: {said})", max(steps, default=None)
+        )
     return TrackedRun(
         name=str(name or log.stem.removeprefix("run-")),
         series={key: series_from_points(p) for key, p in sorted(points.items())},
         fields={f"config:{k}": v for k, v in config.items()},
         status=status,
         status_note=note,
+        damage=damage,
     )
 
 
@@ -165,5 +187,5 @@ def read_wandb(path: Path) -> list[TrackedRun]:
         return []
     core = _core()
     with tempfile.TemporaryDirectory(prefix="normlab-wandb-") as cwd:  # wandb writes nothing here
-        runs = [_run(log, _records(core, log, cwd)) for log in logs]
+        runs = [_run(log, *_records(core, log, cwd)) for log in logs]
     return sorted(runs, key=lambda r: r.name)

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from normlab._checks import UsageValueError
+
 
 def available_cpus() -> int:
     """CPUs this process may run on (its affinity mask where the OS has one)."""
@@ -34,7 +36,7 @@ def resolve_device(device: str) -> str:
     try:
         kind = torch.device(device).type
     except RuntimeError:  # torch: "Invalid device string"
-        raise ValueError(
+        raise UsageValueError(
             f"device: {device!r} is not a device name; expected auto, cpu, cuda, cuda:N or mps"
         ) from None
     if kind == "cuda" and not torch.cuda.is_available():

@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console
 
+from normlab._plural import counted
 from normlab.distributed.wrap import DEFAULT_PRECISION
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.execution.environment import default_threads, environment, resolve_device
@@ -190,10 +191,6 @@ def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"norm_swaps": records} if records else {}
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
 def paired_description(
     cfg: ExperimentConfig, runs: list[dict[str, Any]], device: str, threads: int
 ) -> str:
@@ -224,8 +221,8 @@ def paired_description(
     return (
         f"paired: shared parameters equal across arms for every seed; only the "
         f"{' and '.join(varied)} differ{'s' if len(varied) == 1 else ''}{fixed_text}. "
-        f"{_plural(len(runs), 'run')} ({_plural(seeds, 'seed')}) × {_plural(steps, 'step')} "
-        f"on {device} with {_plural(threads, 'thread')}{budget_line(cfg, runs)}"
+        f"{counted(len(runs), 'run')} ({counted(seeds, 'seed')}) × {counted(steps, 'step')} "
+        f"on {device} with {counted(threads, 'thread')}{budget_line(cfg, runs)}"
     )
 
 

@@ -33,6 +33,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from normlab._plural import counted
 from normlab.experiment.execution.grid import first_difference, flatten
 from normlab.run_format import DIVERGED, DONE_STATUSES, FINISHED, testbed_format
 from normlab.run_format.folder import (
@@ -197,7 +198,9 @@ def train_runs(
     summaries = finished_runs(runs, out)
     todo = deque(spec for spec in runs if spec["run_id"] not in summaries)
     if summaries:
-        console.print(f"{len(summaries)} of {len(runs)} runs already done in {out}; skipping them")
+        console.print(
+            f"{len(summaries)} of {counted(len(runs), 'run')} already done in {out}; skipping them"
+        )
     if not todo:
         return summaries
     active: list[Started] = []
@@ -240,7 +243,7 @@ class _Bar:
         self.total = len(todo)
         self.n_ended = 0
         self.task: TaskID = progress.add_task(
-            f"{self.total} runs", total=sum(s["train"]["steps"] for s in todo)
+            counted(self.total, "run"), total=sum(s["train"]["steps"] for s in todo)
         )
 
     def follow(self, run: Started, step: int | None) -> None:
@@ -253,7 +256,7 @@ class _Bar:
         """Count ``run``'s remaining steps as done and print its line."""
         self.progress.advance(self.task, run.spec["train"]["steps"] - run.step)
         self.n_ended += 1
-        self.progress.update(self.task, description=f"{self.n_ended}/{self.total} runs")
+        self.progress.update(self.task, description=f"{self.n_ended}/{counted(self.total, 'run')}")
         self.progress.console.print(
             f"{run.spec['run_id']}: {outcome_line(summary, run.spec.get('testbed'))} "
             f"({time.perf_counter() - run.began:.1f} s)"

@@ -30,6 +30,7 @@ from typing import Any
 
 from rich.console import Console
 
+from normlab._plural import counted
 from normlab.data.token_cache import is_cache_entry
 from normlab.experiment.config import GridConfig
 from normlab.experiment.execution.executors import Executor, LocalExecutor
@@ -237,9 +238,9 @@ def _prepared(
         others = runs_not_planned(runs, out)
         if others:
             console.print(
-                f"note: {runs_path(out)} also holds {len(others)} runs that this command does "
-                f"not plan ({', '.join(others)}); they are kept, but left out of the analysis "
-                "and report"
+                f"note: {runs_path(out)} also holds {counted(len(others), 'run')} that this "
+                f"command does not plan ({', '.join(others)}); they are kept, but left out of the "
+                "analysis and report"
             )
         write_experiment(out, kind.record(runs))
         yield kind, runs

@@ -20,6 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.markup import escape
 
+from normlab._plural import counted
 from normlab.experiment.config import ScriptConfig
 from normlab.experiment.execution.environment import default_threads, environment
 from normlab.experiment.execution.run_loop import is_done
@@ -75,8 +76,9 @@ class ScriptGrid:
         """Print what the grid pairs and when its pairing is checked."""
         cfg = self.cfg
         console.print(
-            f"paired: {len(runs)} runs of {cfg.command!r} ({len(cfg.seed_list())} seeds × "
-            f"{len(cfg.arm_names())} arms), judged on {cfg.metric} "
+            f"paired: {counted(len(runs), 'run')} of {cfg.command!r} "
+            f"({counted(len(cfg.seed_list()), 'seed')} × {counted(len(cfg.arm_names()), 'arm')}), "
+            f"judged on {cfg.metric} "
             f"({'lower' if cfg.lower_is_better else 'higher'} is better); the pairing is "
             "checked from each run's fingerprint after it trains"
         )
@@ -193,8 +195,9 @@ def check_script_pairing(
             refused[spec["run_id"]] = summary
     if unchecked:
         console.print(
-            f"note: {len(unchecked)} runs recorded no fingerprint (run.fingerprint(model, "
-            f"batch) was not called), so their pairing was not checked: {', '.join(unchecked)}"
+            f"note: {counted(len(unchecked), 'run')} recorded no fingerprint "
+            f"(run.fingerprint(model, batch) was not called), so their pairing was not checked: "
+            f"{', '.join(unchecked)}"
         )
     return refused
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from normlab._plural import counted, noun
 from normlab._resources import available_memory, check_fits, free_disk
 from normlab.experiment.config import ExperimentConfig
 
@@ -40,7 +41,9 @@ _FEWER = "lower seeds (or use fewer norms and placements)"
 
 
 def _grid_words(cfg: ExperimentConfig) -> str:
-    return f"the grid of {n_runs(cfg):,} runs ({len(cfg.arm_names())} arms × seeds)"
+    runs = n_runs(cfg)
+    arms = counted(len(cfg.arm_names()), "arm")
+    return f"the grid of {runs:,} {noun(runs, 'run')} ({arms} × seeds)"
 
 
 def _on_disk(out: Path) -> str:

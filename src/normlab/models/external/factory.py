@@ -14,7 +14,12 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from normlab.models.external.spec import MODEL_OPTION, SETTINGS_OPTION, SettingsError
+from normlab.models.external.spec import (
+    MODEL_OPTION,
+    SETTINGS_OPTION,
+    SettingsError,
+    UnknownModelError,
+)
 
 MAKE_NORM = "make_norm"
 VOCAB_SIZE = "vocab_size"
@@ -23,27 +28,32 @@ VOCAB_SIZE = "vocab_size"
 def load_factory(target: str) -> Callable[..., Any]:
     """The callable ``package.module:attribute`` names, checked to take ``make_norm``.
 
-    ValueError naming :data:`MODEL_OPTION`: the module cannot be imported, has no such
-    attribute, the attribute is not callable, or it takes no ``make_norm`` parameter.
+    :class:`UnknownModelError` (``target`` names no model factory there is) naming
+    :data:`MODEL_OPTION`: the module cannot be imported, has no such attribute, the attribute is
+    not callable, or it takes no ``make_norm`` parameter.
     """
     module_name, _, attr = target.partition(":")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"{MODEL_OPTION}: cannot import module {module_name!r} ({err})") from None
+        raise UnknownModelError(
+            f"{MODEL_OPTION}: cannot import module {module_name!r} ({err})"
+        ) from None
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise ValueError(f"{MODEL_OPTION}: module {module_name!r} has no attribute {attr!r}")
+            raise UnknownModelError(
+                f"{MODEL_OPTION}: module {module_name!r} has no attribute {attr!r}"
+            )
         obj = getattr(obj, part)
     if not callable(obj):
-        raise ValueError(
+        raise UnknownModelError(
             f"{MODEL_OPTION}: {target} is a {type(obj).__name__}, not callable; expected a "
             f"factory {attr}({MAKE_NORM}, **settings) returning a causal LM"
         )
     params = _parameters(obj, target)
     if MAKE_NORM not in params:
         taken = ", ".join(params) or "nothing"
-        raise ValueError(
+        raise UnknownModelError(
             f"{MODEL_OPTION}: {target} takes {taken} but no {MAKE_NORM} parameter; expected "
             f"{attr}({MAKE_NORM}, **settings), where {MAKE_NORM}(dim) builds the arm's norm"
         )

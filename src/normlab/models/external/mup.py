@@ -55,6 +55,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from normlab._checks import UsageValueError
+
 __all__ = [
     "PARAMETRIZATIONS",
     "PARAMETRIZATION_OPTION",
@@ -69,8 +71,9 @@ PARAMETRIZATIONS = ("sp", "mup")
 PARAMETRIZATION_OPTION = "--parametrization"
 
 
-class MupError(ValueError):
-    """A model μP cannot scale; the message is one line naming :data:`PARAMETRIZATION_OPTION`."""
+class MupError(UsageValueError):
+    """A model μP cannot scale; the message is one line naming :data:`PARAMETRIZATION_OPTION`
+    (a usage error: ``--parametrization mup`` is not taken for this model)."""
 
 
 @dataclass(frozen=True)

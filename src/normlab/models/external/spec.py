@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from normlab._checks import UsageValueError
+
 MODEL_OPTION = "--model"
 """The option that names a model source, as errors name it."""
 SETTINGS_OPTION = "--model-set"
@@ -23,13 +25,14 @@ HF_PREFIX = "hf:"
 Scalar = int | float | bool | str | None
 
 
-class UnknownModelError(ValueError):
+class UnknownModelError(UsageValueError):
     """A :data:`MODEL_OPTION` that names no model there is: a model_type transformers does not
-    know or has no causal-LM class for. One line naming the option (a usage error on the command
-    line, exit status 2, like :class:`SettingsError`); a folder that cannot be read is not one."""
+    know or has no causal-LM class for, or a ``package.module:factory`` that cannot be imported
+    or is no factory. One line naming the option (a usage error on the command line, exit status
+    2, like :class:`SettingsError`); a folder that cannot be read is not one."""
 
 
-class SettingsError(ValueError):
+class SettingsError(UsageValueError):
     """A :data:`SETTINGS_OPTION` value the source does not take: a malformed pair, a key it
     lacks, a value of the wrong type or out of range, sizes that do not fit together. The
     message is one line that names the key and what was expected (a usage error on the command
