@@ -555,5 +555,7 @@ def test_gpt_outputs_keep_their_bpb_labels(tmp_path: Path) -> None:
     assert (folder / "plots" / "val_bpb.png").exists()
     assert not (folder / "plots" / "val_loss.png").exists()
     header = (folder / "runs.csv").read_text().splitlines()[0].split(",")
-    # after the 12 head fields (identity with the precision, status, progress, counts)
-    assert header[12:15] == ["final_val_loss", "final_val_bpb", "best_val_bpb"]
+    # after the 13 head fields (identity with the precision, status, progress, counts, tokens
+    # per parameter)
+    assert header[12] == "tokens_per_param"
+    assert header[13:16] == ["final_val_loss", "final_val_bpb", "best_val_bpb"]

@@ -202,11 +202,15 @@ def test_the_rung_table_agrees_with_the_ladder_record_and_each_rung(ladder: Path
     summary, page, _ = _read(ladder)
     ladder_rec = summary[LADDER_KEY]
     rows = _table(page.tables, "The rungs", "arm")
-    assert "tokens per parameter" not in rows[0]  # the record has none
     expected = [(arm, r) for arm, rec in ladder_rec["arms"].items() for r in rec["rungs"]]
     assert [(row["arm"], row["rung"]) for row in rows] == [(a, r["setting"]) for a, r in expected]
     for row, (arm, r) in zip(rows, expected, strict=True):
         assert _number(row["parameters"]) == round(r["n_params"])
+        # fixed steps: each rung's tokens over its baseline arm's parameters
+        assert r["tokens_per_param"] == pytest.approx(r["tokens"] / r["n_params"], rel=1e-12)
+        assert _number(row["tokens per parameter"]) == pytest.approx(
+            r["tokens_per_param"], rel=5e-3
+        )
         assert int(row["paired seeds"]) == r["n"] == 2
         diff = next(v for k, v in row.items() if k.startswith("Δ"))
         assert _interval(diff) == pytest.approx((r["mean"], r["low"], r["high"]), abs=5e-5)

@@ -9,8 +9,11 @@ summary.json) and, after ``--until-decided``, the sequential state
    the mean paired difference with its interval, and its badge
    (:func:`~.wording.badge_in_analysis`); after sequential rounds the analysis holds the
    sequential decision with its repeated interval (the rule that stopped the rounds);
-3. after sequential rounds, how many seeds it took and why it stopped;
-4. when the question is still open, what a decision would cost per open arm, at the current
+3. when the runs are early training (far below a compute-optimal budget of tokens per
+   parameter), a note that the verdict is about how fast the models start
+   (:func:`~.training_budget.budget_lines`);
+4. after sequential rounds, how many seeds it took and why it stopped;
+5. when the question is still open, what a decision would cost per open arm, at the current
    training budget and at the cheapest (the analysis's ``decision_cost``,
    :func:`normlab.analysis.cost_folder.decision_sentence`), and the exact command that would
    settle it (built by the caller from the flags that were given, see
@@ -24,6 +27,7 @@ from typing import Any
 
 from normlab._plural import counted
 from normlab.analysis.format import fmt_interval, fmt_p
+from normlab.analysis.training_budget import budget_lines
 from normlab.analysis.wording import (
     EQUIVALENT,
     UNDECIDED,
@@ -96,6 +100,7 @@ def answer_lines(
         if arm == a["baseline_arm"]:
             continue
         lines.append(_arm_line(a, arm, unit))
+    lines.extend(budget_lines(a))
     if state:
         plan = state["plan"]
         stopped = state.get("stopped") or {}

@@ -59,6 +59,7 @@ from normlab.run_format import (
     check_decision_cost,
     testbed_format,
 )
+from normlab.run_format.budget import TOKENS_PER_PARAM_FIELD
 
 __all__ = [
     "STANDARD_BUDGETS",
@@ -84,8 +85,6 @@ compute-optimal budget (≈ 20 per parameter, Hoffmann et al. 2022)."""
 NEAR = 1.1
 """A standard budget within this factor of a measured one is left out (the measured one
 stands for it)."""
-TOKENS_PER_PARAM = "tokens_per_param"
-"""The summary field of a run's training tokens per parameter, when the run records it."""
 
 
 def _round(b: float) -> float:
@@ -104,7 +103,7 @@ def params_counted(folder: CompareFolder) -> tuple[float, str] | None:
     """(P, how it was counted): the parameters a budget counts (module docstring), or None when
     the baseline arm has no parameter count."""
     base = folder.runs_of(folder.baseline_arm)
-    pairs = [_positive(r, "tokens", TOKENS_PER_PARAM) for r in base if r.status == FINISHED]
+    pairs = [_positive(r, "tokens", TOKENS_PER_PARAM_FIELD) for r in base if r.status == FINISHED]
     ratios = [tokens / tpp for tokens, tpp in filter(None, pairs)]
     if ratios:
         return statistics.median(ratios), "the parameters the runs' tokens_per_param counts"

@@ -83,12 +83,17 @@ DEFAULT_SD_FLOOR = 1.0
 class Rung:
     """One rung's input: its ``setting`` (e.g. ``"d_model=64"``), its parameter count
     ``n_params`` and the paired per-seed differences ``diffs`` (arm − baseline), seed
-    ``seeds[i]`` for ``diffs[i]``."""
+    ``seeds[i]`` for ``diffs[i]``; how long its runs trained, recorded beside its statistics
+    and not used by them: ``tokens_per_param``, ``tokens`` and ``steps`` per run (None where
+    unknown)."""
 
     setting: str
     n_params: float
     diffs: tuple[float, ...]
     seeds: tuple[int, ...] = ()
+    tokens_per_param: float | None = None
+    tokens: int | None = None
+    steps: int | None = None
 
 
 @dataclass(frozen=True)
@@ -178,12 +183,35 @@ def paired_rung(
     n_params: float,
     arm: Mapping[int, float],
     baseline: Mapping[int, float],
+    budget: Mapping[str, Any] | None = None,
 ) -> Rung:
     """A :class:`Rung` from per-seed values {seed: value} of the arm and the baseline, paired
-    by seed (seeds present in only one of the two are left out): d_i = arm_i − baseline_i."""
+    by seed (seeds present in only one of the two are left out): d_i = arm_i − baseline_i;
+    ``budget`` ({``tokens_per_param``, ``tokens``, ``steps``}, None where unknown) says how
+    long its runs trained."""
     seeds = sorted(set(arm) & set(baseline))
     diffs = tuple(float(arm[s]) - float(baseline[s]) for s in seeds)
-    return Rung(str(setting), float(n_params), diffs, tuple(int(s) for s in seeds))
+    b = budget or {}
+    return Rung(
+        str(setting),
+        float(n_params),
+        diffs,
+        tuple(int(s) for s in seeds),
+        tokens_per_param=None
+        if b.get("tokens_per_param") is None
+        else float(b["tokens_per_param"]),
+        tokens=None if b.get("tokens") is None else int(b["tokens"]),
+        steps=None if b.get("steps") is None else int(b["steps"]),
+    )
+
+
+def _rung_entry(stats_: RungStats, rung: Rung) -> dict[str, Any]:
+    """A rung of :func:`ladder_record`: its setting and N, how long it trained (``rung``'s
+    tokens per parameter, tokens and steps), then its statistics."""
+    entry = {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(stats_).items()}
+    trained = {k: getattr(rung, k) for k in ("tokens_per_param", "tokens", "steps")}
+    head = {k: entry.pop(k) for k in ("setting", "n_params")}
+    return {**head, **trained, **entry}
 
 
 def _check_rungs(rungs: Sequence[Rung]) -> list[np.ndarray]:
@@ -501,7 +529,8 @@ def ladder_record(
     seed: int = 0,
 ) -> dict[str, Any]:
     """One arm's ladder as a JSON-ready dict (declared in :mod:`normlab.run_format.ladder`):
-    ``rungs`` (per rung its setting, N, seeds, differences, mean, sd, interval and weight sd),
+    ``rungs`` (per rung its setting, N, tokens per parameter, tokens and steps, seeds,
+    differences, mean, sd, interval and weight sd),
     ``fit`` (model, a, b, their standard errors, pooled sd, ν, floor), ``target`` (N_t, the
     largest rung, the extrapolation factor and its words) and ``prediction`` (method,
     replicates, the three intervals, the word at the target, why, and a sentence)."""
@@ -522,10 +551,7 @@ def ladder_record(
         "metric": metric,
         "unit": unit,
         "lower_is_better": bool(lower_is_better),
-        "rungs": [
-            {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(r).items()}
-            for r in stats_
-        ],
+        "rungs": [_rung_entry(r, rung) for r, rung in zip(stats_, rungs, strict=True)],
         "fit": {
             "model": "d = a + b·log10(N)",
             "weights": "n_j / max(s_j, sd_floor·pooled_sd)^2",

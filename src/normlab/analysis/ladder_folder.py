@@ -23,6 +23,7 @@ from normlab.analysis.ladder import Rung, ladder_record, ladder_summary, paired_
 from normlab.analysis.lr_sweep import lr_sweep_record
 from normlab.analysis.lr_sweep_folder import read_sweep
 from normlab.analysis.runs import CompareFolder, load_compare_folder
+from normlab.analysis.training_budget import planned_budget
 from normlab.run_format import folder as run_folder
 from normlab.run_format import testbed_format
 
@@ -100,6 +101,7 @@ def analyze_ladder(out: Path, n_boot: int | None = None) -> dict[str, Any]:
                     _rung_size(folder),
                     _rung_values(folder, arm, fmt.quality),
                     _rung_values(folder, baseline, fmt.quality),
+                    planned_budget(folder),
                 )
             )
             if len(rungs[-1].diffs) < 2:

@@ -20,9 +20,11 @@ from normlab.analysis.rounds import read_state, sequential_comparison
 from normlab.analysis.runs import CompareFolder, RunResult
 from normlab.analysis.stability import arm_stability, stability_verdict
 from normlab.analysis.stats import describe, holm_adjust
+from normlab.analysis.training_budget import budget_record
 from normlab.analysis.verdicts import ArmVerdict, arm_verdict
 from normlab.analysis.wording import is_decided
 from normlab.run_format import LR_SWEEP_KEY, MetricSpec, TestbedFormat, testbed_format
+from normlab.run_format.budget import BUDGET_KEY
 from normlab.run_format.imported import import_record
 
 __all__ = ["analyze", "compare_metric", "run_outcome"]
@@ -337,6 +339,8 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
     (:data:`normlab.run_format.TESTBED_FORMATS`). A folder swept by ``compare --lr-sweep`` also
     gets its learning-rate sweep under ``learning_rates``
     (:func:`normlab.analysis.lr_sweep_folder.compare_sweep`); other folders have no such key.
+    ``budget``: the runs' tokens per parameter and whether they are early training
+    (:func:`normlab.analysis.training_budget.budget_record`).
     When some arm's quality verdict is open, ``decision_cost`` holds what deciding it would
     cost at each training budget (:func:`normlab.analysis.cost_folder.decision_cost`).
     """
@@ -378,6 +382,7 @@ def analyze(folder: CompareFolder, alpha: float = 0.05, power: float = 0.8) -> d
         "quality_metric": testbed.quality,
         "testbed": testbed.name,
         "sequential": sequential,
+        BUDGET_KEY: budget_record(folder),
         **_sweep(folder),
         **_decision_cost(folder, judged, alpha, power),
     }

@@ -127,6 +127,12 @@ def compare(
     seeds: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["seeds"]))] = None,
     steps: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["steps"]))] = None,
     tokens: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["tokens"]))] = None,
+    tokens_per_param: Annotated[
+        float | None, typer.Option(help=flag_help(FLAG_KEYS["tokens_per_param"]))
+    ] = None,
+    param_count: Annotated[
+        str | None, typer.Option(help=flag_help(FLAG_KEYS["param_count"]))
+    ] = None,
     lr: Annotated[float | None, typer.Option(help=flag_help(FLAG_KEYS["lr"]))] = None,
     warmup: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["warmup"]))] = None,
     batch_size: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["batch_size"]))] = None,

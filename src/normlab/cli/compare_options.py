@@ -55,8 +55,9 @@ LADDER_HELP = (
     "A size ladder KEY=v1,v2,… (gpt testbed: d_model or n_layers; --model hf:…: any integer "
     "key of its config, where hidden_size brings the heads along at a fixed head size and the "
     "MLP width at its ratio, and any other key changes alone): one full paired comparison per "
-    "size, each in OUT/KEY=v/, with the same arms, seeds, data and fixed --steps in every rung "
-    "(the steps do not follow the size); then the difference against the parameter count, a "
+    "size, each in OUT/KEY=v/, with the same arms, seeds and data in every rung, and the same "
+    "--steps, or with --tokens-per-param each rung's own steps in proportion to its baseline "
+    "arm's parameters; then the difference against the parameter count, a "
     "line in log N and its prediction interval at --target-params. Under --parametrization mup "
     "the base width is the smallest rung. With --until-decided each rung adds seeds in rounds "
     "until decided (--max-time per rung), and the fit uses the seeds each rung has."
@@ -89,6 +90,8 @@ FLAG_KEYS = {
     "seeds": "seeds",
     "steps": "train.steps",
     "tokens": "train.tokens",
+    "tokens_per_param": "train.tokens_per_param",
+    "param_count": "train.param_count",
     "lr": "train.lr",
     "warmup": "train.warmup",
     "batch_size": "train.batch_size",

@@ -49,9 +49,11 @@ from normlab.experiment.measure.anomaly import (
 from normlab.experiment.testbeds import TESTBEDS, Testbed
 from normlab.models.config import ConfigModel
 from normlab.run_format import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
+from normlab.run_format.budget import ALL_PARAMS, budget_steps
 from normlab.run_format.script import check_script_command
 from normlab.run_format.testbeds import script_testbed
 from normlab.run_format.train_options import (
+    BUDGET_SETTINGS,
     OPTIONS_OFF,
     RECORDED_WHEN_SET,
     WSD,
@@ -64,6 +66,7 @@ __all__ = [
     "DEFAULT_NORMS",
     "DEFAULT_STEPS",
     "EXECUTORS",
+    "LENGTH_KEYS",
     "OWN_GRID",
     "SCRIPT_GRID",
     "AnomalySettings",
@@ -241,16 +244,22 @@ class ScaleSettings(Section):
 
 WSD_ONLY: tuple[str, ...] = (*WSD_SETTINGS, "branches")
 """The ``train`` keys that only the ``wsd`` schedule takes."""
+LENGTH_KEYS: tuple[str, ...] = ("steps", "tokens", "tokens_per_param")
+"""The ``train`` keys that give a run's length, one at a time: steps, tokens, or tokens per
+parameter of the baseline arm (:mod:`normlab.run_format.budget`)."""
 
 
 class TrainSettings(Section):
     """Optimisation and evaluation: AdamW, linear warm-up then cosine decay, gradient clipping.
 
-    Give ``steps`` or ``tokens`` (converted to ⌈tokens / (batch_size · tokens per sample)⌉ steps,
-    tokens per sample being the GPT's context or the DiT's patches per image), not both; with
-    neither, ``steps`` is 600 (the DiT testbed's: 2400). ``warmup`` (steps of linear warm-up
-    to the peak ``lr``) is 0 or fewer than the steps, so that the cosine decay follows it
-    (checked by :class:`ExperimentConfig`, which knows the steps ``tokens`` gives).
+    Give one of ``steps``, ``tokens`` (converted to ⌈tokens / (batch_size · tokens per
+    sample)⌉ steps, tokens per sample being the GPT's context or the DiT's patches per image)
+    and ``tokens_per_param`` (X: ⌈X · N / (batch_size · tokens per sample)⌉ steps, N the
+    baseline arm's parameters as ``param_count`` counts them, resolved once per grid when it is
+    planned: :mod:`normlab.run_format.budget`); with none, ``steps`` is 600 (the DiT testbed's:
+    2400). ``warmup`` (steps of linear warm-up to the peak ``lr``) is 0 or fewer than the steps,
+    so that the cosine decay follows it (checked by :class:`ExperimentConfig`, which knows the
+    steps ``tokens`` gives, and for a budget of tokens per parameter by the grid).
     ``grad_clip`` 0 turns clipping off. ``target_val_loss`` (GPT: nats per byte; DiT: the
     validation flow-matching MSE) is the level for time- and tokens-to-target.
     ``throughput_warmup`` steps are left out of tokens/s. ``eval_windows`` (GPT only): the
@@ -291,6 +300,19 @@ class TrainSettings(Section):
     )
     tokens: int | None = Field(
         None, ge=1, description="Training tokens per run (instead of --steps)."
+    )
+    tokens_per_param: float | None = Field(
+        OPTIONS_OFF["tokens_per_param"],
+        gt=0,
+        description="Training tokens per parameter of the baseline arm (instead of --steps or "
+        "--tokens): each grid (a ladder's rung, each its own) trains every arm "
+        "ceil(X·N / tokens per step) steps, N its baseline arm's parameters as --param-count "
+        "counts them; about 20 is compute-optimal (Hoffmann et al. 2022).",
+    )
+    param_count: Literal["all", "non_embedding"] = Field(
+        ALL_PARAMS,
+        description="With --tokens-per-param: which parameters N counts, all (tied weights "
+        "once) or non_embedding (without the token, position and untied output embeddings).",
     )
     batch_size: int = Field(16, ge=1, description="Sequences (dit: images) per step.")
     lr: float = Field(5e-3, gt=0, description="Peak learning rate.")
@@ -359,15 +381,19 @@ class TrainSettings(Section):
     @model_validator(mode="before")
     @classmethod
     def _default_steps(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("steps") is None and data.get("tokens") is None:
+        if isinstance(data, dict) and all(data.get(k) is None for k in LENGTH_KEYS):
             return {**data, "steps": DEFAULT_STEPS}
         return data
 
     @model_validator(mode="after")
     def _steps_or_tokens(self) -> TrainSettings:
-        if self.steps is not None and self.tokens is not None:
+        """One of :data:`LENGTH_KEYS` gives the run's length, never two."""
+        given = [k for k in LENGTH_KEYS if getattr(self, k) is not None]
+        if len(given) > 1:
+            shown = ", ".join(f"{k}={getattr(self, k)!r}" for k in given)
             raise ValueError(
-                f"give steps or tokens, not both (steps={self.steps}, tokens={self.tokens})"
+                f"give one of steps, tokens or tokens_per_param, not {' and '.join(given)} "
+                f"together ({shown})"
             )
         return self
 
@@ -381,19 +407,20 @@ class TrainSettings(Section):
         for key in RECORDED_WHEN_SET:
             if key in WSD_SETTINGS:
                 off = self.schedule != WSD
+            elif key in BUDGET_SETTINGS:
+                off = self.tokens_per_param is None
             else:
                 off = getattr(self, key) == OPTIONS_OFF[key]
             if off:
                 data.pop(key, None)
         return data
 
-    def check_options(self, steps: int, world_size: int) -> None:
+    def check_options(self, steps: int | None, world_size: int) -> None:
         """Raise ``ValueError`` naming the key unless the options fit the run's resolved
         ``steps`` and ``world_size`` processes: ``cooldown``, ``decay`` and ``branches`` only
-        under ``wsd``; under ``wsd`` each budget n (the steps and every branch) has
-        1 ≤ :func:`fraction_steps` (n, ``cooldown``) ≤ n − ``warmup`` (a cooldown of at least
-        one step that starts after the warm-up); branches distinct and below the steps;
-        ``average_last`` averaging at least one step; branches and averaging on one process."""
+        under ``wsd``, ``param_count`` only with ``tokens_per_param``; the steps' own rules
+        (:meth:`check_steps`) unless ``steps`` is None (a budget of tokens per parameter,
+        whose steps the grid resolves and checks); branches and averaging on one process."""
         if self.schedule != WSD:
             given = [
                 k
@@ -405,7 +432,27 @@ class TrainSettings(Section):
                     f"train.{given[0]}: only with train.schedule: wsd (--schedule wsd); the "
                     f"{self.schedule} schedule has no cooldown"
                 )
-        else:
+        if self.tokens_per_param is None and "param_count" in self.model_fields_set:
+            raise ValueError(
+                "train.param_count: only with train.tokens_per_param (--tokens-per-param); "
+                "a run of a given number of steps or tokens counts no parameters"
+            )
+        if steps is not None:
+            self.check_steps(steps)
+        one_process = [k for k in ("branches", "average_last") if getattr(self, k) is not None]
+        if world_size > 1 and one_process:
+            raise ValueError(
+                f"train.{one_process[0]}: only for runs on one process, got {world_size} "
+                "processes per run (--nproc-per-node, --nnodes)"
+            )
+
+    def check_steps(self, steps: int) -> None:
+        """The options that depend on the run's ``steps``: under ``wsd`` each budget n (the
+        steps and every branch) has 1 ≤ :func:`fraction_steps` (n, ``cooldown``) ≤ n −
+        ``warmup`` (a cooldown of at least one step that starts after the warm-up); branches
+        distinct and below the steps; ``average_last`` averaging at least one step.
+        ``ValueError`` naming the key."""
+        if self.schedule == WSD:
             for budget in (steps, *(self.branches or ())):
                 self._check_cooldown(budget, steps)
         self._check_branches(steps)
@@ -413,12 +460,6 @@ class TrainSettings(Section):
             raise ValueError(
                 f"train.average_last: {self.average_last:g} of {steps} steps averages no "
                 "step; expected a fraction that rounds to at least one step"
-            )
-        one_process = [k for k in ("branches", "average_last") if getattr(self, k) is not None]
-        if world_size > 1 and one_process:
-            raise ValueError(
-                f"train.{one_process[0]}: only for runs on one process, got {world_size} "
-                "processes per run (--nproc-per-node, --nnodes)"
             )
 
     def _check_cooldown(self, budget: int, steps: int) -> None:
@@ -595,8 +636,8 @@ class ExperimentBase(GridConfig):
     @classmethod
     def _testbed_defaults(cls, data: Any) -> Any:
         """The testbed a config without ``testbed`` selects by a section (``lm``), and its
-        testbed's defaults for the norms and the ``train`` keys left out (a token budget
-        replaces a default ``steps``)."""
+        testbed's defaults for the norms and the ``train`` keys left out (a budget of tokens,
+        or of tokens per parameter, replaces a default ``steps``)."""
         if not isinstance(data, dict):
             return data
         if data.get("testbed") is None:
@@ -613,7 +654,7 @@ class ExperimentBase(GridConfig):
         train = data.get("train", {})
         if testbed.config.train_defaults and isinstance(train, dict):
             defaults = dict(testbed.config.train_defaults)
-            if train.get("tokens") is not None:
+            if any(train.get(k) is not None for k in LENGTH_KEYS if k != "steps"):
                 defaults.pop("steps", None)
             data["train"] = {**defaults, **train}
         return data
@@ -744,29 +785,44 @@ class ExperimentBase(GridConfig):
 
     @model_validator(mode="after")
     def _check_warmup(self) -> ExperimentBase:
-        """The schedule (:func:`normlab.experiment.training.schedule.lr_at`) reaches its peak at
-        step ``warmup`` and decays until the last step, so a warm-up needs steps after it."""
-        warmup, steps = self.train.warmup, self.resolved_steps()
-        if warmup > 0 and warmup >= steps:
-            given = (
-                f"train.steps = {steps}"
-                if self.train.steps is not None
-                else f"train.steps = {steps} (from train.tokens = {self.train.tokens})"
-            )
-            raise ValueError(
-                f"train.warmup: {warmup} warm-up steps with {given}; expected train.warmup < "
-                "train.steps (the learning rate rises to its peak at step train.warmup, then "
-                "decays to the last step), or 0 for no warm-up. Lower --warmup or raise --steps "
-                "(or --tokens)"
-            )
+        """The warm-up against the steps the config gives (:meth:`_check_warmup_fits`; under a
+        budget of tokens per parameter the grid checks it on the steps it resolves:
+        :meth:`check_steps`)."""
+        steps = self.fixed_steps()
+        if steps is not None:
+            self._check_warmup_fits(steps)
         return self
 
     @model_validator(mode="after")
     def _check_train_options(self) -> ExperimentBase:
-        """The ``train`` options against the resolved steps and processes per run
+        """The ``train`` options against the steps the config gives and the processes per run
         (:meth:`TrainSettings.check_options`)."""
-        self.train.check_options(self.resolved_steps(), self.scale.world_size)
+        self.train.check_options(self.fixed_steps(), self.scale.world_size)
         return self
+
+    def check_steps(self, steps: int) -> None:
+        """``ValueError`` naming the key unless a run of ``steps`` steps fits the warm-up and
+        the ``train`` options that depend on the steps (:meth:`TrainSettings.check_steps`): what
+        the grid checks once it has resolved a budget of tokens per parameter."""
+        self._check_warmup_fits(steps)
+        self.train.check_steps(steps)
+
+    def _check_warmup_fits(self, steps: int) -> None:
+        """The schedule (:func:`normlab.experiment.training.schedule.lr_at`) reaches its peak at
+        step ``warmup`` and decays until the last step, so a warm-up needs steps after it."""
+        warmup, t = self.train.warmup, self.train
+        if warmup > 0 and warmup >= steps:
+            given, more = f"train.steps = {steps}", "--steps (or --tokens)"
+            if t.tokens is not None:
+                given += f" (from train.tokens = {t.tokens})"
+            elif t.tokens_per_param is not None:
+                given += f" (from train.tokens_per_param = {t.tokens_per_param:g})"
+                more = "--tokens-per-param"
+            raise ValueError(
+                f"train.warmup: {warmup} warm-up steps with {given}; expected train.warmup < "
+                "train.steps (the learning rate rises to its peak at step train.warmup, then "
+                f"decays to the last step), or 0 for no warm-up. Lower --warmup or raise {more}"
+            )
 
     @model_validator(mode="after")
     def _check_learning_rates(self) -> ExperimentBase:
@@ -798,13 +854,37 @@ class ExperimentBase(GridConfig):
         section, key = self.testbeds[self.testbed].config.sample_length
         return int(getattr(getattr(self, section), key))
 
-    def resolved_steps(self) -> int:
-        """Training steps: ``train.steps``, or ⌈``train.tokens`` / tokens per step⌉."""
+    def tokens_per_step(self) -> int:
+        """Training tokens of one step: ``train.batch_size`` · :meth:`tokens_per_sample`."""
+        return self.train.batch_size * self.tokens_per_sample()
+
+    def fixed_steps(self) -> int | None:
+        """Training steps as the config gives them: ``train.steps``, or ⌈``train.tokens`` /
+        tokens per step⌉; None under a budget of tokens per parameter (the grid resolves it:
+        :meth:`resolved_steps`)."""
         t = self.train
         if t.steps is not None:
             return t.steps
-        assert t.tokens is not None  # TrainSettings guarantees one of the two
-        return math.ceil(t.tokens / (t.batch_size * self.tokens_per_sample()))
+        if t.tokens is not None:
+            return math.ceil(t.tokens / self.tokens_per_step())
+        return None
+
+    def resolved_steps(self, budget_params: int | None = None) -> int:
+        """Training steps: :meth:`fixed_steps`, or under ``train.tokens_per_param`` X
+        ⌈X · N / tokens per step⌉ (:func:`normlab.run_format.budget.budget_steps`) with N =
+        ``budget_params``, the grid's baseline-arm count; ValueError naming
+        ``train.tokens_per_param`` when the budget has no N yet."""
+        steps = self.fixed_steps()
+        if steps is not None:
+            return steps
+        x = self.train.tokens_per_param
+        assert x is not None  # TrainSettings guarantees one of the three
+        if budget_params is None:
+            raise ValueError(
+                "train.tokens_per_param: the steps follow the baseline arm's parameter count, "
+                "known once the grid is planned; expected it (budget_params)"
+            )
+        return budget_steps(x, budget_params, self.tokens_per_step())
 
     def arm_lr(self, arm: str) -> float:
         """The peak learning rate of ``arm``: ``train.arm_lr[arm]``, else ``train.lr``."""

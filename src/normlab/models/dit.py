@@ -456,6 +456,19 @@ class DiT(nn.Module):
             and any(part.startswith(NORM_PREFIX) for part in name.split("."))
         ]
 
+    def embedding_parameter_names(self) -> list[str]:
+        """Names of the embeddings' parameters, which a non-embedding count leaves out, as a
+        language model's token, position and output embeddings are: the patch embedding
+        (``x_embed``, a patch's pixels to the width), the learned position embedding
+        (``positions: learned``), the class-label embedding and the output projection
+        (``head``, the width back to a patch's pixels). The time embedding is an MLP on
+        sinusoidal features, computed like the blocks, and counts."""
+        modules = [m for m in (self.x_embed, self.label_embed, self.head) if m is not None]
+        ids = {id(p) for m in modules for p in m.parameters()}
+        if isinstance(self.pos_emb, nn.Parameter):
+            ids.add(id(self.pos_emb))
+        return [name for name, p in self.named_parameters() if id(p) in ids]
+
     def count_parameters(self) -> tuple[int, int]:
         """(all parameters, parameters inside norms)."""
         norms = set(self.norm_parameter_names())

@@ -164,6 +164,15 @@ class GPT(nn.Module):
             groups.setdefault(key, []).append(name)
         return groups
 
+    def embedding_parameter_names(self) -> list[str]:
+        """Names of the embeddings' parameters, which a non-embedding count leaves out: the
+        token embedding, the learned position embedding (``positions: learned``) and the output
+        embedding (``head``) when it is not tied to the token embedding (tied, it is the token
+        embedding's weight, named once)."""
+        modules = [m for m in (self.tok_emb, self.pos_emb, self.head) if m is not None]
+        ids = {id(p) for m in modules for p in m.parameters()}
+        return [name for name, p in self.named_parameters() if id(p) in ids]
+
     def count_parameters(self) -> tuple[int, int]:
         """(all parameters, parameters inside norms); tied weights are counted once."""
         norms = set(self.norm_parameter_names())

@@ -24,6 +24,7 @@ from normlab.report.imported import import_paragraphs
 from normlab.report.norm_swaps import norm_swap_paragraphs
 from normlab.run_format import LR_SWEEP_DIR, TestbedFormat, plot_path, testbed_format
 from normlab.run_format import folder as run_folder
+from normlab.run_format.budget import ALL_PARAMS, BUDGET_KEY, budget_words, fmt_tokens_per_param
 
 __all__ = [
     "Link",
@@ -31,6 +32,8 @@ __all__ = [
     "ReportContent",
     "Section",
     "Table",
+    "budget_notes",
+    "budget_text",
     "build_content",
     "confidence_pct",
     "fmt_value",
@@ -160,6 +163,11 @@ class ReportContent:
     sections: list[Section] = field(default_factory=list)
     """Sections shown after the curves (comparisons by factor, norm health), when there is
     something to show."""
+    budget: str = ""
+    """How long each run trained, in steps, tokens and tokens per parameter (shown with what
+    was compared; "" when the analysis does not say)."""
+    verdict_notes: list[str] = field(default_factory=list)
+    """Notes shown right after the verdict's table (early training)."""
 
 
 def _fmt_metric(testbed: TestbedFormat, field: str, v: float | None, unit: bool = True) -> str:
@@ -680,7 +688,38 @@ def build_content(
         method=_method(a, import_paragraphs(folder.experiment))
         + norm_swap_paragraphs(folder.experiment),
         sections=list(sections or []),
+        budget=budget_text(a),
+        verdict_notes=budget_notes(a),
     )
+
+
+def budget_text(a: dict[str, Any]) -> str:
+    """The runs' length from the analysis's ``budget``
+    (:func:`normlab.analysis.training_budget.budget_record`): "Each run trained 600 steps,
+    614,400 tokens: 2.87 tokens per parameter of the baseline arm's 214,144 parameters, all",
+    and with a budget of tokens per parameter that it was given as one; "" without the
+    record or its numbers."""
+    b = a.get(BUDGET_KEY) or {}
+    x, n = b.get("tokens_per_param"), b.get("n_params")
+    if x is None:
+        return ""
+    length = [counted(int(b["steps"]), "step")] if b.get("steps") else []
+    length += [f"{int(b['tokens']):,} tokens"] if b.get("tokens") else []
+    per_param = (
+        budget_words(x, n, b.get("param_count") or ALL_PARAMS)
+        if n
+        else f"{fmt_tokens_per_param(x)} tokens per parameter of the baseline arm"
+    )
+    trained = f"Each run trained {', '.join(length)}: " if length else "Each run trained "
+    given = " (the budget given, the same tokens for every arm)" if b.get("given") else ""
+    return f"{trained}{per_param}{given}."
+
+
+def budget_notes(a: dict[str, Any]) -> list[str]:
+    """The note shown with the verdict when the runs are early training (the analysis's
+    ``budget.note``), else none."""
+    note = (a.get(BUDGET_KEY) or {}).get("note")
+    return [f"{note[:1].upper()}{note[1:]}."] if note else []
 
 
 def _varied_rows(folder: CompareFolder) -> list[tuple[str, str]]:

@@ -233,9 +233,13 @@ def _head(
 
 
 def _verdict(c: ReportContent) -> list[str]:
-    """The verdict box (headline, each arm's decision), its table and its figure."""
+    """The verdict box (headline, each arm's decision), its table, its notes and its figure."""
     label = _BOX_TITLE.get(c.status, "Recommendation")
-    return _verdict_box(c.status, label, c.headline, c.arm_details, c.verdict_table, c.verdict_plot)
+    parts = _verdict_box(c.status, label, c.headline, c.arm_details, c.verdict_table, None)
+    parts.extend(f'<p class="note">{escape(note)}</p>' for note in c.verdict_notes)
+    if c.verdict_plot is not None:
+        parts.append(_figure(c.verdict_plot))
+    return parts
 
 
 def _verdict_box(
@@ -263,8 +267,11 @@ def _verdict_box(
 
 
 def _setup(c: ReportContent) -> list[str]:
-    """What was compared: what varied, the settings held fixed, the parameters per arm."""
+    """What was compared: the training budget, what varied, the settings held fixed, the
+    parameters per arm."""
     parts = ['<h2 id="setup">What was compared</h2>']
+    if c.budget:
+        parts.append(f"<p><strong>Training budget:</strong> {escape(c.budget)}</p>")
     if c.varied:
         varied = "; ".join(f"<strong>{escape(k)}</strong> = {escape(v)}" for k, v in c.varied)
         parts.append(f"<p>Varied: {varied}. Everything below was held fixed.</p>")

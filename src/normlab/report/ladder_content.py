@@ -32,6 +32,7 @@ from normlab.run_format import (
     testbed_format,
 )
 from normlab.run_format import folder as run_folder
+from normlab.run_format.budget import BUDGET_KEY, fmt_tokens_per_param
 
 __all__ = [
     "BOX_LABEL",
@@ -41,6 +42,7 @@ __all__ = [
     "LadderFolder",
     "arm_values",
     "build_ladder_content",
+    "early_rungs",
     "read_ladder_folder",
     "rung_table",
 ]
@@ -211,12 +213,13 @@ def rung_table(f: LadderFolder) -> Table:
     paired seeds, the mean difference with its t-interval, the paired sd, the seeds a decision
     there needs and the rung's verdict."""
     records = f.records.values()
-    tokens = any("tokens_per_param" in r for rec in records for r in rec["rungs"])
+    tokens = any(r.get("tokens_per_param") is not None for rec in records for r in rec["rungs"])
     rows, classes = [], []
     for arm, rec in f.records.items():
         for j, r in enumerate(rec["rungs"]):
             word, needed = _rung_verdict(f, r["setting"], arm)
-            per_param = [fmt_value(r.get("tokens_per_param"))] if tokens else []
+            x = r.get("tokens_per_param")
+            per_param = [fmt_tokens_per_param(x) if x is not None else "—"] if tokens else []
             rows.append(
                 [
                     arm,
@@ -348,6 +351,7 @@ def _rungs_section(f: LadderFolder, plot: Plot | None) -> Section:
         "as its own report gives them; that report, linked below, has every metric, curve and "
         "run at that size."
     ]
+    paragraphs += early_rungs(f)
     if missing:
         paragraphs.append(
             f"No report of its own yet: {', '.join(missing)} (normlab report {f.path.name} "
@@ -361,6 +365,30 @@ def _rungs_section(f: LadderFolder, plot: Plot | None) -> Section:
         plots=[plot] if plot is not None else [],
         links=links,
     )
+
+
+def early_rungs(f: LadderFolder) -> list[str]:
+    """The paragraph naming the rungs whose runs are early training (each rung's own analysis,
+    its summary.json's ``budget``: :mod:`normlab.analysis.training_budget`), with their tokens
+    per parameter; [] when none is."""
+    early = []
+    for setting in f.plan.get("rungs", []):
+        budget = (f.rungs.get(setting) or {}).get(BUDGET_KEY) or {}
+        if budget.get("early_training"):
+            x = budget.get("tokens_per_param")
+            shown = "" if x is None else f" ({fmt_tokens_per_param(x)} tokens per parameter)"
+            early.append(f"{setting}{shown}")
+    if not early:
+        return []
+    optimal = next(
+        (b["compute_optimal"] for a in f.rungs.values() if (b := a.get(BUDGET_KEY))), None
+    )
+    far = f", far below the ~{optimal:g} of compute-optimal training" if optimal else ""
+    return [
+        f"Early training at {', '.join(early)}{far}: there the differences are about how fast "
+        "the models start, and the trend through those rungs about early training, not about "
+        "trained models."
+    ]
 
 
 def _fit_section(f: LadderFolder) -> Section:

@@ -61,9 +61,12 @@ def render_markdown(c: ReportContent) -> str:
     label = _STATUS_WORD.get(c.status, "Recommendation")
     out = _top(c.title, c.subtitle, label, c.headline, c.arm_details)
     out.append(_table(c.verdict_table))
+    out.extend(f"_{_text(note)}_\n" for note in c.verdict_notes)
     if c.verdict_plot is not None:
         out.append(_plot(c.verdict_plot))
     out.append("## What was compared\n")
+    if c.budget:
+        out.append(f"**Training budget:** {_text(c.budget)}\n")
     if c.varied:
         out.append(
             "**Varied:** " + "; ".join(f"{_text(k)} = {_text(v)}" for k, v in c.varied) + ". "

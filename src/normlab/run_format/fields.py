@@ -36,6 +36,7 @@ __all__ = [
     "QUALITY_UNIT",
     "RUN_STATUSES",
     "TAIL_FIELDS",
+    "TOKENS_PER_PARAM",
     "TRAIN_MARGIN",
     "TRAIN_UNIT",
     "UNFINISHED",
@@ -170,11 +171,14 @@ class Comparison:
 class SummaryField:
     """One field of a run's summary.json: its ``name``, how the report prints it (``display``,
     None when it prints no number) and how the analysis compares it (``compare``, None when it
-    is not compared)."""
+    is not compared). A field that is shown but not compared may name itself in words
+    (``label``) and its ``unit``; a compared field's are its comparison's."""
 
     name: str
     display: Display | None = None
     compare: Comparison | None = None
+    label: str = ""
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -217,15 +221,30 @@ FACTORS: tuple[str, ...] = ("norm", "placement", "precision")
 """The factors an arm is made of, in the order its name gives them
 (``<norm>-<placement>[-<precision>]``); every run.json and summary records each."""
 
-HEAD_FIELDS: tuple[SummaryField, ...] = tuple(
-    SummaryField(name)
-    for name in (
-        "run_id", "arm", "seed", *FACTORS, "status", "diverged_at",
-        "steps", "tokens", "n_params", "n_norm_params",
-    )
+TOKENS_PER_PARAM = SummaryField(
+    "tokens_per_param",
+    Display(digits=2),
+    label="tokens per parameter",
+    unit="tokens per parameter",
+)
+"""The training tokens a run saw per parameter: ``tokens`` / N, N the budget's (the grid's
+baseline arm, ``train.budget_params``) when the run trained to a budget of tokens per
+parameter, else the run's own ``n_params`` (:func:`normlab.run_format.budget.tokens_per_param`,
+which :func:`normlab.run_format.summary.build_summary` applies to every summary)."""
+
+HEAD_FIELDS: tuple[SummaryField, ...] = (
+    *(
+        SummaryField(name)
+        for name in (
+            "run_id", "arm", "seed", *FACTORS, "status", "diverged_at",
+            "steps", "tokens", "n_params", "n_norm_params",
+        )
+    ),
+    TOKENS_PER_PARAM,
 )  # fmt: skip
-"""Identity, status, progress and parameter counts: the summary's first fields. The testbed's
-validation fields follow (:attr:`normlab.run_format.testbeds.TestbedFormat.validation`)."""
+"""Identity, status, progress, parameter counts and the tokens per parameter: the summary's
+first fields. The testbed's validation fields follow
+(:attr:`normlab.run_format.testbeds.TestbedFormat.validation`)."""
 
 POSTTRAIN: tuple[SummaryField, ...] = (
     compared_field(

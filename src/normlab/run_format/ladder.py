@@ -72,6 +72,9 @@ _INTERVAL = (
 _RUNG = (
     Key("setting", "string", "the rung's model setting, e.g. d_model=64"),
     _n("n_params", "its parameter count N"),
+    _n("tokens_per_param", "training tokens per parameter of its runs (null: unknown)", True),
+    Key("tokens", "integer", "training tokens per run (null: unknown)", nullable=True),
+    Key("steps", "integer", "training steps per run (null: unknown)", nullable=True),
     Key("n", "integer", "paired seeds"),
     _n("mean", "mean paired difference d̄ (arm − baseline)"),
     _n("sd", "sd of the paired differences (n − 1)"),

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from normlab.run_format.budget import TOKENS_PER_PARAM_FIELD, tokens_per_param
 from normlab.run_format.fields import CRASHED, FACTORS
 from normlab.run_format.folder import write_summary
 from normlab.run_format.testbeds import DEFAULT_TESTBED, TestbedFormat, testbed_format
@@ -86,8 +87,10 @@ def build_summary(
     without ``fmt``: a standalone script's run names no testbed), then :data:`IDENTITY` from
     ``spec`` (null where absent), ``status``, the ``measured`` fields, the fields of the
     ``eval`` values ``logged`` (:func:`logged_quality`) and the ``extra`` fields, each step
-    overriding the ones before. Fields outside ``fmt`` keep the order in which they are
-    set."""
+    overriding the ones before; last, unless given, ``tokens_per_param`` from the summary's
+    ``tokens`` and ``n_params`` and the run config's budget
+    (:func:`normlab.run_format.budget.tokens_per_param`). Fields outside ``fmt`` keep the
+    order in which they are set."""
     summary: dict[str, Any] = dict.fromkeys(fmt.summary_fields) if fmt is not None else {}
     for key in IDENTITY:
         summary[key] = spec.get(key)
@@ -96,6 +99,11 @@ def build_summary(
     if logged is not None:
         summary.update(logged_quality(logged, fmt))
     summary.update(extra or {})
+    if summary.get(TOKENS_PER_PARAM_FIELD) is None:
+        tokens, n_params = summary.get("tokens"), summary.get("n_params")
+        per_param = tokens_per_param(tokens, spec.get("train"), n_params)
+        if per_param is not None or TOKENS_PER_PARAM_FIELD in summary:
+            summary[TOKENS_PER_PARAM_FIELD] = per_param
     return summary
 
 

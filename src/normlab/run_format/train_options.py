@@ -5,6 +5,9 @@ existed.
 A key of :data:`OPTIONS_OFF` is absent from a run config whose option is off; reading it
 (:func:`train_option`) then gives the value that turns it off. Under ``schedule: wsd`` the run
 config always holds :data:`WSD_SETTINGS` too (``cooldown``, ``decay``); under ``cosine`` never.
+With a budget of tokens per parameter (``tokens_per_param``) it holds :data:`BUDGET_SETTINGS`
+too (``param_count``), and the grid adds the budget's N (:mod:`normlab.run_format.budget`);
+without one, neither.
 The experiment config (:class:`normlab.experiment.config.TrainSettings`) takes these values
 as its defaults; the training loop reads a run config through :func:`train_option`.
 """
@@ -16,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
+    "BUDGET_SETTINGS",
     "COSINE",
     "OPTIONS_OFF",
     "RECORDED_WHEN_SET",
@@ -36,13 +40,17 @@ OPTIONS_OFF: dict[str, Any] = {
     "data_seed": None,
     "full_val": False,
     "average_last": None,
+    "tokens_per_param": None,
 }
 """Each option recorded only when set, with the value that turns it off (a run config without
 the key has that value): the cosine schedule, no branches, the run's seed for the initial
-weights and for the data, no whole-split validation, no weight average."""
+weights and for the data, no whole-split validation, no weight average, no budget of tokens per
+parameter."""
 WSD_SETTINGS: tuple[str, ...] = ("cooldown", "decay")
 """The settings of the ``wsd`` schedule, recorded with it and only with it."""
-RECORDED_WHEN_SET: tuple[str, ...] = (*OPTIONS_OFF, *WSD_SETTINGS)
+BUDGET_SETTINGS: tuple[str, ...] = ("param_count",)
+"""The settings of a budget of tokens per parameter, recorded with it and only with it."""
+RECORDED_WHEN_SET: tuple[str, ...] = (*OPTIONS_OFF, *WSD_SETTINGS, *BUDGET_SETTINGS)
 """Every ``train`` key a run config holds only when its option is set."""
 
 

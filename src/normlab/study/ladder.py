@@ -27,7 +27,13 @@ from normlab.run_format import folder as run_folder
 from normlab.study.errors import Invalid, Refused, Stopped
 from normlab.study.grid import make_executor
 from normlab.study.plan import emit_plan, plan_grid
-from normlab.study.rungs import LadderPlan, check_ladder_out, plan_ladder, prepare_ladder
+from normlab.study.rungs import (
+    LadderPlan,
+    check_ladder_out,
+    plan_ladder,
+    prepare_ladder,
+    record_rung_budget,
+)
 from normlab.study.spec import LadderSpec, Trainer
 from normlab.study.sweep import ladder_sweep_record, sweep_ladder
 
@@ -60,7 +66,12 @@ def run_ladder(study: Trainer, spec: LadderSpec) -> None:
     for setting, rung_cfg, n in zip(plan.settings, configs, plan.n_params, strict=True):
         study.console.print(f"rung {setting}: {n:,} parameters")
         rung_out = run_folder.rung_path(out, setting)
-        done = study.train(rung_cfg, rung_out, report=study.spec.report, rounds=study.spec.rounds)
+        try:
+            done = study.train(
+                rung_cfg, rung_out, report=study.spec.report, rounds=study.spec.rounds
+            )
+        finally:  # planned (or refused) by now: its budget, where it has one, is known
+            record_rung_budget(out, setting)
         summaries.update({run_folder.ladder_run_id(setting, k): v for k, v in done.items()})
     study.check_results(summaries, out)
     _answer(study.console, out, report=study.spec.report)
@@ -74,6 +85,7 @@ def _plan_rungs(plan: LadderPlan, configs: list[Any], out: Path) -> None:
     for setting, rung_cfg, n in zip(plan.settings, configs, plan.n_params, strict=True):
         console.print(f"rung {setting}: {n:,} parameters")
         todo = plan_grid(rung_cfg, run_folder.rung_path(out, setting), console)
+        record_rung_budget(out, setting)
         ids += [run_folder.ladder_run_id(setting, r) for r in todo]
     emit_plan(out, ids, console, f" of {len(plan.settings)} rungs")
 

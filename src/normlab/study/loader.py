@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError, create_model
 
 from normlab.experiment.config import (
+    LENGTH_KEYS,
     ConfigError,
     ExperimentConfig,
     check_scale,
@@ -52,15 +53,18 @@ __all__ = [
 
 
 def build_config_dict(config: Path | None, overrides: dict[str, Any]) -> dict[str, Any]:
-    """The YAML file's content (or {}) with the flags' values laid over it."""
+    """The YAML file's content (or {}) with the flags' values laid over it. A run's length
+    given by a flag (``--steps``, ``--tokens``, ``--tokens-per-param``:
+    :data:`~normlab.experiment.config.LENGTH_KEYS`) replaces the file's, whichever the file
+    gave (and the file's ``param_count`` with its budget of tokens per parameter)."""
     base = load_config_file(config) if config is not None else {}
     train = base.get("train")
-    if isinstance(train, dict):
-        # --steps and --tokens replace each other, whichever the file gave
-        if overrides.get("train.steps") is not None:
-            base["train"] = {k: v for k, v in train.items() if k != "tokens"}
-        if overrides.get("train.tokens") is not None:
-            base["train"] = {k: v for k, v in train.items() if k != "steps"}
+    flagged = [k for k in LENGTH_KEYS if overrides.get(f"train.{k}") is not None]
+    if isinstance(train, dict) and flagged:
+        replaced = set(LENGTH_KEYS) - set(flagged)
+        if "tokens_per_param" in replaced:
+            replaced.add("param_count")
+        base["train"] = {k: v for k, v in train.items() if k not in replaced}
     return merge_overrides(base, overrides)
 
 

@@ -5,15 +5,18 @@ Each rung is the experiment's config with its model set to ``KEY`` = the rung's 
 testbed's size rule (its :class:`~normlab.experiment.testbeds.base.LadderRule`: the gpt testbed
 changes ``d_model`` or ``n_layers`` alone; the lm testbed sets any integer key of a transformers
 config, a width bringing its heads and MLP widths along,
-:mod:`normlab.models.external.scaling`): the same arms, seeds, data and *fixed number of steps*
-in every rung (the steps do not follow the size; a budget of tokens per parameter is not
-implemented). Under ``mup`` a width ladder's base width (``base_d_model``,
+:mod:`normlab.models.external.scaling`): the same arms, seeds and data in every rung, and the
+same fixed number of steps, or, with ``--tokens-per-param`` X, the steps each rung's own grid
+resolves from X and its baseline arm's parameters (:mod:`normlab.run_format.budget`), so each
+rung trains in proportion to its size (recorded per rung in ``ladder.json``'s ``budgets``,
+:func:`record_rung_budget`). Under ``mup`` a width ladder's base width (``base_d_model``,
 ``lm.base_hidden_size``) is the smallest rung, so the smallest model is the standard one and
 the rates tuned there carry up. This module names no testbed: what a ladder may vary, how a
 rung is made and how its parameters are counted are the testbed's hooks.
 
 The ladder folder ``OUT`` holds ``ladder.json`` (the plan: key, values, rung folders, the size
-rule and per rung the settings it changed with their values, target)
+rule and per rung the settings it changed with their values, target, how long the rungs train
+and, once each rung is planned, its budget)
 and one compare folder per rung, ``OUT/<KEY>=<value>/``
 (:func:`normlab.run_format.folder.rung_path`), trained one rung after another by the same
 executor (each rung's runs as a compare trains them: ``--parallel``, ``--executor``,
@@ -32,19 +35,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from normlab.analysis.training_budget import experiment_budget
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.execution.runner import check_out_path, foreign_entries
 from normlab.experiment.testbeds.base import LadderRule
 from normlab.run_format import folder as run_folder
+from normlab.run_format.budget import PARAM_COUNT_WORDS, fmt_tokens_per_param
 from normlab.study.spec import LadderSpec
 
 __all__ = [
     "DEFAULT_TARGET_FACTOR",
     "LadderPlan",
     "check_ladder_out",
+    "length_words",
     "parse_ladder",
     "plan_ladder",
     "prepare_ladder",
+    "record_rung_budget",
 ]
 
 DEFAULT_TARGET_FACTOR = 100.0
@@ -81,10 +88,43 @@ class LadderPlan:
             "n_params": list(self.n_params),
             "target_params": self.target_params,
             "parametrization": self.parametrization,
-            "steps": "fixed: the same number of steps in every rung",
+            "steps": length_words(self.configs[0]),
             "rule": self.rule,
             "changes": dict(zip(self.settings, self.changes, strict=True)),
         }
+
+
+def length_words(cfg: ExperimentConfig) -> str:
+    """How long a ladder's rungs train, as ``ladder.json``'s ``steps`` says it: the same fixed
+    steps in every rung, or a budget of tokens per parameter that gives each rung its own."""
+    x = cfg.train.tokens_per_param
+    if x is None:
+        return "fixed: the same number of steps in every rung"
+    counted = PARAM_COUNT_WORDS[cfg.train.param_count]
+    return (
+        f"{fmt_tokens_per_param(x)} tokens per parameter of each rung's baseline arm, "
+        f"{counted} parameters counted: each rung trains its own tokens and steps, every arm "
+        "of a rung the same"
+    )
+
+
+def record_rung_budget(out: Path, setting: str) -> None:
+    """Put how long the rung ``setting`` of the ladder folder ``out`` trains into
+    ``ladder.json``'s ``budgets`` ({setting: {``given``, ``tokens_per_param``, ``n_params``,
+    ``param_count``, ``tokens``, ``steps``}}), from the rung's experiment.json as its grid
+    planned it (:func:`normlab.analysis.training_budget.experiment_budget`); nothing while the
+    rung has none."""
+    try:
+        experiment = run_folder.read_experiment(run_folder.rung_path(out, setting))
+    except (OSError, ValueError):
+        return
+    budget = experiment_budget(experiment)
+    if budget is None:
+        return
+    plan = run_folder.read_ladder_plan(out)
+    budgets = plan.get("budgets") if isinstance(plan.get("budgets"), dict) else {}
+    plan["budgets"] = {**budgets, setting: budget}
+    run_folder.write_ladder_plan(out, plan)
 
 
 def parse_ladder(text: str) -> dict[str, list[int]]:

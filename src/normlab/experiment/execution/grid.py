@@ -14,13 +14,17 @@ initialisation, data order and seeds stay shared.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from torch import nn
 
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.testbeds import TESTBEDS, build_model, init_seed
 from normlab.models import check_paired
+from normlab.models.counts import budget_count
 from normlab.run_format import FACTORS, run_id
+from normlab.run_format.budget import BUDGET_PARAMS, budget_record, budget_words
 
 IDENTITY_FIELDS = ("run_id", "arm", *FACTORS)
 PER_ARM_FIELDS = ("n_params", "n_norm_params")
@@ -82,18 +86,26 @@ def check_only_factors_differ(runs: list[dict[str, Any]], allowed: Iterable[str]
 
 
 def shared_settings(
-    cfg: ExperimentConfig, device: str, threads: int, data_info: dict[str, Any]
+    cfg: ExperimentConfig,
+    device: str,
+    threads: int,
+    data_info: dict[str, Any],
+    budget: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Everything a run needs that is the same for every arm and seed, under the experiment
     config's own section and key names: the testbed's sections and data record
     (:meth:`normlab.experiment.testbeds.Testbed.run_settings`), ``train`` (as the config gives
-    it for this testbed, with the resolved ``steps`` and the ``tokens`` they make), ``anomaly``,
-    ``device``, ``threads`` and ``imports``."""
+    it for this testbed, with the resolved ``steps`` and the ``tokens`` they make; under a
+    budget of tokens per parameter those of ``budget``, :func:`resolve_budget`, and its N as
+    ``train.budget_params``: None until the grid has counted it), ``anomaly``, ``device``,
+    ``threads`` and ``imports``."""
     testbed = TESTBEDS[cfg.testbed].run_settings(cfg, data_info)
-    steps = cfg.resolved_steps()
+    steps = cfg.fixed_steps() if budget is None else int(budget["steps"])
     train = cfg.dump()["train"]
     train.pop("arm_lr", None)  # per arm: each run's own train.lr (plan_runs)
-    train.update(steps=steps, tokens=steps * cfg.train.batch_size * cfg.tokens_per_sample())
+    train.update(steps=steps, tokens=None if steps is None else steps * cfg.tokens_per_step())
+    if budget is not None:
+        train = _with_budget_params(train, int(budget["n_params"]))
     data = testbed.pop("data")
     return {
         **testbed,
@@ -105,6 +117,40 @@ def shared_settings(
         "data": data,
         **precision_settings(cfg),
     }
+
+
+def _with_budget_params(train: dict[str, Any], n_params: int) -> dict[str, Any]:
+    """``train`` with :data:`~normlab.run_format.budget.BUDGET_PARAMS` = ``n_params`` right
+    after ``param_count`` (the budget's keys together)."""
+    out: dict[str, Any] = {}
+    for key, value in train.items():
+        out[key] = value
+        if key == "param_count":
+            out[BUDGET_PARAMS] = n_params
+    out.setdefault(BUDGET_PARAMS, n_params)
+    return out
+
+
+def resolve_budget(cfg: ExperimentConfig, baseline: nn.Module) -> dict[str, Any]:
+    """The grid's budget of ``train.tokens_per_param`` X
+    (:func:`normlab.run_format.budget.budget_record`): N = the ``baseline`` arm's model
+    counted as ``train.param_count`` says
+    (:func:`normlab.models.counts.budget_count`), steps = ⌈X · N / tokens per step⌉, checked
+    against the warm-up and the options that depend on the steps
+    (:meth:`ExperimentConfig.check_steps`); a budget too small for them is one ``ValueError``
+    line naming ``--tokens-per-param``."""
+    x, how = cfg.train.tokens_per_param, cfg.train.param_count
+    assert x is not None  # only under a budget
+    n = budget_count(baseline, how)
+    record = budget_record(x, how, n, cfg.tokens_per_step())
+    try:
+        cfg.check_steps(record["steps"])
+    except ValueError as err:
+        raise ValueError(
+            f"--tokens-per-param: {budget_words(x, n, how)}, make {record['steps']:,} steps "
+            f"of {cfg.tokens_per_step():,} tokens, too few: {err}"
+        ) from None
+    return record
 
 
 def precision_settings(cfg: ExperimentConfig) -> dict[str, Any]:
@@ -120,39 +166,28 @@ def plan_runs(
     ``init_digest`` (digest of the shared initial parameters) and parameter counts filled in.
 
     Each run trains at its arm's peak rate (:meth:`ExperimentConfig.arm_lr`: ``train.arm_lr``,
-    else ``train.lr``), recorded as its ``train.lr``.
+    else ``train.lr``), recorded as its ``train.lr``. Under a budget of tokens per parameter
+    (``train.tokens_per_param``) the steps are resolved once, from the baseline arm's model of
+    the first seed (:func:`resolve_budget`; the model already built to check the pairing), and
+    every run of the grid trains them.
 
     Raises ``ValueError`` if the arms do not share their non-norm parameters with equal initial
-    values, or if their configs differ in anything but the factors under study (and, with
-    per-arm rates, ``train.lr``).
+    values, if their configs differ in anything but the factors under study (and, with
+    per-arm rates, ``train.lr``), or if a budget is too small for the warm-up or the cooldown.
     """
     settings = shared_settings(cfg, device, threads, data_info)
-    testbed = TESTBEDS[cfg.testbed]
     arm_keys: set[str] = {PER_ARM_LR} if cfg.train.arm_lr else set()
     runs: list[dict[str, Any]] = []
     for seed in cfg.seed_list():
-        models = {}
-        seed_runs = []
-        for arm, norm, placement, precision in cfg.arm_factors():
-            factors = dict(zip(FACTORS, (norm, placement, precision), strict=True))
-            model = build_model({**settings, **factors}, init_seed({**settings, "seed": seed}))
-            models[arm] = model
-            n_params, n_norm_params = model.count_parameters()
-            extra = testbed.arm_fields(model)
-            arm_keys.update(extra)
-            run = {
-                "run_id": run_id(arm, seed),
-                "arm": arm,
-                "seed": seed,
-                **factors,
-                **copy.deepcopy(settings),
-                "n_params": n_params,
-                "n_norm_params": n_norm_params,
-                **extra,
-            }
-            run["train"]["lr"] = cfg.arm_lr(arm)
-            seed_runs.append(run)
-        digest = check_paired(models)
+        models = _arm_models(cfg, settings, seed)
+        if cfg.train.tokens_per_param is not None and not runs:
+            budget = resolve_budget(cfg, models[cfg.baseline_arm()][1])
+            settings = shared_settings(cfg, device, threads, data_info, budget)
+        seed_runs = [
+            _run_config(cfg, settings, seed, arm, factors, model, arm_keys)
+            for arm, (factors, model) in models.items()
+        ]
+        digest = check_paired({arm: model for arm, (_, model) in models.items()})
         for run in seed_runs:
             run["init_digest"] = digest
         per_arm = (*PER_ARM_FIELDS, *sorted(arm_keys))
@@ -161,6 +196,46 @@ def plan_runs(
     per_arm = (*PER_ARM_FIELDS, *sorted(arm_keys))
     check_only_factors_differ(runs, IDENTITY_FIELDS + per_arm + PER_SEED_FIELDS)
     return runs
+
+
+def _arm_models(
+    cfg: ExperimentConfig, settings: dict[str, Any], seed: int
+) -> dict[str, tuple[dict[str, str], nn.Module]]:
+    """{arm: (its factors, its model for ``seed``)} in grid order."""
+    models = {}
+    for arm, norm, placement, precision in cfg.arm_factors():
+        factors = dict(zip(FACTORS, (norm, placement, precision), strict=True))
+        model = build_model({**settings, **factors}, init_seed({**settings, "seed": seed}))
+        models[arm] = (factors, model)
+    return models
+
+
+def _run_config(
+    cfg: ExperimentConfig,
+    settings: dict[str, Any],
+    seed: int,
+    arm: str,
+    factors: dict[str, str],
+    model: nn.Module,
+    arm_keys: set[str],
+) -> dict[str, Any]:
+    """The run config of ``arm`` at ``seed`` (its ``model`` built), its testbed's per-arm
+    fields added to ``arm_keys``."""
+    n_params, n_norm_params = model.count_parameters()  # type: ignore[operator]
+    extra = TESTBEDS[cfg.testbed].arm_fields(model)
+    arm_keys.update(extra)
+    run = {
+        "run_id": run_id(arm, seed),
+        "arm": arm,
+        "seed": seed,
+        **factors,
+        **copy.deepcopy(settings),
+        "n_params": n_params,
+        "n_norm_params": n_norm_params,
+        **extra,
+    }
+    run["train"]["lr"] = cfg.arm_lr(arm)
+    return run
 
 
 def parameter_counts(runs: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:

@@ -23,15 +23,24 @@ from normlab.distributed.wrap import DEFAULT_PRECISION
 from normlab.experiment.config import ExperimentConfig
 from normlab.experiment.execution.environment import default_threads, environment, resolve_device
 from normlab.experiment.execution.grid import flatten, plan_runs
-from normlab.experiment.execution.sizes import check_experiment_sizes
+from normlab.experiment.execution.sizes import check_experiment_sizes, check_records_disk
 from normlab.experiment.testbeds import TESTBEDS
 from normlab.run_format import DATA_DIR, FACTORS
+from normlab.run_format.budget import (
+    ALL_PARAMS,
+    BUDGET_KEY,
+    BUDGET_PARAMS,
+    budget_record,
+    budget_words,
+)
 from normlab.run_format.experiment_record import experiment_record
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
 __all__ = [
     "FIXED_KEYS",
     "OwnGrid",
+    "budget_line",
+    "grid_budget",
     "grid_record",
     "norm_swaps",
     "paired_description",
@@ -81,6 +90,8 @@ class OwnGrid:
         it runs on several processes."""
         self.data_info = prepare_data(self.cfg, out / DATA_DIR, console)
         runs = plan_runs(self.cfg, self.device, self.threads, self.data_info)
+        if self.cfg.fixed_steps() is None:  # a budget's steps: known now
+            check_records_disk(self.cfg, out, runs[0]["train"]["steps"])
         if self.cfg.scale.world_size > 1:
             for r in runs:  # how each run is started (torchrun); not part of what it computes
                 r["scale"] = self.cfg.scale.launch_spec()
@@ -129,13 +140,15 @@ def grid_record(
     :func:`normlab.run_format.experiment_record.experiment_record`): the settings every run
     shares as dotted keys (those of :data:`FIXED_KEYS` in the first run, but an arm's own
     learning rate), each arm's parameter counts and, when present, its norm swap record and
-    learning rate."""
+    learning rate, and the budget of tokens per parameter when one was given
+    (:func:`grid_budget`)."""
     settings = flatten({k: runs[0][k] for k in FIXED_KEYS if k in runs[0]})
     extra: dict[str, Any] = {
         "parameter_counts": {
             r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs
         },
         **norm_swaps(runs),
+        **grid_budget(cfg, runs),
     }
     if cfg.train.arm_lr:  # each arm at its own rate: not a fixed setting
         settings.pop("train.lr", None)
@@ -157,6 +170,19 @@ def grid_record(
     )
 
 
+def grid_budget(cfg: ExperimentConfig, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """``{"budget": record}`` (:func:`normlab.run_format.budget.budget_record`: X, how N was
+    counted, N, tokens per step, steps, tokens) when the grid trains to a budget of tokens
+    per parameter, read from its runs (every run holds the same), else {}."""
+    train = runs[0]["train"]
+    if train.get("tokens_per_param") is None:
+        return {}
+    record = budget_record(
+        train["tokens_per_param"], train["param_count"], train[BUDGET_PARAMS], cfg.tokens_per_step()
+    )
+    return {BUDGET_KEY: record}
+
+
 def norm_swaps(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """``{"norm_swaps": {arm: record}}`` when the runs carry a per-arm ``norm_swap`` record
     (the lm testbed: which of the model's norm modules hold the arm's norm, which were held),
@@ -170,7 +196,8 @@ def paired_description(
 ) -> str:
     """The line that says what the grid varies and what it costs: only the factors with more
     than one value differ (the norm, the placement, or both), and each arm's own learning rate
-    when the config gives per-arm rates, each count with its plural."""
+    when the config gives per-arm rates, each count with its plural; last the tokens per
+    parameter (:func:`budget_line`)."""
     values = {
         "norm": list(cfg.norms),
         "placement": list(cfg.placements),
@@ -195,8 +222,26 @@ def paired_description(
         f"paired: shared parameters equal across arms for every seed; only the "
         f"{' and '.join(varied)} differ{'s' if len(varied) == 1 else ''}{fixed_text}. "
         f"{counted(len(runs), 'run')} ({counted(seeds, 'seed')}) × {counted(steps, 'step')} "
-        f"on {device} with {counted(threads, 'thread')}"
+        f"on {device} with {counted(threads, 'thread')}{budget_line(cfg, runs)}"
     )
+
+
+def budget_line(cfg: ExperimentConfig, runs: list[dict[str, Any]]) -> str:
+    """`` (X tokens per parameter of the baseline arm's N parameters, all)``: how many tokens
+    each run trains per parameter of the baseline arm
+    (:func:`normlab.run_format.budget.budget_words`), the budget's X and N when one was given,
+    else the runs' tokens over the baseline arm's parameter count (all); "" when the runs do
+    not say."""
+    train = runs[0]["train"]
+    if train.get("tokens_per_param") is not None:
+        x, n, how = train["tokens_per_param"], train[BUDGET_PARAMS], train["param_count"]
+    else:
+        base = next((r for r in runs if r.get("arm") == cfg.baseline_arm()), {})
+        n, tokens, how = base.get("n_params"), train.get("tokens"), ALL_PARAMS
+        if not n or tokens is None:
+            return ""
+        x = tokens / n
+    return f" ({budget_words(x, n, how)})"
 
 
 def prepare_data(cfg: ExperimentConfig, data_dir: Path, console: Console) -> dict[str, Any]:

@@ -37,18 +37,40 @@ def n_runs(cfg: ExperimentConfig) -> int:
     return len(cfg.norms) * len(cfg.placements) * n_seeds
 
 
-def check_experiment_sizes(cfg: ExperimentConfig, out: Path) -> None:
-    """Raise ``ValueError`` naming the config key when the grid, the data or the model of
-    ``cfg`` would need more memory or disk (``out``'s) than the machine has now."""
-    memory, disk = available_memory(), free_disk(out)
+_FEWER = "lower seeds (or use fewer norms and placements)"
+
+
+def _grid_words(cfg: ExperimentConfig) -> str:
     runs = n_runs(cfg)
     arms = counted(len(cfg.arm_names()), "arm")
-    grid = f"the grid of {runs:,} {noun(runs, 'run')} ({arms} × seeds)"
-    fewer = "lower seeds (or use fewer norms and placements)"
-    check_fits(runs * SPEC_BYTES, memory, grid, "in memory", fewer)
-    steps = cfg.resolved_steps()
-    on_disk = f"on {str(out)!r}'s disk"
-    check_fits(runs * (RUN_DISK_BYTES + steps * RECORD_BYTES), disk, grid, on_disk, fewer)
+    return f"the grid of {runs:,} {noun(runs, 'run')} ({arms} × seeds)"
+
+
+def _on_disk(out: Path) -> str:
+    return f"on {str(out)!r}'s disk"
+
+
+def check_experiment_sizes(cfg: ExperimentConfig, out: Path) -> None:
+    """Raise ``ValueError`` naming the config key when the grid, the data or the model of
+    ``cfg`` would need more memory or disk (``out``'s) than the machine has now. Under a
+    budget of tokens per parameter the runs' records are checked once the grid has resolved
+    its steps (:func:`check_records_disk`)."""
+    memory, disk = available_memory(), free_disk(out)
+    check_fits(n_runs(cfg) * SPEC_BYTES, memory, _grid_words(cfg), "in memory", _FEWER)
+    steps = cfg.fixed_steps()
+    if steps is not None:
+        check_records_disk(cfg, out, steps, disk)
     check_sizes = cfg.testbeds[cfg.testbed].config.check_sizes
     if check_sizes is not None:
-        check_sizes(cfg, memory, disk, on_disk)
+        check_sizes(cfg, memory, disk, _on_disk(out))
+
+
+def check_records_disk(
+    cfg: ExperimentConfig, out: Path, steps: int, disk: int | None = None
+) -> None:
+    """Raise ``ValueError`` naming the seeds when the runs' folders of ``steps`` steps each
+    would need more of ``out``'s disk (``disk`` bytes free; measured when None) than it has."""
+    runs = n_runs(cfg)
+    free = free_disk(out) if disk is None else disk
+    need = runs * (RUN_DISK_BYTES + steps * RECORD_BYTES)
+    check_fits(need, free, _grid_words(cfg), _on_disk(out), _FEWER)

@@ -109,10 +109,11 @@ class TestbedConfig:
     ``summary`` describes it in ``--testbed``'s help. ``sections``: its config sections by key
     (pydantic models; a section two testbeds share is the same class in both).
     ``sample_length``: the (section, key) that holds the tokens of one training sample
-    (``train.tokens`` is converted into steps with it). ``options``: its options outside its
-    sections (a top-level key, or ``section.key``); an option that some testbeds declare and
-    others do not is an error in the others' configs. ``train_defaults``: its defaults for the
-    ``train`` keys a config leaves out (``steps`` only when ``train.tokens`` is not given);
+    (``train.tokens`` and ``train.tokens_per_param`` are converted into steps with it).
+    ``options``: its options outside its sections (a top-level key, or ``section.key``); an
+    option that some testbeds declare and others do not is an error in the others' configs.
+    ``train_defaults``: its defaults for the ``train`` keys a config leaves out (``steps`` only
+    when neither ``train.tokens`` nor ``train.tokens_per_param`` is given);
     ``default_norms``: the norms when the config gives none. ``check_norm`` raises for a norm
     name it cannot train; ``check`` for a validated config it cannot run (ValueError naming the
     key). ``selected_by``: a section whose presence in a config without ``testbed`` selects this

@@ -78,6 +78,25 @@ class SourceLM(nn.Module):
         norms = set(self.norm_parameter_names())
         return [name for name, _ in self.named_parameters() if name not in norms]
 
+    def embedding_parameter_names(self) -> list[str]:
+        """Names of the embeddings' parameters, which a non-embedding count leaves out: the
+        model's input and output embeddings where it names them (a transformers model's
+        ``get_input_embeddings`` and ``get_output_embeddings``; a factory's model where it has
+        those methods), and every other ``nn.Embedding`` it holds (learned positions: GPT-2's
+        ``wpe``). Tied weights are named once. A factory's untied output projection that it
+        does not name is an ``nn.Linear`` like any other, and counts."""
+        modules = [m for m in self.net.modules() if isinstance(m, nn.Embedding)]
+        for getter in ("get_input_embeddings", "get_output_embeddings"):
+            method = getattr(self.net, getter, None)
+            try:
+                module = method() if callable(method) else None
+            except NotImplementedError:  # a transformers class that does not name it
+                module = None
+            if isinstance(module, nn.Module):
+                modules.append(module)
+        ids = {id(p) for m in modules for p in m.parameters()}
+        return [name for name, p in self.named_parameters() if id(p) in ids]
+
     def count_parameters(self) -> tuple[int, int]:
         """(all parameters, parameters of the arm's norms); tied weights are counted once."""
         norms = set(self.norm_parameter_names())
