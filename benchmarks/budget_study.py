@@ -19,11 +19,11 @@ over the last 20 % of the steps, 1 − √ shape, to 10 % of the peak):
   (``train.average_last``);
 - ``init_only`` / ``data_only``: the same, with the batch order (``train.data_seed: 0``) or the
   initial weights (``train.init_seed: 0``) held across seeds;
-- ``budget20``: seeds 0–7 trained to 20 tokens per parameter (4,183 steps) with cooldowns
-  branched at 1, 3 and 10 (210, 628, 2,092 steps); ``budget10``: seeds 8–15 to 10 tokens per
-  parameter with branches at 1 and 3. A branch equals a separate run of its budget bit for bit,
-  so each budget below 20 has 16 seeds, and 20 has 8;
-- ``cosine_tpp1``: the former default recipe (cosine decay) at 1 token per parameter, 16 seeds,
+- ``budget10`` / ``budget10b``: seeds 0–3 / 4–7 trained to 10 tokens per parameter (2,092
+  steps) with cooldowns branched at 1 and 3 (210, 628 steps), one folder per process (the two
+  trained side by side). A branch equals a separate run of its budget bit for bit (checked below
+  against ``base``), so every budget has 8 seeds from these folders and 3 has 16 in ``base``;
+- ``cosine_tpp1``: the former default recipe (cosine decay) at 1 token per parameter, 8 seeds,
   with the A/A arm, for reference.
 
 The section is written between the ``budget-study`` markers of the document (``--doc``,
@@ -66,13 +66,20 @@ LN, RMS, GEMMA = "layernorm-pre", "rmsnorm-pre", "rmsnorm_gemma-pre"
 MARGIN = 0.02
 N_PARAMS = 214_144
 TOKENS_PER_STEP = 1024
-BUDGETS = {1: 210, 3: 628, 10: 2092, 20: 4183}
+BUDGETS = {1: 210, 3: 628, 10: 2092}
 """Tokens per parameter → steps (⌈b · 214,144 / 1,024⌉)."""
-STUDIES = ("base", "budget20", "budget10", "init_only", "data_only")
-COSINE = (
-    "normlab compare --norms layernorm,rmsnorm,rmsnorm_gemma --seeds 16 --steps 210 "
-    "--threads 1 --no-report --out {out}"
-)
+BUDGET_FOLDERS = ("budget10", "budget10b")
+"""The folders whose runs end at :data:`BUDGET_END` steps with cooldowns branched below it."""
+BUDGET_END = 2092
+STUDIES = {
+    "base": "--config benchmarks/budget_study/base.yaml",
+    "init_only": "--config benchmarks/budget_study/init_only.yaml",
+    "data_only": "--config benchmarks/budget_study/data_only.yaml",
+    "budget10": "--config benchmarks/budget_study/budget10.yaml --seeds 0,1,2,3",
+    "budget10b": "--config benchmarks/budget_study/budget10.yaml --seeds 4,5,6,7",
+    "cosine_tpp1": "--norms layernorm,rmsnorm,rmsnorm_gemma --seeds 8 --steps 210 --threads 1",
+}
+"""Each study's ``normlab compare`` options, by its folder under the study's OUT."""
 
 Runs = dict[tuple[str, int], dict[str, Any]]
 Value = Callable[[dict[str, Any]], float | None]
@@ -80,13 +87,10 @@ Value = Callable[[dict[str, Any]], float | None]
 
 def commands(out: Path) -> dict[str, str]:
     """The command of every study, by its folder name under ``out``."""
-    found = {
-        name: f"normlab compare --config benchmarks/budget_study/{name}.yaml --no-report "
-        f"--out {out / name}"
-        for name in STUDIES
+    return {
+        name: f"normlab compare {options} --no-report --out {out / name}"
+        for name, options in STUDIES.items()
     }
-    found["cosine_tpp1"] = COSINE.format(out=out / "cosine_tpp1")
-    return found
 
 
 def run_all(out: Path) -> None:
@@ -147,19 +151,23 @@ class Point:
     value: Value
 
 
+def load_all(root: Path, names: Sequence[str]) -> Runs:
+    """:func:`load` of several folders of one design (disjoint seeds), merged."""
+    merged: Runs = {}
+    for name in names:
+        merged.update(load(root / name))
+    return merged
+
+
 def budget_points(root: Path) -> list[Point]:
-    """Each budget's runs: budget20 (seeds 0–7; branches at 1, 3, 10, its end at 20) and
-    budget10 (seeds 8–15; branches at 1, 3, its end at 10), read as one set per budget."""
-    b20, b10 = load(root / "budget20"), load(root / "budget10")
+    """Each budget's runs, from the :data:`BUDGET_FOLDERS` (their branches at 1 and 3 tokens per
+    parameter, their end at 10)."""
+    runs = load_all(root, BUDGET_FOLDERS)
     points = []
     for budget, steps in BUDGETS.items():
-        merged: Runs = {}
-        for runs, end in ((b20, 4183), (b10, 2092)):
-            if steps > end:
-                continue
-            v = metric() if steps == end else metric(branch=steps)
-            merged.update({k: {"_value": v(s), **s} for k, s in runs.items() if v(s) is not None})
-        points.append(Point(budget, merged, metric("_value")))
+        v = metric() if steps == BUDGET_END else metric(branch=steps)
+        kept = {k: {"_value": v(s), **s} for k, s in runs.items() if v(s) is not None}
+        points.append(Point(budget, kept, metric("_value")))
     return points
 
 
@@ -361,8 +369,7 @@ def throughput(root: Path) -> float:
     measure their share of it, not their cost)."""
     rates = [
         s["tokens_per_s"]
-        for name in ("base", "budget20", "budget10", "init_only", "data_only")
-        for s in load(root / name).values()
+        for s in load_all(root, [n for n in STUDIES if n != "cosine_tpp1"]).values()
         if s.get("tokens_per_s")
     ]
     return float(np.quantile(rates, 0.9))
@@ -475,8 +482,7 @@ def estimator_table(root: Path) -> list[str]:
     extra evaluations are made at a run's end, not at its branches), and the A/A pair's."""
     studies = {
         "3 (base, 16 seeds)": load(root / "base"),
-        "10 (budget10's ends, seeds 8–15)": load(root / "budget10"),
-        "20 (budget20's ends, seeds 0–7)": load(root / "budget20"),
+        "10 (the budget folders' ends, 8 seeds)": load_all(root, BUDGET_FOLDERS),
     }
     lines = [
         "| reading | " + " | ".join(f"paired sd at {k}" for k in studies)
@@ -561,7 +567,7 @@ def section(root: Path) -> list[str]:
         "",
         f"Generated by `python benchmarks/budget_study.py --no-run` at commit "
         f"`{source_commit() or 'unknown'}`; the runs were trained by the commands below (one "
-        "thread each, one run at a time, at nice 10 on the shared 2-core VM).",
+        "thread each, two runs at a time, at nice 10 on a shared 2-core VM).",
         "",
         *(f"- `{c}`" for c in commands(Path("OUT")).values()),
         "",
