@@ -13,16 +13,17 @@ and the numbers through normlab's own analysis (``normlab.analysis.power``, ``.c
 in the LayerNorm arm, 1,024 tokens a step), under a warm-up–stable–decay schedule (cooldown
 over the last 20 % of the steps, 1 − √ shape, to 10 % of the peak):
 
-- ``base``: 3 tokens per parameter (628 steps), 16 paired seeds, with the A/A arm RMSNorm-Gemma
+- ``base``: 3 tokens per parameter (628 steps), 8 paired seeds, with the A/A arm RMSNorm-Gemma
   (the same function, another rounding), each run also evaluated on the whole validation split
   (``train.full_val``) and with the average of its last 10 % of weights
   (``train.average_last``);
 - ``init_only`` / ``data_only``: the same, with the batch order (``train.data_seed: 0``) or the
   initial weights (``train.init_seed: 0``) held across seeds;
-- ``budget10`` / ``budget10b``: seeds 0–3 / 4–7 trained to 10 tokens per parameter (2,092
+- ``budget10`` / ``budget10b``: seeds 0–3 / 8–11 trained to 10 tokens per parameter (2,092
   steps) with cooldowns branched at 1 and 3 (210, 628 steps), one folder per process (the two
   trained side by side). A branch equals a separate run of its budget bit for bit (checked below
-  against ``base``), so every budget has 8 seeds from these folders and 3 has 16 in ``base``;
+  on seeds 0–3 against ``base``), so budgets 1 and 10 have 8 seeds and 3 has 12 (``base``'s
+  0–7 and the branches of 8–11);
 - ``cosine_tpp1``: the former default recipe (cosine decay) at 1 token per parameter, 8 seeds,
   with the A/A arm, for reference.
 
@@ -71,12 +72,14 @@ BUDGETS = {1: 210, 3: 628, 10: 2092}
 BUDGET_FOLDERS = ("budget10", "budget10b")
 """The folders whose runs end at :data:`BUDGET_END` steps with cooldowns branched below it."""
 BUDGET_END = 2092
+SEPARATE_STEPS = 628
+"""The budget ``base`` trains as separate runs (3 tokens per parameter)."""
 STUDIES = {
     "base": "--config benchmarks/budget_study/base.yaml",
     "init_only": "--config benchmarks/budget_study/init_only.yaml",
     "data_only": "--config benchmarks/budget_study/data_only.yaml",
     "budget10": "--config benchmarks/budget_study/budget10.yaml --seeds 0,1,2,3",
-    "budget10b": "--config benchmarks/budget_study/budget10.yaml --seeds 4,5,6,7",
+    "budget10b": "--config benchmarks/budget_study/budget10.yaml --seeds 8,9,10,11",
     "cosine_tpp1": "--norms layernorm,rmsnorm,rmsnorm_gemma --seeds 8 --steps 210 --threads 1",
 }
 """Each study's ``normlab compare`` options, by its folder under the study's OUT."""
@@ -161,12 +164,15 @@ def load_all(root: Path, names: Sequence[str]) -> Runs:
 
 def budget_points(root: Path) -> list[Point]:
     """Each budget's runs, from the :data:`BUDGET_FOLDERS` (their branches at 1 and 3 tokens per
-    parameter, their end at 10)."""
+    parameter, their end at 10) and, at 3, ``base``'s separate runs too."""
     runs = load_all(root, BUDGET_FOLDERS)
+    separate = load(root / "base")
     points = []
     for budget, steps in BUDGETS.items():
         v = metric() if steps == BUDGET_END else metric(branch=steps)
         kept = {k: {"_value": v(s), **s} for k, s in runs.items() if v(s) is not None}
+        if steps == SEPARATE_STEPS:
+            kept |= {k: {"_value": s["final_val_bpb"], **s} for k, s in separate.items()}
         points.append(Point(budget, kept, metric("_value")))
     return points
 
@@ -290,17 +296,15 @@ def sources_table(root: Path) -> list[str]:
     return lines
 
 
-def identity_check(root: Path, points: list[Point]) -> str:
-    """Whether the 3-token branches equal the separate 628-step runs of ``base``, bit for bit."""
-    base = load(root / "base")
-    three = next(p for p in points if p.budget == 3)
-    same = total = 0
-    for key, s in three.runs.items():
-        if key in base:
-            total += 1
-            same += three.value(s) == base[key]["final_val_bpb"]
+def identity_check(root: Path) -> str:
+    """Whether the cooldowns branched at 628 steps equal ``base``'s separate 628-step runs, bit
+    for bit (final validation bpb)."""
+    base, branch = load(root / "base"), metric(branch=SEPARATE_STEPS)
+    pairs = [(branch(s), base[key]["final_val_bpb"])
+             for key, s in load_all(root, BUDGET_FOLDERS).items() if key in base]  # fmt: skip
+    same = sum(a == b for a, b in pairs)
     return (
-        f"Of the {total} runs of the 3-tokens-per-parameter budget that `base` also trained "
+        f"Of the {len(pairs)} runs of the 3-tokens-per-parameter budget that `base` also trained "
         f"as separate 628-step runs, {same} gave the same final validation bpb bit for bit "
         "(the branched cooldown is the separate run)."
     )
@@ -481,7 +485,7 @@ def estimator_table(root: Path) -> list[str]:
     """The paired sd under each way of reading a run, at each budget whose runs end there (the
     extra evaluations are made at a run's end, not at its branches), and the A/A pair's."""
     studies = {
-        "3 (base, 16 seeds)": load(root / "base"),
+        "3 (base, 8 seeds)": load(root / "base"),
         "10 (the budget folders' ends, 8 seeds)": load_all(root, BUDGET_FOLDERS),
     }
     lines = [
@@ -489,7 +493,7 @@ def estimator_table(root: Path) -> list[str]:
         + " | A/A sd at 3 |",
         "|---|" + "---|" * (len(studies) + 1),
     ]  # fmt: skip
-    base = studies["3 (base, 16 seeds)"]
+    base = studies["3 (base, 8 seeds)"]
     for label, value in ESTIMATORS.items():
         cells = [_sd_cell(paired(runs, LN, RMS, value)[1]) for runs in studies.values()]
         aa = _sd_cell(paired(base, RMS, GEMMA, value)[1])
@@ -575,11 +579,11 @@ def section(root: Path) -> list[str]:
         "",
         *spread_table(root, points),
         "",
-        identity_check(root, points),
+        identity_check(root),
         "",
         law_text,
         "",
-        "### Where the noise comes from (3 tokens per parameter, 16 seeds)",
+        "### Where the noise comes from (3 tokens per parameter, 8 seeds)",
         "",
         *sources_table(root),
         "",
