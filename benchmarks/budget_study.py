@@ -56,7 +56,7 @@ from normlab.analysis.cost import (
     price_decisions,
     train_flops,
 )
-from normlab.analysis.power import forecast_seeds, sd_interval, seeds_needed
+from normlab.analysis.power import sd_interval, seeds_needed
 from normlab.analysis.sequential import SequentialPlan, look_decisions, look_schedule
 from normlab.run_format import folder as run_folder
 
@@ -444,33 +444,54 @@ def law_line(points: list[Point]) -> tuple[str, Any]:
     )
 
 
-def forecast_check(runs: Runs, value: Value, k: int = 3) -> list[str]:
-    """Every ``k``-seed subset of the study's seeds as a pilot: its forecast range (plug-in
-    count – the upper end) against the count that the whole study's spread needs."""
+def _truth(runs: Runs, value: Value) -> int | None:
+    """The paired seeds a decision needs at the spread and mean of every seed measured."""
     _, d = paired(runs, LN, RMS, value)
-    if d.size < k + 2:
-        return []
-    truth = seeds_needed(float(np.mean(d)), float(np.std(d, ddof=1)), MARGIN)
+    return seeds_needed(float(np.mean(d)), float(np.std(d, ddof=1)), MARGIN)
+
+
+def forecast_check(pilot: Point, target: Point, k: int = 3) -> str | None:
+    """Every ``k``-seed subset of ``pilot``'s seeds as the runs a user already has: the seeds
+    ``normlab compare`` would forecast at ``target``'s budget (:func:`price_decisions`, from
+    the pilot's own spread when the budgets agree, else through the spread law's prior
+    exponent) against the count that all of ``target``'s seeds need."""
+    _, d = paired(pilot.runs, LN, RMS, pilot.value)
+    _, dt = paired(target.runs, LN, RMS, target.value)
+    if d.size < k + 2 or dt.size < 3:
+        return None
+    truth = _truth(target.runs, target.value) or 10**6
+    unit = SeedCost(0.0, 1.0, 1.0)
     inside = below_top = total = 0
     ratios = []
     for idx in itertools.combinations(range(d.size), k):
         sub = d[list(idx)]
-        sd = float(np.std(sub, ddof=1))
-        if sd == 0:
+        if float(np.std(sub, ddof=1)) == 0:
             continue
-        f = forecast_seeds(float(np.mean(sub)), sd, MARGIN, k)
+        spread = BudgetSpread(float(pilot.budget), k, float(np.mean(sub)),
+                              float(np.std(sub, ddof=1)))  # fmt: skip
+        price = price_decisions([spread], unit, [float(target.budget)], MARGIN)[0]
+        point = price.seeds or 10**6
+        top = price.seeds_high or 10**6
         total += 1
-        top = f.high if f.high is not None else 10**6
-        point = f.point if f.point is not None else 10**6
-        inside += point <= (truth or 10**6) <= top
-        below_top += (truth or 10**6) <= top
-        ratios.append(point / (truth or 10**6))
+        inside += point <= truth <= top
+        below_top += truth <= top
+        ratios.append(point / truth)
+    return (
+        f"| {pilot.budget} | {target.budget} | {_count(None if truth == 10**6 else truth)} "
+        f"({dt.size} seeds) | {total} | {100 * inside / total:.0f} % | "
+        f"{100 * below_top / total:.0f} % | {statistics.median(ratios):.2f} |"
+    )
+
+
+def forecast_table(points: list[Point], k: int = 3) -> list[str]:
+    """:func:`forecast_check` for every pilot budget and every target budget."""
+    rows = [forecast_check(a, b, k) for a in points for b in points]
     return [
-        f"With all {d.size} seeds a decision needs {_count(truth)} seeds. Of the {total} "
-        f"possible {k}-seed pilots, the forecast's range (plug-in count – upper end) held that "
-        f"count in {100 * inside / total:.0f} %, its upper end reached it in "
-        f"{100 * below_top / total:.0f} % (aimed at about 90 %), and the plug-in count's median "
-        f"ratio to it was {statistics.median(ratios):.2f}."
+        f"| pilot budget ({k} seeds) | forecast at budget | seeds a decision needs there, "
+        "from every seed | pilots | forecast range (plug-in – upper end) holds it | upper end "
+        "reaches it | median plug-in / needed |",
+        "|---|---|---|---|---|---|---|",
+        *filter(None, rows),
     ]
 
 
@@ -610,7 +631,12 @@ def section(root: Path) -> list[str]:
         "",
         "### Is a 3-seed forecast right? (held-out check)",
         "",
-        *forecast_check(base, metric()),
+        "Every 3-seed subset of a budget's seeds taken as a pilot, priced by "
+        "`normlab.analysis.cost.price_decisions` (what `normlab compare` prints as the cost of a "
+        "decision): at its own budget from its own spread, at the others through the spread "
+        "law's prior exponent. The forecast aims its upper end at about 90 % of pilots.",
+        "",
+        *forecast_table(points),
         "",
         "### Readings that may cut the noise",
         "",
