@@ -17,12 +17,11 @@ from typing import Any
 from rich.console import Console
 
 from normlab._plural import counted
+from normlab.experiment.execution.kinds import recorded_kind
 from normlab.experiment.execution.lock import FolderLockedError
 from normlab.experiment.execution.runner import run_planned
-from normlab.experiment.execution.script_grid import check_planned_seed
 from normlab.run_format import DONE_STATUSES
 from normlab.run_format import folder as run_folder
-from normlab.run_format.testbeds import parse_script_testbed
 from normlab.study.errors import NoResult, Refused
 from normlab.study.grid import grid_of
 from normlab.study.spec import GridConfig
@@ -85,17 +84,16 @@ def train_planned(out: Path, run_id: str, console: Console) -> dict[str, Any]:
 def after_planned_run(
     out: Path, run_id: str, summary: dict[str, Any], console: Console
 ) -> dict[str, Any]:
-    """What follows a planned run (``--run``) in the folder ``out``: for a script's run, the
-    pairing guard of its seed once every arm of the seed has a result
-    (:func:`normlab.experiment.execution.script_grid.check_planned_seed`); then the export of
+    """What follows a planned run (``--run``) in the folder ``out``: what its kind of grid
+    checks then (:meth:`GridKind.after_planned_run` of the kind that wrote experiment.json,
+    :func:`~normlab.experiment.execution.kinds.recorded_kind`: for a script's run, the pairing
+    guard of its seed once every arm of the seed has a result); then the export of
     what is settled to the trackers that the planning command's ``--log-to`` recorded. Returns
     the run's summary as it now stands; ``ValueError`` naming a damaged ``experiment.json`` or
     summary of the seed (the guard is never skipped in silence)."""
     experiment = run_folder.read_experiment(out)  # checked by run_planned: never skipped
-    settled = [run_id]
-    if parse_script_testbed(experiment.get("testbed")) is not None:
-        settled = check_planned_seed(out, run_id, console)
-        summary = run_folder.read_summary(run_folder.run_dir(out, run_id)) or summary
+    settled = recorded_kind(experiment).after_planned_run(out, run_id, console)
+    summary = run_folder.read_summary(run_folder.run_dir(out, run_id)) or summary
     config = experiment.get("config")
     kinds = config.get("log_to") if isinstance(config, dict) else None
     if kinds and settled:

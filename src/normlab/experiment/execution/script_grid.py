@@ -117,6 +117,12 @@ class ScriptGrid:
         (:func:`settled_runs`)."""
         return settled_runs(summaries)
 
+    @staticmethod
+    def after_planned_run(out: Path, run_id: str, console: Console) -> list[str]:
+        """The pairing guard of the seed of ``run_id`` once every arm of it has a result
+        (:func:`check_planned_seed`); the seed's runs that keep a result."""
+        return check_planned_seed(out, run_id, console)
+
 
 def plan_script_runs(cfg: ScriptConfig, threads: int) -> list[dict[str, Any]]:
     """The run config of every (arm, seed), seed-major: identity and factors, the testbed
