@@ -201,6 +201,16 @@ CASES: list[Any] = [
     case("refused", "compare --out holds other files", "compare --out {foreign}"),
     case(
         "refused",
+        "compare --out holds a damaged experiment.json",
+        "compare --data {corpus} TINY --out {damaged_experiment}",
+    ),
+    case(
+        "refused",
+        "compare --run a run whose summary is damaged",
+        "compare --out {damaged_compare} --run layernorm-pre__s0",
+    ),
+    case(
+        "refused",
         "compare an hf: folder that is not there",
         "compare --model hf:{no_model} --data {corpus} TINY --out {o}",
     ),

@@ -260,5 +260,6 @@ def test_what_a_compare_leaves_before_experiment_json_is_its_own(tmp_path: Path)
     assert foreign_entries(out) == ["data/my_corpus.txt"]
     with pytest.raises(ValueError, match=r"out: .* it holds .data/my_corpus\.txt."):
         check_out_contents(out)
-    (out / "experiment.json").write_text("{}")  # a compare folder: resumable, whatever it holds
+    # a compare folder: not foreign (its shape is checked by check_experiment_file, later)
+    (out / "experiment.json").write_text("{}")
     check_out_contents(out)

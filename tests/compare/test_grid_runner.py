@@ -13,7 +13,7 @@ import pytest
 from rich.console import Console
 
 from normlab.experiment.config import ExperimentConfig, ScriptConfig
-from normlab.experiment.execution.kinds import GRID_KINDS, grid_kind
+from normlab.experiment.execution.kinds import GRID_KINDS, grid_kind, recorded_kind
 from normlab.experiment.execution.own_grid import OwnGrid
 from normlab.experiment.execution.run_loop import (
     Crash,
@@ -70,6 +70,9 @@ def test_the_config_chooses_its_kind() -> None:
     script = grid_kind(_script(norms=["a", "b"]))
     assert type(own) is OwnGrid and type(script) is ScriptGrid
     assert set(GRID_KINDS) == {ExperimentConfig.grid_kind, ScriptConfig.grid_kind}
+    assert recorded_kind({"testbed": "script:val_loss:min"}) is ScriptGrid  # from the folder
+    assert recorded_kind({"testbed": "dit"}) is recorded_kind({}) is OwnGrid
+    assert OwnGrid.after_planned_run(Path("o"), "a-pre__s0", Console()) == ["a-pre__s0"]
     assert own.exports_each_run and not script.exports_each_run
     summaries = {
         "a-pre__s0": {"seed": 0, "status": "finished"},

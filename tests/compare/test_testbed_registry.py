@@ -17,6 +17,7 @@ from normlab.experiment import config as experiment_config
 from normlab.experiment import testbeds
 from normlab.experiment.config import ConfigError, ExperimentConfig, config_class, validate_config
 from normlab.experiment.execution.grid import plan_runs
+from normlab.experiment.execution.own_grid import fixed_keys, grid_record
 from normlab.experiment.testbeds import TESTBEDS
 from normlab.models import GPTConfig, build_gpt
 from normlab.models.config import ConfigModel
@@ -111,6 +112,14 @@ def test_the_grid_plans_a_registered_testbeds_runs(toy_config: type) -> None:
     assert all(r["toy"] == {"width": 16, "context": 8} and r["testbed"] == "toy" for r in runs)
     assert runs[0]["train"]["tokens"] == 50 * 4 * 8
     assert runs[0]["init_digest"] == runs[1]["init_digest"] != runs[2]["init_digest"]
+    fixed = grid_record(cfg, runs, {"fingerprint": "none"}, {})["fixed"]
+    assert fixed["toy.width"] == 16 and fixed["testbed"] == "toy"  # its section: held fixed
+
+
+def test_the_fixed_settings_are_the_testbeds_sections() -> None:
+    keys = {name: fixed_keys(validate_config({"testbed": name})) for name in ("gpt", "dit")}
+    tail = ("train", "anomaly", "device", "threads", "data")
+    assert keys == {"gpt": ("testbed", "model", *tail), "dit": ("testbed", "dit", "shapes", *tail)}
 
 
 def test_a_section_two_testbeds_share_must_be_one_class(monkeypatch: pytest.MonkeyPatch) -> None:

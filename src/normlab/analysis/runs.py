@@ -24,13 +24,13 @@ from normlab.run_format import (
     DEFAULT_TESTBED,
     DONE_STATUSES,
     EXPERIMENT_FILE,
-    RUN_STATUSES,
     TESTBED_FORMATS,
     UNFINISHED,
     parse_run_id,
     testbed_format,
 )
 from normlab.run_format import folder as run_folder
+from normlab.run_format.experiment_record import check_experiment
 
 __all__ = [
     "DONE_STATUSES",
@@ -138,27 +138,15 @@ def _read_json_object(path: Path) -> dict[str, Any]:
 def _experiment_fields(
     experiment: dict[str, Any], where: Path
 ) -> tuple[list[str], str, list[int], float | None, str]:
-    arms = experiment.get("arms")
-    if not (isinstance(arms, list) and arms and all(isinstance(a, str) for a in arms)):
-        raise CompareFolderError(
-            f"{where}: 'arms' must be a non-empty list of arm names, got {arms!r}"
-        )
-    baseline = experiment.get("baseline_arm", arms[0])
-    if baseline not in arms:
-        raise CompareFolderError(
-            f"{where}: 'baseline_arm' must be one of the arms {arms}, got {baseline!r}"
-        )
-    seeds = experiment.get("seeds", [])
-    if not (isinstance(seeds, list) and all(isinstance(s, int) for s in seeds)):
-        raise CompareFolderError(f"{where}: 'seeds' must be a list of ints, got {seeds!r}")
-    testbed = experiment.get("testbed", DEFAULT_TESTBED)
     try:
-        fmt = testbed_format(testbed)  # a script testbed's name carries its metric
-    except ValueError:
-        raise CompareFolderError(
-            f"{where}: 'testbed' must be one of {list(MARGIN_KEYS)} or script:<metric>:min|max, "
-            f"got {testbed!r}"
-        ) from None
+        check_experiment(experiment, where)  # the one shape of experiment.json
+    except ValueError as err:
+        raise CompareFolderError(str(err)) from None
+    arms = experiment["arms"]
+    baseline = experiment.get("baseline_arm", arms[0])
+    seeds = experiment.get("seeds", [])
+    testbed = experiment.get("testbed", DEFAULT_TESTBED)
+    fmt = testbed_format(testbed)  # a script testbed's name carries its metric
     key, default = fmt.margin_key, fmt.margin_default
     margin = experiment.get(key)
     if margin is None:
@@ -174,11 +162,7 @@ def _listed_runs(experiment: dict[str, Any], where: Path) -> set[str] | None:
     """The run ids that ``experiment.json`` lists, or ``None`` if it lists none (older folders:
     every run folder then counts)."""
     listed = experiment.get("runs")
-    if listed is None:
-        return None
-    if not (isinstance(listed, list) and all(isinstance(r, str) for r in listed)):
-        raise CompareFolderError(f"{where}: 'runs' must be a list of run ids, got {listed!r}")
-    return set(listed)
+    return None if listed is None else set(listed)  # its shape: check_experiment
 
 
 def _looks_like_run(run_dir: Path) -> bool:
@@ -190,10 +174,9 @@ def _looks_like_run(run_dir: Path) -> bool:
 def _load_run(run_dir: Path) -> RunResult:
     try:
         config = run_folder.read_run_config(run_dir) if run_folder.has_run_config(run_dir) else {}
-        summary = run_folder.load_summary(run_dir) or {}
+        summary = run_folder.read_summary(run_dir) or {}
     except ValueError as err:
         raise CompareFolderError(str(err)) from err
-    summary_path = run_folder.summary_path(run_dir)
     named = parse_run_id(run_dir.name)
     arm = summary.get("arm", config.get("arm", named[0] if named else None))
     seed = summary.get("seed", config.get("seed", named[1] if named else None))
@@ -202,14 +185,7 @@ def _load_run(run_dir: Path) -> RunResult:
             f"{run_dir}: cannot tell the run's arm and seed (expected them in summary.json or "
             f"run.json, or a folder name '<arm>__s<seed>'), got arm={arm!r}, seed={seed!r}"
         )
-    if summary:
-        status = summary.get("status")
-        if status not in RUN_STATUSES:
-            raise CompareFolderError(
-                f"{summary_path}: 'status' must be one of {list(RUN_STATUSES)}, got {status!r}"
-            )
-    else:
-        status = UNFINISHED
+    status = summary["status"] if summary else UNFINISHED  # checked by read_summary
     run_id = str(summary.get("run_id", config.get("run_id", run_dir.name)))
     return RunResult(run_id, arm, seed, status, run_dir, summary, config)
 

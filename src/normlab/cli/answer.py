@@ -198,7 +198,10 @@ def _minutes(seconds: float) -> float | None:
 def _summaries(out: Path | str) -> dict[str, dict[str, Any]]:
     summaries = {}
     for run in run_folder.run_folders(out):
-        summary = run_folder.read_summary(run)
+        try:
+            summary = run_folder.read_summary(run)
+        except ValueError:  # a damaged one: the report names it; here only its seconds count
+            continue
         if summary is not None:
             summaries[run.name] = summary
     return summaries

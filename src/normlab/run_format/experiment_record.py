@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from normlab.run_format.testbeds import testbed_format
+from normlab.run_format.testbeds import DEFAULT_TESTBED, TESTBED_FORMATS, testbed_format
 
-__all__ = ["experiment_record", "factor_split"]
+__all__ = ["check_experiment", "experiment_record", "factor_split"]
 
 
 def factor_split(
@@ -75,3 +75,36 @@ def experiment_record(
         "runs": list(runs),
         **(extra or {}),
     }
+
+
+def check_experiment(record: Mapping[str, Any], where: object) -> None:
+    """Raise ``ValueError`` naming ``where`` (the file) unless ``record`` has the shape of an
+    ``experiment.json`` that the analysis can read: ``arms`` a non-empty list of arm names,
+    ``baseline_arm`` (when present) one of them, ``seeds`` (when present) a list of ints,
+    ``testbed`` (when present) a testbed of the run format, ``runs`` (when present) a list of
+    run ids. Older folders without ``baseline_arm``, ``testbed`` or ``runs`` pass."""
+    arms = record.get("arms")
+    if not (isinstance(arms, list) and arms and all(isinstance(a, str) for a in arms)):
+        raise ValueError(f"{where}: 'arms' must be a non-empty list of arm names, got {arms!r}")
+    baseline = record.get("baseline_arm", arms[0])
+    if baseline not in arms:
+        raise ValueError(
+            f"{where}: 'baseline_arm' must be one of the arms {arms}, got {baseline!r}"
+        )
+    seeds = record.get("seeds", [])
+    if not (
+        isinstance(seeds, list)
+        and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)
+    ):
+        raise ValueError(f"{where}: 'seeds' must be a list of ints, got {seeds!r}")
+    testbed = record.get("testbed", DEFAULT_TESTBED)
+    try:
+        testbed_format(testbed)  # a script testbed's name carries its metric
+    except ValueError:
+        raise ValueError(
+            f"{where}: 'testbed' must be one of {sorted(TESTBED_FORMATS)} or "
+            f"script:<metric>:min|max, got {testbed!r}"
+        ) from None
+    runs = record.get("runs")
+    if runs is not None and not (isinstance(runs, list) and all(isinstance(r, str) for r in runs)):
+        raise ValueError(f"{where}: 'runs' must be a list of run ids, got {runs!r}")

@@ -5,7 +5,7 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
 
 - a run folder: :func:`create_run` (empty it, write ``run.json``), :func:`read_run_config`,
   :func:`write_summary` (called by :mod:`normlab.run_format.summary` alone, which every module
-  that ends a run calls) / :func:`read_summary` / :func:`load_summary`, :func:`append_record`
+  that ends a run calls) / :func:`read_summary`, :func:`append_record`
   and :func:`read_records` (``metrics.jsonl``; :func:`write_records` writes it whole, for an
   import), :class:`MetricsTail` (the last step logged, read as the file grows),
   :func:`write_images` (``samples.npy`` and ``reference.npy``) and the paths of those files for
@@ -13,7 +13,8 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
   (:mod:`normlab.run_format.script`): :func:`write_run_config` (a standalone script's own
   ``run.json``), :func:`write_fingerprint` / :func:`read_fingerprint`, :func:`script_log_path`
   and :func:`read_log_tail`;
-- the output folder: :func:`write_experiment` / :func:`read_experiment`,
+- the output folder: :func:`write_experiment` / :func:`read_experiment` /
+  :func:`check_experiment_file`,
   :func:`write_sequential`, :func:`write_command` / :func:`read_command`,
   :func:`read_analysis`, :func:`run_folders`; the trackers' stores of ``compare --log-to``:
   :func:`trackers_path` and :func:`write_trackers_record` / :func:`read_trackers_record`;
@@ -27,6 +28,12 @@ records calls these functions, by the names that :mod:`normlab.run_format.files`
 Every file is written to a temporary name and renamed into place (:mod:`normlab._io`), except
 ``metrics.jsonl``, which is appended one whole line at a time (:func:`write_records` writes it
 whole, atomically).
+
+A damaged file is never read as an absent one: every reader returns None (or raises
+``OSError``) only when the file is not there, and raises ``ValueError`` naming the file when it
+is there but cannot be read as what it should hold, so that no command takes a damaged record
+for a missing one and writes over it (the one exception, :func:`read_trackers_record`, says
+why).
 """
 
 from __future__ import annotations
@@ -50,6 +57,8 @@ from normlab._io import (
     write_json_atomic,
     write_text_atomic,
 )
+from normlab.run_format.experiment_record import check_experiment
+from normlab.run_format.fields import RUN_STATUSES
 from normlab.run_format.files import (
     ANALYSIS_FILE,
     COMMAND_FILE,
@@ -75,12 +84,12 @@ from normlab.run_format.script import FINGERPRINT_FILE, SCRIPT_LOG_FILE
 __all__ = [
     "MetricsTail",
     "append_record",
+    "check_experiment_file",
     "clear_run",
     "create_run",
     "has_experiment",
     "has_run_config",
     "has_summary",
-    "load_summary",
     "metrics_path",
     "read_analysis",
     "read_command",
@@ -174,13 +183,10 @@ def write_fingerprint(run: Path | str, fingerprint: dict[str, Any]) -> Path:
 
 
 def read_fingerprint(run: Path | str) -> dict[str, Any] | None:
-    """The run's ``fingerprint.json``, or None when it has none or it cannot be read as a JSON
-    object."""
-    try:
-        fingerprint = json.loads((Path(run) / FINGERPRINT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return fingerprint if isinstance(fingerprint, dict) else None
+    """The run's ``fingerprint.json``, or None when it has none; ``ValueError`` naming the file
+    when it is damaged (not JSON, or not an object)."""
+    path = Path(run) / FINGERPRINT_FILE
+    return read_json_object(path) if path.is_file() else None
 
 
 def script_log_path(run: Path | str) -> Path:
@@ -240,20 +246,21 @@ def write_summary(run: Path | str, summary: dict[str, Any]) -> Path:
 
 
 def read_summary(run: Path | str) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or None when it has none, or one that cannot be read or is
-    not a JSON object: what the training side treats as a run to (re)do."""
-    try:
-        summary = json.loads(summary_path(run).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return summary if isinstance(summary, dict) else None
-
-
-def load_summary(run: Path | str) -> dict[str, Any] | None:
-    """The run's ``summary.json``, or None when it has none; ``ValueError`` naming the file
-    when it is damaged (not JSON, or not an object): what the reading side refuses."""
+    """The run's ``summary.json``, or None when it has none (a run not trained, or cut short
+    before it ended); ``ValueError`` naming the file when it is damaged: not JSON, not an
+    object, or a ``status`` that is not a run status. Every reader, the training side's that
+    skips the runs done as much as the report's, refuses a damaged summary rather than take it
+    for a run to redo: the file is the only record of the run's result."""
     path = summary_path(run)
-    return read_json_object(path) if path.is_file() else None
+    if not path.is_file():
+        return None
+    summary = read_json_object(path)
+    status = summary.get("status")
+    if status not in RUN_STATUSES:
+        raise ValueError(
+            f"{str(path)!r}: 'status' must be one of {list(RUN_STATUSES)}, got {status!r}"
+        )
+    return summary
 
 
 def append_record(run: Path | str, record: dict[str, Any]) -> None:
@@ -333,6 +340,17 @@ def read_experiment(out: Path | str) -> dict[str, Any]:
     return read_json_object(Path(out) / EXPERIMENT_FILE)
 
 
+def check_experiment_file(out: Path | str) -> None:
+    """Raise ``ValueError`` naming ``out/experiment.json`` when ``out`` holds one that is
+    damaged: not UTF-8 JSON, not an object, or not in experiment.json's shape
+    (:func:`normlab.run_format.experiment_record.check_experiment`); nothing when there is
+    none. What a command that writes into a compare folder calls before it writes, so that it
+    never writes over a damaged record it could not read."""
+    path = Path(out) / EXPERIMENT_FILE
+    if path.is_file():
+        check_experiment(read_json_object(path), repr(str(path)))
+
+
 def write_sequential(out: Path | str, state: dict[str, Any]) -> Path:
     """Write the sequential procedure's state to ``out/sequential.json`` atomically."""
     return write_json_atomic(Path(out) / SEQUENTIAL_FILE, state)
@@ -340,12 +358,11 @@ def write_sequential(out: Path | str, state: dict[str, Any]) -> Path:
 
 def read_sequential(out: Path | str) -> dict[str, Any] | None:
     """``out/sequential.json``, or None when there is none (a compare without
-    ``--until-decided``) or it is unreadable or not a JSON object."""
-    try:
-        state = json.loads((Path(out) / SEQUENTIAL_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return state if isinstance(state, dict) else None
+    ``--until-decided``); ``ValueError`` naming the file when it is damaged (not JSON, or not
+    an object): its decisions replace the fixed-sample verdicts, so it is never left out
+    silently."""
+    path = Path(out) / SEQUENTIAL_FILE
+    return read_json_object(path) if path.is_file() else None
 
 
 def clear_sequential(out: Path | str) -> None:

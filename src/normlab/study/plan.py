@@ -17,12 +17,11 @@ from typing import Any
 from rich.console import Console
 
 from normlab._plural import counted
+from normlab.experiment.execution.kinds import recorded_kind
 from normlab.experiment.execution.lock import FolderLockedError
 from normlab.experiment.execution.runner import run_planned
-from normlab.experiment.execution.script_grid import check_planned_seed
 from normlab.run_format import DONE_STATUSES
 from normlab.run_format import folder as run_folder
-from normlab.run_format.testbeds import parse_script_testbed
 from normlab.study.errors import NoResult, Refused
 from normlab.study.grid import grid_of
 from normlab.study.spec import GridConfig
@@ -67,16 +66,16 @@ def plan_grid(cfg: GridConfig, out: Path, console: Console) -> list[str]:
 def train_planned(out: Path, run_id: str, console: Console) -> dict[str, Any]:
     """``--run RUN_ID``: train that planned run of ``out`` (its run.json says how), then what
     follows it (:func:`after_planned_run`); returns its summary. :class:`Refused` when the run
-    or the folder is not there or is locked, :class:`NoResult` (nothing more to say) when the
-    run neither finished nor diverged."""
+    or the folder is not there, is locked or holds a damaged file it reads, :class:`NoResult`
+    (nothing more to say) when the run neither finished nor diverged."""
     rung = run_folder.split_ladder_run_id(run_id)
     if rung is not None:  # a ladder's run: <setting>/<run_id>, in the rung's compare folder
         out, run_id = run_folder.rung_path(out, rung[0]), rung[1]
     try:
         summary = run_planned(out, run_id, console=console)
+        summary = after_planned_run(out, run_id, summary, console)
     except (FolderLockedError, ValueError) as err:
         raise Refused(err) from None
-    summary = after_planned_run(out, run_id, summary, console)
     if summary.get("status") not in DONE_STATUSES:
         raise NoResult(None)
     return summary
@@ -85,19 +84,16 @@ def train_planned(out: Path, run_id: str, console: Console) -> dict[str, Any]:
 def after_planned_run(
     out: Path, run_id: str, summary: dict[str, Any], console: Console
 ) -> dict[str, Any]:
-    """What follows a planned run (``--run``) in the folder ``out``: for a script's run, the
-    pairing guard of its seed once every arm of the seed has a result
-    (:func:`normlab.experiment.execution.script_grid.check_planned_seed`); then the export of
+    """What follows a planned run (``--run``) in the folder ``out``: what its kind of grid
+    checks then (:meth:`GridKind.after_planned_run` of the kind that wrote experiment.json,
+    :func:`~normlab.experiment.execution.kinds.recorded_kind`: for a script's run, the pairing
+    guard of its seed once every arm of the seed has a result); then the export of
     what is settled to the trackers that the planning command's ``--log-to`` recorded. Returns
-    the run's summary as it now stands."""
-    try:
-        experiment = run_folder.read_experiment(out)
-    except (OSError, ValueError):
-        return summary
-    settled = [run_id]
-    if parse_script_testbed(experiment.get("testbed")) is not None:
-        settled = check_planned_seed(out, run_id, console)
-        summary = run_folder.read_summary(run_folder.run_dir(out, run_id)) or summary
+    the run's summary as it now stands; ``ValueError`` naming a damaged ``experiment.json`` or
+    summary of the seed (the guard is never skipped in silence)."""
+    experiment = run_folder.read_experiment(out)  # checked by run_planned: never skipped
+    settled = recorded_kind(experiment).after_planned_run(out, run_id, console)
+    summary = run_folder.read_summary(run_folder.run_dir(out, run_id)) or summary
     config = experiment.get("config")
     kinds = config.get("log_to") if isinstance(config, dict) else None
     if kinds and settled:

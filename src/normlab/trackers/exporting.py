@@ -174,7 +174,7 @@ def curve_points(records: Iterable[Mapping[str, Any]]) -> list[tuple[int, dict[s
 def read_run_export(folder: Path, experiment: str) -> RunExport:
     """The :class:`RunExport` of the run in ``folder`` (its ``run.json``, ``summary.json`` and
     ``metrics.jsonl``), for the experiment named ``experiment``. ``ValueError`` naming the
-    folder when it has no summary."""
+    folder when it has no summary, naming the file when it is damaged."""
     summary = read_summary(folder)
     if summary is None:
         raise ValueError(f"{folder}: no readable summary.json; nothing to export")
@@ -266,13 +266,16 @@ class Exporter:
 
     def _export_run(self, run: str, record: dict[str, Any], done: dict[str, list[str]]) -> None:
         folder = run_dir(self.out, run)
-        summary = read_summary(folder)
-        if summary is None or summary.get("status") not in DONE_STATUSES:
-            return
         exported = record.setdefault("exported", {})
         failed = record.setdefault("failed", {})
         todo = [k for k in self.kinds if run not in exported.get(k, {})]
-        if not todo:
+        try:
+            summary = read_summary(folder)
+        except ValueError as err:  # damaged: said and recorded, never fatal
+            if todo:
+                self._failed(run, todo, err, record)
+            return
+        if not todo or summary is None or summary.get("status") not in DONE_STATUSES:
             return
         try:
             data = read_run_export(folder, self.experiment)

@@ -141,7 +141,10 @@ class LocalStarter:
         process = run.handle.process
         process.join()
         process.close()
-        summary = read_summary(run.folder)
+        try:
+            summary = read_summary(run.folder)
+        except ValueError as err:  # written by the run itself: its crash, naming the file
+            return Crash(f"the run left a damaged summary: {err}", "")
         if summary is not None:
             return summary
         code = process.exitcode
@@ -336,7 +339,10 @@ class _RayStarter:
         try:
             return ray.get(run.handle.ref)
         except ray.exceptions.RayError as err:
-            summary = read_summary(run.folder)
+            try:
+                summary = read_summary(run.folder)
+            except ValueError as damaged:
+                return Crash(f"the run left a damaged summary: {damaged}", str(err))
             if summary is not None:
                 return summary
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""

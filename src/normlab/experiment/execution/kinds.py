@@ -5,7 +5,9 @@ Every grid is arms × seeds, planned, locked, recorded and trained the same way
 :class:`GridKind`: what is checked before anything is written, how the runs are planned (their
 ``run.json``: whose ``script`` section, if any, tells the worker to run the user's command
 instead of normlab's loop), what the terminal is told of the pairing, what ``experiment.json``
-holds, and what is checked after training. A config names its kind (``grid_kind``, a class
+holds, what is checked after training (and after one planned run, ``compare --run``, where
+only the folder is known: :func:`recorded_kind` tells the kind from ``experiment.json``). A
+config names its kind (``grid_kind``, a class
 attribute of :class:`normlab.experiment.config.GridConfig`) and :data:`GRID_KINDS` maps the
 name to the class that implements it:
 
@@ -17,7 +19,7 @@ name to the class that implements it:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -26,8 +28,9 @@ from rich.console import Console
 from normlab.experiment.config import OWN_GRID, SCRIPT_GRID, GridConfig
 from normlab.experiment.execution.own_grid import OwnGrid
 from normlab.experiment.execution.script_grid import ScriptGrid
+from normlab.run_format.testbeds import parse_script_testbed
 
-__all__ = ["GRID_KINDS", "GridKind", "grid_kind"]
+__all__ = ["GRID_KINDS", "GridKind", "grid_kind", "recorded_kind"]
 
 
 class GridKind(Protocol):
@@ -73,11 +76,28 @@ class GridKind(Protocol):
         UTF-8 before training)."""
         ...
 
+    @staticmethod
+    def after_planned_run(out: Path, run_id: str, console: Console) -> list[str]:
+        """After ``compare --run run_id`` trained a planned run of ``out``: check what can be
+        checked now, and return the runs whose result is now final (to export)."""
+        ...
 
-GRID_KINDS: dict[str, Callable[[Any], GridKind]] = {OWN_GRID: OwnGrid, SCRIPT_GRID: ScriptGrid}
+
+GRID_KINDS: dict[str, type[OwnGrid] | type[ScriptGrid]] = {
+    OWN_GRID: OwnGrid,
+    SCRIPT_GRID: ScriptGrid,
+}
 """The kinds of grid, by the name a config gives as ``grid_kind``."""
 
 
 def grid_kind(cfg: GridConfig) -> GridKind:
     """The :class:`GridKind` of ``cfg``, as its ``grid_kind`` names it."""
     return GRID_KINDS[cfg.grid_kind](cfg)
+
+
+def recorded_kind(experiment: Mapping[str, Any]) -> type[OwnGrid] | type[ScriptGrid]:
+    """The kind of grid that wrote ``experiment`` (an ``experiment.json``): a script's runs
+    record their testbed as ``script:<metric>:min|max``, every other testbed is normlab's own.
+    Where a command has only the folder (``compare --run``), the kind is told here, once."""
+    script = parse_script_testbed(experiment.get("testbed")) is not None
+    return GRID_KINDS[SCRIPT_GRID if script else OWN_GRID]

@@ -126,7 +126,10 @@ def launch_run(
             raise RunAborted("the grid's process is gone")
     if on_step is not None:
         on_step(tail.poll())
-    summary = read_summary(run_dir)
+    try:
+        summary = read_summary(run_dir)
+    except ValueError as err:  # written by the run itself: its crash, naming the file
+        return record_crash(run_dir, spec, f"the run left a damaged summary: {err}", "")
     if summary is not None:
         return summary
     return record_crash(run_dir, spec, *_failure(outcome, layout))

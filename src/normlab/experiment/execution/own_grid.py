@@ -37,9 +37,10 @@ from normlab.run_format.experiment_record import experiment_record
 from normlab.run_format.testbeds import NORM_SWAP_FIELD
 
 __all__ = [
-    "FIXED_KEYS",
+    "RUN_KEYS",
     "OwnGrid",
     "budget_line",
+    "fixed_keys",
     "grid_budget",
     "grid_record",
     "norm_swaps",
@@ -47,20 +48,17 @@ __all__ = [
     "prepare_data",
 ]
 
-FIXED_KEYS = (
-    "testbed",
-    "model",
-    "dit",
-    "shapes",
-    "lm",
-    "train",
-    "anomaly",
-    "device",
-    "threads",
-    "data",
-)
-"""The keys of a run config whose settings ``experiment.json``'s ``fixed`` lists (as dotted
-keys, from the first run): held equal across the arms."""
+RUN_KEYS = ("train", "anomaly", "device", "threads", "data")
+"""The keys of a run config that every testbed's runs hold besides ``testbed`` and the
+testbed's own config sections (``data``: the record of the data, :meth:`Testbed.run_settings`)."""
+
+
+def fixed_keys(cfg: ExperimentConfig) -> tuple[str, ...]:
+    """The keys of a run config whose settings ``experiment.json``'s ``fixed`` lists (as dotted
+    keys, from the first run): ``testbed``, the sections the testbed declares
+    (:attr:`TestbedConfig.sections`; no testbed is named here), then :data:`RUN_KEYS`."""
+    sections = TESTBEDS[cfg.testbed].config.sections
+    return ("testbed", *(k for k in sections if k not in RUN_KEYS), *RUN_KEYS)
 
 
 class OwnGrid:
@@ -129,6 +127,11 @@ class OwnGrid:
         """The ``--data`` path (the text testbeds' corpus; None where there is none)."""
         return {"data": self.cfg.data.path}
 
+    @staticmethod
+    def after_planned_run(out: Path, run_id: str, console: Console) -> list[str]:
+        """Nothing to check: the run ``run_id`` is final as it ends. Returns [run_id]."""
+        return [run_id]
+
 
 def grid_record(
     cfg: ExperimentConfig,
@@ -138,11 +141,11 @@ def grid_record(
 ) -> dict[str, Any]:
     """The content of ``experiment.json`` (docs/run-format.md;
     :func:`normlab.run_format.experiment_record.experiment_record`): the settings every run
-    shares as dotted keys (those of :data:`FIXED_KEYS` in the first run, but an arm's own
+    shares as dotted keys (those of :func:`fixed_keys` in the first run, but an arm's own
     learning rate), each arm's parameter counts and, when present, its norm swap record and
     learning rate, and the budget of tokens per parameter when one was given
     (:func:`grid_budget`)."""
-    settings = flatten({k: runs[0][k] for k in FIXED_KEYS if k in runs[0]})
+    settings = flatten({k: runs[0][k] for k in fixed_keys(cfg) if k in runs[0]})
     extra: dict[str, Any] = {
         "parameter_counts": {
             r["arm"]: {"n_params": r["n_params"], "n_norm_params": r["n_norm_params"]} for r in runs

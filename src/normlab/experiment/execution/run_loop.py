@@ -55,6 +55,7 @@ __all__ = [
     "OnResult",
     "Started",
     "Starter",
+    "done_summary",
     "finished_runs",
     "is_done",
     "outcome_line",
@@ -95,14 +96,29 @@ def _check_same_run(done_spec: dict[str, Any], planned: dict[str, Any], out: Pat
     )
 
 
+def done_summary(folder: Path) -> dict[str, Any] | None:
+    """The summary of the run in ``folder``, None when it has none (a run to train). A damaged
+    ``summary.json`` is the only record of a result that cannot be read: ``ValueError`` naming
+    the file and what to do, never a run to train over it (which would delete it)."""
+    try:
+        return read_summary(folder)
+    except ValueError as err:
+        raise ValueError(
+            f"run {folder.name}: {err}; cannot tell whether the run is done, so it is not "
+            "trained over it. Restore the file, or move it out of the run folder to train the "
+            "run again. Nothing was written."
+        ) from None
+
+
 def finished_runs(runs: list[dict[str, Any]], out: Path) -> dict[str, dict[str, Any]]:
     """{run_id: summary} of the runs of ``runs`` that ``out`` already holds as done (finished
     or diverged). Raises ``ValueError`` if one of them was trained with other settings than
-    planned; writes nothing."""
+    planned, or if a run's ``summary.json`` is damaged (:func:`done_summary`); writes
+    nothing."""
     done: dict[str, dict[str, Any]] = {}
     for spec in runs:
         folder = run_folder(out, spec["run_id"])
-        summary = read_summary(folder)
+        summary = done_summary(folder)
         if is_done(summary) and has_run_config(folder):
             _check_same_run(read_run_config(folder), spec, Path(out))
             assert summary is not None  # is_done guarantees it

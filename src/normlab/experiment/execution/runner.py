@@ -9,8 +9,9 @@ what is checked after training; the steps, their order, the lock, the resume and
 are the same for both.
 
 Re-running the same command with the same ``--out`` skips every run whose ``summary.json`` says
-``finished`` or ``diverged`` and redoes every other run from scratch. Killing the command loses
-at most the runs in progress.
+``finished`` or ``diverged`` and redoes every other run from scratch; a run whose
+``summary.json`` is damaged is refused, naming the file, never trained over. Killing the
+command loses at most the runs in progress.
 
 The runs are trained by an executor (:mod:`normlab.experiment.execution.executors`: ``local``
 worker processes, or Ray tasks). :func:`plan_grid` stops before training instead: it prepares
@@ -36,7 +37,12 @@ from normlab.experiment.config import GridConfig
 from normlab.experiment.execution.executors import Executor, LocalExecutor
 from normlab.experiment.execution.kinds import GridKind, grid_kind
 from normlab.experiment.execution.lock import OutputLock
-from normlab.experiment.execution.run_loop import finished_runs, is_done, outcome_line
+from normlab.experiment.execution.run_loop import (
+    done_summary,
+    finished_runs,
+    is_done,
+    outcome_line,
+)
 from normlab.run_format import (
     DATA_DIR,
     DATA_INFO_FILE,
@@ -46,13 +52,13 @@ from normlab.run_format import (
     TOKENS_FILE,
 )
 from normlab.run_format.folder import (
+    check_experiment_file,
     clear_run,
     create_run,
     has_experiment,
     has_run_config,
     read_experiment,
     read_run_config,
-    read_summary,
     run_dir,
     run_folders,
     runs_path,
@@ -193,7 +199,10 @@ def train_grid(
     are checked before ``out`` is created or written; the planned runs (normlab's own: the data,
     enough for one context window, and the pairing of the arms) and that the finished runs
     already in ``out`` were trained with the same settings are checked before
-    ``experiment.json`` or any run is written, so a refused command leaves them as they were. If
+    ``experiment.json`` or any run is written, so a refused command leaves them as they were (a
+    damaged ``experiment.json`` or a run's damaged ``summary.json`` is refused, naming the
+    file: :func:`~normlab.run_format.folder.check_experiment_file`,
+    :func:`~normlab.experiment.execution.run_loop.done_summary`). If
     this call created ``out`` and fails before writing ``experiment.json``, it removes the
     folder again. After training, the kind checks what it could not check before
     (:meth:`GridKind.after_training`: a script's seeds whose arms' fingerprints disagree are
@@ -229,6 +238,7 @@ def _prepared(
     created = check_out_path(out)
     check_out_contents(out)
     kind.check(out)
+    check_experiment_file(out)  # a damaged record is refused, never written over
     lock = OutputLock(out)
     try:
         lock.acquire()
@@ -279,7 +289,8 @@ def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[
     same run while other runs of the folder train at the same time; empties the folder but for
     its ``run.json`` (an unfinished run is redone from scratch), then trains as
     :func:`normlab.experiment.execution.launching.launch_run` (one process, or torchrun). Raises
-    ``ValueError`` naming ``--out`` or ``--run`` when the folder or the run is not there, and
+    ``ValueError`` naming ``--out`` or ``--run`` when the folder or the run is not there,
+    naming the file when ``experiment.json`` or the run's ``summary.json`` is damaged, and
     :class:`normlab.experiment.execution.lock.FolderLockedError` when another command trains it."""
     from normlab.experiment.execution.launching import launch_run
 
@@ -290,6 +301,7 @@ def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[
             f"out: {str(out)!r} has no {EXPERIMENT_FILE}; expected the folder of "
             "`normlab compare --plan --out OUT`"
         )
+    check_experiment_file(out)  # what follows the run (a script's pairing guard) reads it
     folder = run_dir(out, run_id)
     if not has_run_config(folder):
         known = read_experiment(out).get("runs", [])
@@ -298,7 +310,7 @@ def run_planned(out: Path, run_id: str, console: Console | None = None) -> dict[
             f"{', '.join(known)}"
         )
     with OutputLock(folder):
-        summary = read_summary(folder)
+        summary = done_summary(folder)
         if is_done(summary):
             assert summary is not None
             console.print(f"{run_id}: already done ({summary['status']}); skipping it")

@@ -117,6 +117,12 @@ class ScriptGrid:
         (:func:`settled_runs`)."""
         return settled_runs(summaries)
 
+    @staticmethod
+    def after_planned_run(out: Path, run_id: str, console: Console) -> list[str]:
+        """The pairing guard of the seed of ``run_id`` once every arm of it has a result
+        (:func:`check_planned_seed`); the seed's runs that keep a result."""
+        return check_planned_seed(out, run_id, console)
+
 
 def plan_script_runs(cfg: ScriptConfig, threads: int) -> list[dict[str, Any]]:
     """The run config of every (arm, seed), seed-major: identity and factors, the testbed
@@ -165,14 +171,15 @@ def check_script_pairing(
     result is rewritten as ``crashed`` with an error that names the two arms and what differs
     (:func:`fingerprint_difference`). Returns {run_id: new summary} of the refused runs; prints
     one line per refused seed, and one line naming the runs that recorded no fingerprint (their
-    pairing could not be checked)."""
+    pairing could not be checked) and one naming each damaged ``fingerprint.json``."""
     by_seed: dict[int, list[dict[str, Any]]] = {}
     for spec in runs:
         by_seed.setdefault(spec["seed"], []).append(spec)
     refused: dict[str, dict[str, Any]] = {}
     unchecked: list[str] = []
+    damaged: dict[str, str] = {}
     for seed, specs in by_seed.items():
-        prints = {s["run_id"]: read_fingerprint(run_dir(out, s["run_id"])) for s in specs}
+        prints = {s["run_id"]: _fingerprint(out, s["run_id"], damaged) for s in specs}
         unchecked += [r for r, p in prints.items() if p is None]
         have = [(s, prints[s["run_id"]]) for s in specs if prints[s["run_id"]] is not None]
         if len(have) < 2:
@@ -193,13 +200,29 @@ def check_script_pairing(
         for spec in specs:
             summary = record_crash(run_dir(out, spec["run_id"]), spec, error, "")
             refused[spec["run_id"]] = summary
-    if unchecked:
+    recorded = [r for r in unchecked if r not in damaged]
+    if recorded:
         console.print(
-            f"note: {counted(len(unchecked), 'run')} recorded no fingerprint "
+            f"note: {counted(len(recorded), 'run')} recorded no fingerprint "
             f"(run.fingerprint(model, batch) was not called), so their pairing was not checked: "
-            f"{', '.join(unchecked)}"
+            f"{', '.join(recorded)}"
+        )
+    if damaged:
+        console.print(
+            f"[red]note: {counted(len(damaged), 'run')} left a damaged fingerprint, so their "
+            f"pairing was not checked: {escape('; '.join(damaged.values()))}[/]"
         )
     return refused
+
+
+def _fingerprint(out: Path, run: str, damaged: dict[str, str]) -> dict[str, Any] | None:
+    """The run's fingerprint, or None when it has none or a damaged one (then
+    ``damaged[run]`` says why, for the note that names the file)."""
+    try:
+        return read_fingerprint(run_dir(out, run))
+    except ValueError as err:
+        damaged[run] = f"{run}: {err}"
+        return None
 
 
 def settled_runs(summaries: dict[str, dict[str, Any]]) -> list[str]:

@@ -13,7 +13,8 @@ output and error go to the run's ``script.log``. How it ended:
 - it exited with another status: ``crashed``, with its own error when it recorded one, and the
   tail of its output;
 - it ran past ``timeout_s``: its process group is killed and the run is ``crashed`` as timed out;
-- it exited 0 without a summary (``finish`` never called): ``crashed``, named.
+- it exited 0 without a summary (``finish`` never called), or with a damaged one:
+  ``crashed``, named.
 """
 
 from __future__ import annotations
@@ -128,7 +129,10 @@ def script_outcome(
 ) -> dict[str, Any]:
     """The summary of a script run that ended with ``returncode`` (see the module docstring)."""
     output = read_log_tail(run_dir, TAIL_CHARS)
-    own = read_summary(run_dir)
+    try:
+        own, damaged = read_summary(run_dir), None
+    except ValueError as err:  # the script wrote it (or something in its folder did)
+        own, damaged = None, f"the script left a damaged summary: {err}"
     last = output.strip().splitlines()[-1:] if output.strip() else []
     said = f": {last[0]}" if last else ""
     if timed_out:
@@ -147,6 +151,8 @@ def script_outcome(
         if own is not None and own.get("status") == CRASHED and own.get("error"):
             return crashed_summary(spec, f"{own['error']} (the script ended with {how})", output)
         return crashed_summary(spec, f"the script ended with {how}{said}", output)
+    if damaged is not None:
+        return crashed_summary(spec, damaged, output)
     if own is None:
         return crashed_summary(
             spec,
