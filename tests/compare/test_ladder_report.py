@@ -292,3 +292,13 @@ def test_a_summary_without_a_ladder_is_refused_naming_the_file(tmp_path: Path) -
     (tmp_path / ANALYSIS_FILE).write_text(json.dumps({"arms": {}}))
     with pytest.raises(ValueError, match=r"summary\.json holds no 'ladder' record"):
         write_ladder_report(tmp_path)
+
+
+@pytest.mark.parametrize("name", [ANALYSIS_FILE, "experiment.json"])
+def test_a_damaged_rung_file_is_refused_naming_it(ladder: Path, tmp_path: Path, name: str) -> None:
+    """A rung is never drawn from a file that cannot be read: the report names the file."""
+    out = tmp_path / "copy"
+    shutil.copytree(ladder, out)
+    (out / "d_model=16" / name).write_text('{"cut in half": ')
+    with pytest.raises(ValueError, match=re.escape(str(out / "d_model=16" / name))):
+        write_ladder_report(out)

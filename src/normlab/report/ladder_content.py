@@ -109,9 +109,11 @@ class LadderContent:
 
 
 def _read(read: Any, path: Path) -> dict[str, Any]:
+    """``read(path)``, or {} when the rung has no such file yet; a damaged one raises the
+    reader's ``ValueError`` naming it (a rung is never drawn from a file that cannot be read)."""
     try:
         return read(path)
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return {}
 
 

@@ -113,10 +113,10 @@ def record_rung_budget(out: Path, setting: str) -> None:
     ``ladder.json``'s ``budgets`` ({setting: {``given``, ``tokens_per_param``, ``n_params``,
     ``param_count``, ``tokens``, ``steps``}}), from the rung's experiment.json as its grid
     planned it (:func:`normlab.analysis.training_budget.experiment_budget`); nothing while the
-    rung has none."""
+    rung has none (a damaged one raises the reader's ``ValueError`` naming it)."""
     try:
         experiment = run_folder.read_experiment(run_folder.rung_path(out, setting))
-    except (OSError, ValueError):
+    except FileNotFoundError:
         return
     budget = experiment_budget(experiment)
     if budget is None:
