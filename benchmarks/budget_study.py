@@ -81,7 +81,7 @@ STUDIES = {
     "data_only": "--config benchmarks/budget_study/data_only.yaml",
     "budget10": "--config benchmarks/budget_study/budget10.yaml --seeds 0,1,2,3",
     "budget10b": "--config benchmarks/budget_study/budget10.yaml --seeds 8,9,10,11",
-    "cosine_default": "--seeds 8 --threads 1",
+    "cosine_default": "--seeds 8",
 }
 """Each study's ``normlab compare`` options, by its folder under the study's OUT."""
 
