@@ -180,6 +180,12 @@ def test_out_is_replaced_only_by_an_import_of_the_same_source(tmp_path: Path) ->
     with pytest.raises(TrackerImportError, match=r"^--out: .* is not empty"):
         import_runs(f"csv:{first}", *RULES, "val_loss", mine, margin=0.1)
     assert [p.name for p in mine.iterdir()] == ["notes.txt"]
+    (out / "experiment.json").write_text('{"cut in half": ', encoding="utf-8")
+    with pytest.raises(
+        TrackerImportError, match=r"^--out: .* experiment\.json that cannot be read"
+    ):
+        import_runs(f"csv:{first}", *RULES, "val_loss", out, margin=0.1)
+    assert (out / "experiment.json").read_text(encoding="utf-8") == '{"cut in half": '
 
 
 _ROWS = [*_curve("ln_s0", 2, 0.0), *_curve("rms_s0", 2, 0.1), *_curve("ln_s1", 2, 0.0)]

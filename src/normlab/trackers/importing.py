@@ -510,8 +510,11 @@ def check_out(out: Path, kind: str, path: Path) -> None:
         return
     try:
         earlier = has_experiment(out) and same_source(read_experiment(out), kind, str(path))
-    except (OSError, ValueError):
-        earlier = False
+    except (OSError, ValueError) as exc:
+        raise TrackerImportError(
+            f"--out: {str(out)!r} holds an experiment.json that cannot be read ({exc}); "
+            "nothing was written: restore it, or give a new or empty folder"
+        ) from exc
     if not earlier:
         raise TrackerImportError(
             f"--out: {str(out)!r} is not empty and holds no earlier import of {kind}:{path}; "
