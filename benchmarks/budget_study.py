@@ -390,13 +390,26 @@ def spreads(points: list[Point]) -> list[BudgetSpread]:
     return found
 
 
-def seed_cost(tokens_per_s: float) -> SeedCost:
-    """A seed (both arms) at b tokens per parameter: 2 · b · N tokens at the study's median
-    throughput, in core-seconds (one thread a run); FLOPs 6 · N_arm · D summed over the arms
-    (LayerNorm 214,144 and RMSNorm 213,568 parameters)."""
+def run_overhead(root: Path, tokens_per_s: float) -> float:
+    """Seconds a run spends outside its training steps (start-up, the evaluations every 50
+    steps, the end's readings: 128 windows, the whole split, the averaged weights): the median
+    of wall time − tokens / ``tokens_per_s`` over the separate 628-step runs that trained at
+    least at 90 % of that throughput (the quiet ones)."""
+    quiet = [
+        s["wall_s"] - s["tokens"] / tokens_per_s
+        for s in load_all(root, ("base", "init_only", "data_only")).values()
+        if s.get("wall_s") and s.get("tokens") and s.get("tokens_per_s", 0) >= 0.9 * tokens_per_s
+    ]
+    return max(0.0, statistics.median(quiet)) if quiet else 0.0
+
+
+def seed_cost(tokens_per_s: float, overhead_s: float = 0.0) -> SeedCost:
+    """A seed (both arms) at b tokens per parameter: 2 · (``overhead_s`` + b · N tokens at
+    ``tokens_per_s``), in core-seconds (one thread a run); FLOPs 6 · N_arm · D summed over the
+    arms (LayerNorm 214,144 and RMSNorm 213,568 parameters)."""
     tokens = N_PARAMS  # per unit of budget
     flops = train_flops(N_PARAMS, tokens) + train_flops(213_568, tokens)
-    return SeedCost(0.0, 2 * tokens / tokens_per_s, flops)
+    return SeedCost(2 * overhead_s, 2 * tokens / tokens_per_s, flops)
 
 
 def _count(n: int | None) -> str:
@@ -582,7 +595,9 @@ def sequential_error_rates(runs: Runs, value: Value, sims: int = 20_000) -> list
 def section(root: Path) -> list[str]:
     """The document's section (between the markers), from the folders under ``root``."""
     points = budget_points(root)
-    cost = seed_cost(throughput(root))
+    rate = throughput(root)
+    overhead = run_overhead(root, rate)
+    cost = seed_cost(rate, overhead)
     law_text, _ = law_line(points)
     prices, best = price_table(points, cost)
     base = with_dirs(root / "base")
@@ -619,9 +634,10 @@ def section(root: Path) -> list[str]:
         "",
         "### The price of a decision",
         "",
-        "A seed's cost: both arms at the study's throughput (the 90th percentile of its runs), "
-        f"{throughput(root):,.0f} tokens/s on one thread (core-seconds; this machine) and "
-        "6·N·D FLOPs (any machine). "
+        "A seed's cost: both arms, each its training tokens at the study's throughput (the 90th "
+        f"percentile of its runs, {rate:,.0f} tokens/s on one thread) plus {overhead:.0f} s "
+        "of start-up and evaluation (the study's quiet 628-step runs), in core-seconds (this "
+        "machine), and 6·N·D FLOPs (any machine). "
         "Seeds: `normlab.analysis.power.seeds_needed` at 80 % power, α = 0.05, margin ±0.02 bpb "
         "(the default's), the measured mean difference taken as true.",
         "",
