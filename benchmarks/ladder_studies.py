@@ -120,15 +120,33 @@ OWN_RATE_CONFIG: dict[str, Any] = {
     "train": SMALL_TRAIN,
 }
 """The DyT study's recipe (examples/studies/dyt_layernorm.yaml) for all three arms, small."""
-STUDY_NAMES = ("holdout", "coord", "own_rate", "transfer")
+TRAINED_TOKENS_PER_PARAM = 10.0
+"""The trained hold-out's budget: tokens per parameter of each rung's baseline arm (half the
+compute-optimal 20 of Hoffmann et al. 2022, twice the early-training floor of
+:mod:`normlab.run_format.budget`; the most the largest rung's runs allow in about half an hour
+on one core)."""
+TRAINED_RATES = (0.005, 0.01, 0.02)
+"""The trained hold-out's learning-rate sweep, at the base width."""
+TRAINED_SWEEP_LADDER = "d_model=16,32"
+"""The ladder the trained hold-out's rates are swept on under mup: its smallest rung (the base
+width, also the hold-out ladder's) chooses each arm's rate, the next width checks it one
+doubling up. The hold-out ladder's own ``--lr-sweep`` would also sweep its largest rung, at a
+cost as large as that rung's comparison."""
+FIXED_STEP_100X = (-0.342, 0.2015)
+"""The fixed-step hold-out's one-training interval at 100× its largest rung (the ladder's
+headline in docs/studies.md, trained at commit 6126343): the width the trained ladder's is
+compared with."""
+STUDY_NAMES = ("holdout", "coord", "own_rate", "transfer", "holdout_trained")
 """The studies, in the order they train."""
 
 
 @dataclass(frozen=True)
 class Scale:
     """How large the studies are: the rates swept, the tuning seeds per arm and rate, the
-    widths of the transfer study and the coordinate check, and the options added to every
-    ``compare`` (``compare``), to the hold-out's (``holdout``) and to ``coord-check``'s."""
+    widths of the transfer study and the coordinate check, the options added to every
+    ``compare`` at fixed steps (``compare``), to the hold-out's (``holdout``, also the trained
+    hold-out's ladder) and to ``coord-check``'s, and the trained hold-out's budget, rates and
+    options (``tokens_per_param``, ``trained_rates``, ``trained``)."""
 
     name: str
     rates: tuple[float, ...]
@@ -137,6 +155,9 @@ class Scale:
     compare: tuple[str, ...] = ()
     holdout: tuple[str, ...] = ()
     coord: tuple[str, ...] = ()
+    tokens_per_param: float = TRAINED_TOKENS_PER_PARAM
+    trained_rates: tuple[float, ...] = TRAINED_RATES
+    trained: tuple[str, ...] = ()
 
 
 FULL = Scale("full", RATES, 2, WIDTHS)
@@ -148,6 +169,9 @@ SMOKE = Scale(
     compare=("--seeds", "2", "--steps", "4", "--warmup", "1", "--batch-size", "4"),
     holdout=("--ladder", "d_model=16,32,64"),
     coord=("--steps", "2", "--batch-size", "2", "--seeds", "1"),
+    tokens_per_param=0.05,
+    trained_rates=(0.005, 0.01),
+    trained=("--seeds", "2", "--warmup", "1"),
 )
 """A check of the pipeline: every command of the studies, tiny (numbers that mean nothing)."""
 
@@ -213,6 +237,45 @@ def own_rate_commands(out: Path, scale: Scale) -> list[list[str]]:
     return cmds
 
 
+def trained_rates(out: Path) -> dict[str, float] | None:
+    """{arm: rate} that the trained hold-out's sweep chose at its base width (the rung every
+    rung takes its rates from), None before it has chosen."""
+    record = (analysis(out / "holdout_trained_sweep") or {}).get(LADDER_KEY) or {}
+    sweep = record.get(LR_SWEEP_KEY)
+    if not sweep:
+        return None
+    base = next(iter(sweep["chosen_at"].values()))
+    return {arm: float(rate) for arm, rate in sweep["chosen"][base].items()}
+
+
+def trained_config(rates: Mapping[str, float]) -> dict[str, Any]:
+    """``examples/ladder.yaml`` with each arm at its own peak rate (``train.arm_lr``)."""
+    config = yaml.safe_load(LADDER_EXAMPLE.read_text(encoding="utf-8"))
+    config["train"] = {**config["train"], "arm_lr": {a: float(r) for a, r in rates.items()}}
+    return config
+
+
+def holdout_trained_commands(out: Path, scale: Scale) -> list[list[str]]:
+    """The trained hold-out: the sweep under mup on :data:`TRAINED_SWEEP_LADDER` at the
+    scale's budget, then, once it has chosen, ``examples/ladder.yaml`` at the same budget
+    with each arm at its chosen rate (``holdout_trained.yaml``, written then)."""
+    budget = ("--tokens-per-param", f"{scale.tokens_per_param:g}", "--parametrization", "mup")
+    sweep = ("--lr-sweep", _rates(scale.trained_rates), "--tuning-seeds", str(scale.tuning_seeds))
+    cmds = [
+        compare(
+            LADDER_EXAMPLE,
+            out / "holdout_trained_sweep",
+            *("--ladder", TRAINED_SWEEP_LADDER, *budget, *sweep, *scale.trained),
+        )
+    ]
+    rates = trained_rates(out)
+    if rates is not None:
+        config = write_config(out / "holdout_trained.yaml", trained_config(rates))
+        flags = (*budget, *scale.trained, *scale.holdout)
+        cmds.append(compare(config, out / "holdout_trained", *flags))
+    return cmds
+
+
 def plan(out: Path, scale: Scale) -> dict[str, list[list[str]]]:
     """Every study's commands, in the order they train (the own-rate study's last command is
     known once its sweep has chosen)."""
@@ -230,6 +293,7 @@ def plan(out: Path, scale: Scale) -> dict[str, list[list[str]]]:
             )
             for p in PARAMETRIZATIONS
         ],
+        "holdout_trained": holdout_trained_commands(out, scale),
     }
 
 
