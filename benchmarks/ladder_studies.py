@@ -75,6 +75,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LADDER_EXAMPLE = ROOT / "examples" / "ladder.yaml"
 BEGIN = "<!-- ladder-studies:begin (written by benchmarks/ladder_studies.py) -->"
 END = "<!-- ladder-studies:end -->"
+TRAINED_BEGIN = (
+    "<!-- ladder-studies-trained:begin (written by benchmarks/ladder_studies.py --only "
+    "holdout_trained) -->"
+)
+TRAINED_END = "<!-- ladder-studies-trained:end -->"
+"""The trained hold-out's own markers: its section is written apart from the others, so that
+training it alone leaves theirs as they are."""
 KEPT_MARKER = "<!-- kept:"
 
 MARGIN = 0.02
@@ -125,8 +132,9 @@ TRAINED_TOKENS_PER_PARAM = 10.0
 compute-optimal 20 of Hoffmann et al. 2022, twice the early-training floor of
 :mod:`normlab.run_format.budget`; the most the largest rung's runs allow in about half an hour
 on one core)."""
-TRAINED_RATES = (0.005, 0.01, 0.02)
-"""The trained hold-out's learning-rate sweep, at the base width."""
+TRAINED_RATES = (0.005, 0.01, 0.02, 0.04)
+"""The trained hold-out's learning-rate sweep, at the base width (0.04 added when the first three
+put LayerNorm's best at 0.02, their highest)."""
 TRAINED_SWEEP_LADDER = "d_model=16,32"
 """The ladder the trained hold-out's rates are swept on under mup: its smallest rung (the base
 width, also the hold-out ladder's) chooses each arm's rate, the next width checks it one
@@ -1153,6 +1161,217 @@ def _own_reading(o: dict[str, Any]) -> str:
     )
 
 
+# ---- the trained hold-out ------------------------------------------------------------------
+
+
+def arm_curves(folder: Path, rec: Mapping[str, Any]) -> dict[str, list[tuple]]:
+    """{arm: [(rung, mean, sd) per rung]} of the baseline and of the arm of ``rec`` (an arm's
+    ladder record): each arm's quality metric per rung of the ladder folder, from each rung's
+    summary.json (None where a rung has none)."""
+    out: dict[str, list[tuple]] = {rec["baseline"]: [], rec["arm"]: []}
+    for r in rec["rungs"]:
+        arms = (analysis(run_folder.rung_path(folder, r["setting"])) or {}).get("arms", {})
+        for a, values in out.items():
+            q = arms.get(a, {}).get(rec["metric"]) or {}
+            values.append((r["setting"], q.get("mean"), q.get("std")))
+    return out
+
+
+def falls(curve: Sequence[tuple]) -> bool:
+    """Whether the means of ``curve`` ((rung, mean, sd) in increasing size) fall at every
+    step (lower is better)."""
+    means = [m for _, m, _ in curve]
+    return None not in means and all(b < a for a, b in itertools.pairwise(means))
+
+
+def holdout_trained(out: Path) -> dict[str, Any] | None:
+    """The trained hold-out from its folders: the ladder's record of its first arm, the
+    hold-out (:func:`holdout`), each arm's quality per rung and whether it falls with size,
+    the sweep's record and the rates chosen; None until the ladder has its summary.json."""
+    folder = out / "holdout_trained"
+    record = (analysis(folder) or {}).get(LADDER_KEY)
+    if record is None:
+        return None
+    arm, rec, rungs = ladder_rungs(record)
+    curves = arm_curves(folder, rec)
+    sweep = (analysis(out / "holdout_trained_sweep") or {}).get(LADDER_KEY) or {}
+    largest = run_folder.rung_path(folder, rec["rungs"][-1]["setting"])
+    return {
+        "arm": arm,
+        "rec": rec,
+        "holdout": holdout(rungs),
+        "curves": curves,
+        "monotone": {a: falls(c) for a, c in curves.items()},
+        "sweep": sweep.get(LR_SWEEP_KEY),
+        "rates": trained_rates(out),
+        "largest_s": train_seconds([largest])[0],
+    }
+
+
+def render_holdout_trained(
+    h: dict[str, Any] | None, commands: Sequence[Sequence[str]], out: Path, ctx: dict
+) -> list[str]:
+    """The trained hold-out's section, or a line saying it has not run."""
+    title = "## Ladder: hold-out on trained rungs"
+    if h is None:
+        return [title, "", "Not run yet.", ""]
+    rec = h["rec"]
+    folders = [
+        *compare_folders(out / "holdout_trained_sweep"),
+        *compare_folders(out / "holdout_trained"),
+    ]
+    total = train_seconds(folders)[0]
+    return [
+        title,
+        "",
+        "The hold-out above, repeated on rungs trained in proportion to their size: "
+        f"`examples/ladder.yaml` ({h['arm']} − {rec['baseline']}, final validation bits per "
+        "byte, paired by seed, 3 seeds per rung) with each rung training "
+        f"{_tpp(rec)} tokens per parameter of its baseline arm (`--tokens-per-param`), under "
+        "μP with the smallest rung as the base width, each arm at its own peak rate (chosen "
+        "once at the base width, `--lr-sweep`). Fitted on the three smaller rungs, it predicts "
+        "the largest, which was trained too.",
+        "",
+        *_header(commands, folders, {**ctx, "study": "holdout_trained"}),
+        *_trained_bullets(h, total),
+        "",
+        *_trained_rung_table(h),
+        "",
+        *_holdout_table(h["holdout"]),
+        _trained_reading(h),
+        "",
+        *_trained_sweep_lines(h),
+    ]
+
+
+def _tpp(rec: Mapping[str, Any]) -> str:
+    """The rungs' tokens per parameter, one value when they share it."""
+    values = sorted({float(r["tokens_per_param"] or 0) for r in rec["rungs"]})
+    return " / ".join(f"{v:g}" for v in values)
+
+
+def _trained_bullets(h: dict[str, Any], total: float) -> list[str]:
+    """The budget and why, and the rates and where they were chosen."""
+    rec, rates = h["rec"], h["rates"] or {}
+    steps = " / ".join(f"{r['steps']:,}" for r in rec["rungs"])
+    swept = ", ".join(h["sweep"]["settings"]) if h["sweep"] else "n/a"
+    return [
+        f"- Budget: {_tpp(rec)} tokens per parameter of each rung's baseline arm (all its "
+        f"parameters, tied weights once), {steps} steps of 8 × 64 bytes from the smallest "
+        "rung to the largest: half the compute-optimal 20 (Hoffmann et al. 2022), twice "
+        "normlab's early-training floor of 5. More did not fit: the largest rung's 6 runs took "
+        f"{h['largest_s']:.0f} s of the study's {total:.0f} s, and every doubling of the "
+        "budget doubles them.",
+        f"- Rates: each arm at its own peak rate under μP, chosen by the sweep ladder "
+        f"({swept}: `--lr-sweep` under mup chooses at the smallest and checks at the largest of "
+        "its rungs) and written into `holdout_trained.yaml` (`examples/ladder.yaml` with "
+        "`train.arm_lr`): "
+        + ", ".join(f"{a} {r:g}" for a, r in rates.items())
+        + ". The two widest rungs take them unswept, as μP carries a rate across widths; "
+        "sweeping the largest rung would cost as much as its comparison.",
+    ]
+
+
+def _trained_rung_table(h: dict[str, Any]) -> list[str]:
+    """Per rung: N, its budget, each arm's final bpb (mean ± sd) and the paired differences;
+    then whether each arm's bpb falls with size."""
+    rec, curves = h["rec"], h["curves"]
+    arms = list(curves)
+    lines = [
+        "| rung | N (parameters) | tokens / parameter | steps | "
+        + " | ".join(f"{a} bpb" for a in arms)
+        + " | per-seed differences | mean [95% CI] | paired sd |",
+        "|---|---:|---:|---:|" + "---:|" * len(arms) + "---|---|---:|",
+    ]
+    for i, r in enumerate(rec["rungs"]):
+        cells = [_mean_sd(curves[a][i][1], curves[a][i][2]) for a in arms]
+        diffs = ", ".join(_n(v, 4) for v in r["diffs"])
+        lines.append(
+            f"| {r['setting']} | {r['n_params']:,.0f} | {float(r['tokens_per_param']):.2f} | "
+            f"{r['steps']:,} | " + " | ".join(cells) + f" | {diffs} | {_n(r['mean'], 4)} "
+            f"{_ci(r['low'], r['high'], 4)} | {r['sd']:.4f} |"
+        )
+    words = "; ".join(
+        f"{a} {' → '.join(_f(m) for _, m, _ in c)}: "
+        + ("falls at every rung" if h["monotone"][a] else "**does not fall at every rung**")
+        for a, c in curves.items()
+    )
+    every = all(h["monotone"].values())
+    return [*lines, "", f"Monotone in size: **{'yes' if every else 'no'}** ({words})."]
+
+
+def _mean_sd(mean: float | None, sd: float | None) -> str:
+    if mean is None:
+        return "n/a"
+    return f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "")
+
+
+def _trained_reading(h: dict[str, Any]) -> str:
+    """The trained hold-out in words: monotone or not, inside or outside, and the width of
+    the whole ladder's prediction at its target against the fixed-step ladder's."""
+    ho, rec = h["holdout"], h["rec"]
+    m, s, k = ho["prediction"].mean_of_seeds, ho["prediction"].single, len(ho["held_out"].diffs)
+    single = rec["prediction"]["single"]
+    width, fixed = single["high"] - single["low"], FIXED_STEP_100X[1] - FIXED_STEP_100X[0]
+    bad = [a for a, ok in h["monotone"].items() if not ok]
+    text = "Reading: " + (
+        "every arm's final bpb falls from each rung to the next. "
+        if not bad
+        else f"**this did not hold** for {', '.join(bad)}: its final bpb does not fall at "
+        "every rung. "
+    )
+    inside = (
+        ("lies inside", "covered") if ho["mean_inside"] else ("**lies outside**", "**not covered**")
+    )
+    text += (
+        f"The held-out rung's measured mean difference, {_n(ho['measured_mean'], 4)}, "
+        f"{inside[0]} the interval predicted for the mean of {k} seeds, "
+        f"{_ci(m.low, m.high, 4)}, and {ho['singles_inside']} of its {k} single trainings "
+        f"inside the one-training interval {_ci(s.low, s.high, 4)}: {inside[1]}. "
+    )
+    return text + (
+        f"At {rec['target']['n_params']:,.0f} parameters, 100× the largest rung, the whole "
+        f"ladder (all {len(rec['rungs'])} rungs) predicts {_n(single['estimate'], 4)} bpb for "
+        f"one training, 95 % interval {_ci(single['low'], single['high'], 4)}: "
+        f"{width:.3f} bpb wide, against {fixed:.2f} bpb for the fixed-step ladder at the same "
+        f"target ({_ci(*FIXED_STEP_100X, 4)}), {width / fixed:.2f}× its width "
+        f"({'narrower' if width < fixed else 'not narrower'}). Its fit: slope "
+        f"{_n(rec['fit']['b'], 4)} ± {rec['fit']['b_se']:.4f} per tenfold, pooled paired sd "
+        f"{rec['fit']['pooled_sd']:.4f} bpb (ν = {rec['fit']['df']}), lack-of-fit p = "
+        f"{_p(rec['fit']['lack_of_fit_p'])}."
+    )
+
+
+def _trained_sweep_lines(h: dict[str, Any]) -> list[str]:
+    """The sweep ladder's curves (final validation bpb per rate at each swept width) and
+    whether each arm's optimum lines up across them."""
+    sweep = h["sweep"]
+    if not sweep:
+        return []
+    seeds = _seeds(sweep["tuning_seeds"])
+    return [
+        f"Learning-rate sweep under mup (final validation bpb, mean ± sd over the tuning seeds "
+        f"{seeds}; bold: the best rate):",
+        "",
+        *_curve_table(sweep["settings"], "width"),
+        "",
+        f"Rates: {_alignment_words('mup', sweep)}.",
+        "",
+    ]
+
+
+def trained_document(out: Path, scale: Scale) -> list[str]:
+    """The trained hold-out's section between its own markers."""
+    ctx = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "commit": source_commit(),
+        "machine": machine(),
+    }
+    cmds = holdout_trained_commands(out, scale)
+    section = render_holdout_trained(holdout_trained(out), cmds, out, ctx)
+    return [TRAINED_BEGIN, "", *_scale_note(scale), *section, TRAINED_END]
+
+
 # ---- the document ---------------------------------------------------------------------------
 
 
@@ -1165,27 +1384,34 @@ def document(out: Path, scale: Scale) -> list[str]:
         "commit": source_commit(),
         "machine": machine(),
     }
-    lines = [BEGIN, ""]
-    if scale is not FULL:
-        lines += [
-            f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(scale.compare)}, "
-            f"rates {_rates(scale.rates)}): it checks that the studies' commands and readings "
-            "run end to end; its numbers mean nothing and the readings below do not apply.",
-            "",
-        ]
+    lines = [BEGIN, "", *_scale_note(scale)]
     lines += render_holdout(out / "holdout", cmds["holdout"], ctx)
     lines += render_transfer(transfer(out), cmds["coord"] + cmds["transfer"], out, scale, ctx)
     lines += render_own_rate(own_rate(out), cmds["own_rate"], out, ctx)
     return [*lines, END]
 
 
-def place(old: str, section: str) -> str:
-    """``old`` with the text between :data:`BEGIN` and :data:`END` replaced by ``section``
+def _scale_note(scale: Scale) -> list[str]:
+    """The note that heads a smoke run's sections (none at the full scale)."""
+    if scale is FULL:
+        return []
+    return [
+        f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(scale.compare)}, "
+        f"rates {_rates(scale.rates)}): it checks that the studies' commands and readings "
+        "run end to end; its numbers mean nothing and the readings below do not apply.",
+        "",
+    ]
+
+
+def place(old: str, section: str, begin: str = BEGIN, end: str = END) -> str:
+    """``old`` with the text between ``begin`` and ``end`` (:data:`BEGIN`, :data:`END`, or the
+    trained hold-out's :data:`TRAINED_BEGIN`, :data:`TRAINED_END`) replaced by ``section``
     (appended after the kept marker's sections when absent; the marker is added when the
     document has none, so that scripts/studies.py keeps the section)."""
-    start, stop = old.find(BEGIN), old.find(END)
+    start = old.find(begin)
+    stop = old.find(end, start) if start >= 0 else -1
     if start >= 0 and stop > start:
-        return old[:start] + section + old[stop + len(END) :]
+        return old[:start] + section + old[stop + len(end) :]
     body = old.rstrip("\n")
     if KEPT_MARKER not in body:
         body += (
@@ -1216,8 +1442,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_doc:
         return 0
     doc = args.doc or ROOT / "docs" / "studies.md"
-    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    write_text_atomic(doc, place(old, "\n".join(document(out, scale))))
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    if set(args.only) - {"holdout_trained"}:
+        text = place(text, "\n".join(document(out, scale)))
+    if "holdout_trained" in args.only:
+        section = "\n".join(trained_document(out, scale))
+        text = place(text, section, TRAINED_BEGIN, TRAINED_END)
+    write_text_atomic(doc, text)
     print(f"wrote {doc}")
     return 0
 
