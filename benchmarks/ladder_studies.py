@@ -18,7 +18,7 @@ section of docs/studies.md is written between the ``ladder-studies`` markers aft
 marker (the rest of the file is left as it is).
 
 The studies (all on the byte-level GPT testbed, 2 layers, 2 heads, context 64, batch 8 — small
-models trained briefly, so that the whole set runs in about an hour on two CPU cores):
+models, all but the last trained briefly, so that those run in about an hour on two CPU cores):
 
 - ``holdout``: ``examples/ladder.yaml`` (LayerNorm vs RMSNorm at d_model 16/32/64/128, 3 seeds,
   500 steps). The fit on the three smaller rungs predicts the largest; is the measured
@@ -33,10 +33,20 @@ models trained briefly, so that the whole set runs in about an hour on two CPU c
   ``compare --lr-sweep`` chooses each arm's best rate on the tuning seeds 3, 4 and compares the
   arms at their own rates on the evaluation seeds 0, 1, 2; ``compare --lr`` compares them on
   the same seeds at one shared rate (compare's default, and the baseline's best).
+- ``holdout_trained``: the hold-out again on rungs trained in proportion to their size:
+  ``examples/ladder.yaml`` at ``--tokens-per-param`` 10 under ``--parametrization mup``, each
+  arm at its own rate, swept (``--lr-sweep``, 2 tuning seeds) on the ladder d_model 16/32 (the
+  smallest chooses, the next checks; the hold-out ladder's own sweep would also sweep its
+  largest rung) and written into the ladder's config as ``train.arm_lr``. Its section says
+  each arm's bpb per rung and whether it falls with size, the rungs' budgets, whether the
+  held-out difference is covered and the width of the prediction at 100× against the
+  fixed-step ladder's. About half an hour on one core; its section has its own markers, so
+  ``--only holdout_trained`` leaves the others as they are.
 
-``--smoke`` runs the same commands on tiny settings (:data:`SMOKE`: 4 steps, two rates, one
-tuning seed, fewer widths) to check the pipeline end to end; it needs ``--doc`` (its document
-must not replace docs/studies.md) and says so at its top.
+``--smoke`` runs the same commands on tiny settings (:data:`SMOKE`: 4 steps, or 0.05 tokens per
+parameter for the trained hold-out, two rates, one tuning seed, fewer widths) to check the
+pipeline end to end; it needs ``--doc`` (its document must not replace docs/studies.md) and
+says so at its top.
 """
 
 from __future__ import annotations
@@ -1204,7 +1214,7 @@ def holdout_trained(out: Path) -> dict[str, Any] | None:
         "monotone": {a: falls(c) for a, c in curves.items()},
         "sweep": sweep.get(LR_SWEEP_KEY),
         "rates": trained_rates(out),
-        "largest_s": train_seconds([largest])[0],
+        "largest": train_seconds([largest]),
     }
 
 
@@ -1224,7 +1234,8 @@ def render_holdout_trained(
     return [
         title,
         "",
-        "The hold-out above, repeated on rungs trained in proportion to their size: "
+        "The hold-out on the GPT testbed (above), repeated on rungs trained in proportion to "
+        "their size: "
         f"`examples/ladder.yaml` ({h['arm']} − {rec['baseline']}, final validation bits per "
         "byte, paired by seed, 3 seeds per rung) with each rung training "
         f"{_tpp(rec)} tokens per parameter of its baseline arm (`--tokens-per-param`), under "
@@ -1259,8 +1270,9 @@ def _trained_bullets(h: dict[str, Any], total: float) -> list[str]:
         f"- Budget: {_tpp(rec)} tokens per parameter of each rung's baseline arm (all its "
         f"parameters, tied weights once), {steps} steps of 8 × 64 bytes from the smallest "
         "rung to the largest: half the compute-optimal 20 (Hoffmann et al. 2022), twice "
-        "normlab's early-training floor of 5. More did not fit: the largest rung's 6 runs took "
-        f"{h['largest_s']:.0f} s of the study's {total:.0f} s, and every doubling of the "
+        "normlab's early-training floor of 5. More did not fit: the largest rung's "
+        f"{h['largest'][1]} runs took {h['largest'][0]:.0f} s of the study's {total:.0f} s, "
+        "and every doubling of the "
         "budget doubles them.",
         f"- Rates: each arm at its own peak rate under μP, chosen by the sweep ladder "
         f"({swept}: `--lr-sweep` under mup chooses at the smallest and checks at the largest of "
@@ -1287,7 +1299,7 @@ def _trained_rung_table(h: dict[str, Any]) -> list[str]:
         cells = [_mean_sd(curves[a][i][1], curves[a][i][2]) for a in arms]
         diffs = ", ".join(_n(v, 4) for v in r["diffs"])
         lines.append(
-            f"| {r['setting']} | {r['n_params']:,.0f} | {float(r['tokens_per_param']):.2f} | "
+            f"| {r['setting']} | {r['n_params']:,.0f} | {r['tokens'] / r['n_params']:.2f} | "
             f"{r['steps']:,} | " + " | ".join(cells) + f" | {diffs} | {_n(r['mean'], 4)} "
             f"{_ci(r['low'], r['high'], 4)} | {r['sd']:.4f} |"
         )
@@ -1369,7 +1381,7 @@ def trained_document(out: Path, scale: Scale) -> list[str]:
     }
     cmds = holdout_trained_commands(out, scale)
     section = render_holdout_trained(holdout_trained(out), cmds, out, ctx)
-    return [TRAINED_BEGIN, "", *_scale_note(scale), *section, TRAINED_END]
+    return [TRAINED_BEGIN, "", *_scale_note(scale, trained=True), *section, TRAINED_END]
 
 
 # ---- the document ---------------------------------------------------------------------------
@@ -1391,13 +1403,18 @@ def document(out: Path, scale: Scale) -> list[str]:
     return [*lines, END]
 
 
-def _scale_note(scale: Scale) -> list[str]:
-    """The note that heads a smoke run's sections (none at the full scale)."""
+def _scale_note(scale: Scale, trained: bool = False) -> list[str]:
+    """The note that heads a smoke run's sections (none at the full scale), with the options
+    and rates of the fixed-step studies or of the trained hold-out (``trained``)."""
     if scale is FULL:
         return []
+    flags, rates = scale.compare, scale.rates
+    if trained:
+        flags = ("--tokens-per-param", f"{scale.tokens_per_param:g}", *scale.trained)
+        rates = scale.trained_rates
     return [
-        f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(scale.compare)}, "
-        f"rates {_rates(scale.rates)}): it checks that the studies' commands and readings "
+        f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(flags)}, "
+        f"rates {_rates(rates)}): it checks that the studies' commands and readings "
         "run end to end; its numbers mean nothing and the readings below do not apply.",
         "",
     ]

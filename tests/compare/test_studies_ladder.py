@@ -282,7 +282,8 @@ def _trained_ladder(tmp_path: Path, ln_bpb: tuple[float, ...], held_out: tuple) 
             {
                 "setting": setting,
                 "n_params": rung.n_params,
-                "tokens_per_param": 10.02,
+                "tokens_per_param": 10.0,
+                "tokens": 200 * 4**i * 512,
                 "steps": 200 * 4**i,
                 "diffs": diffs,
                 "seeds": [0, 1, 2],
@@ -321,7 +322,8 @@ def test_the_trained_holdout_section_says_monotone_covered_and_the_width(tmp_pat
     cmds = ls.holdout_trained_commands(tmp_path, ls.FULL)
     text = "\n".join(ls.render_holdout_trained(h, cmds, tmp_path, CTX))
     assert "`python benchmarks/ladder_studies.py --only holdout_trained`" in text
-    assert "| d_model=128 | 640,000 | 10.02 | 12,800 | 2.300 ± 0.010 |" in text
+    assert "| d_model=128 | 640,000 | 10.24 | 12,800 | 2.300 ± 0.010 |" in text
+    assert "training 10 tokens per parameter" in text
     assert "Monotone in size: **yes**" in text and "layernorm-pre 3.800 → 3.200" in text
     assert "lies inside" in text and ": covered." in text
     assert "0.130 bpb wide, against 0.54 bpb" in text and "0.24× its width (narrower)" in text
