@@ -1270,10 +1270,9 @@ def _trained_bullets(h: dict[str, Any], total: float) -> list[str]:
         f"- Budget: {_tpp(rec)} tokens per parameter of each rung's baseline arm (all its "
         f"parameters, tied weights once), {steps} steps of 8 × 64 bytes from the smallest "
         "rung to the largest: half the compute-optimal 20 (Hoffmann et al. 2022), twice "
-        "normlab's early-training floor of 5. More did not fit: the largest rung's "
-        f"{h['largest'][1]} runs took {h['largest'][0]:.0f} s of the study's {total:.0f} s, "
-        "and every doubling of the "
-        "budget doubles them.",
+        "normlab's early-training floor of 5, and the most that fits about 35 core-minutes "
+        f"here: the largest rung's {h['largest'][1]} runs took {h['largest'][0]:.0f} s of the "
+        f"study's {total:.0f} s, and each doubling of the budget doubles them.",
         f"- Rates: each arm at its own peak rate under μP, chosen by the sweep ladder "
         f"({swept}: `--lr-sweep` under mup chooses at the smallest and checks at the largest of "
         "its rungs) and written into `holdout_trained.yaml` (`examples/ladder.yaml` with "
