@@ -1350,6 +1350,12 @@ def _trained_reading(h: dict[str, Any]) -> str:
         f"{_n(rec['fit']['b'], 4)} ± {rec['fit']['b_se']:.4f} per tenfold, pooled paired sd "
         f"{rec['fit']['pooled_sd']:.4f} bpb (ν = {rec['fit']['df']}), lack-of-fit p = "
         f"{_p(rec['fit']['lack_of_fit_p'])}."
+        + (
+            " Not every arm ran at the best rate of the width its rate was checked at (the "
+            "rates, below): the difference mixes the norm with the rate."
+            if rate_caveats(h)
+            else ""
+        )
     )
 
 
@@ -1366,9 +1372,37 @@ def _trained_sweep_lines(h: dict[str, Any]) -> list[str]:
         "",
         *_curve_table(sweep["settings"], "width"),
         "",
-        f"Rates: {_alignment_words('mup', sweep)}.",
+        f"Rates: {_alignment_words('mup', sweep)}." + "".join(f" {c}" for c in rate_caveats(h)),
         "",
     ]
+
+
+def rate_caveats(h: dict[str, Any]) -> list[str]:
+    """A sentence per arm whose rate, chosen at the base width, is not the best at the width
+    the sweep checks it at: by how much it lost there on the tuning seeds, beside the
+    ladder's measured difference at that rung (the difference's trend may carry the rate)."""
+    sweep, rates = h["sweep"], h["rates"] or {}
+    if not sweep:
+        return []
+    base, check = next(iter(sweep["settings"])), list(sweep["settings"])[-1]
+    tied = {a["arm"]: a["tied"].get(base, []) for a in sweep["alignment"]}
+    measured = {r["setting"]: r["mean"] for r in h["rec"]["rungs"]}
+    out = []
+    for arm, rate in rates.items():
+        c = sweep["settings"][check].get(arm)
+        at = {p["rate"]: p["mean"] for p in (c or {}).get("points", [])}
+        if c is None or c["best"] == rate or at.get(rate) is None:
+            continue
+        out.append(
+            f"{arm} runs at {rate:g}, its best at {base}, where "
+            f"{', '.join(f'{r:g}' for r in tied.get(arm, []))} lie within its tuning seeds' "
+            f"spread of the best; at {check} {c['best']:g} beat {rate:g} by "
+            f"{at[rate] - c['best_mean']:.3f} bpb on the tuning seeds, and the ladder's "
+            f"{h['arm']} − {h['rec']['baseline']} there is {_n(measured.get(check), 4)}: "
+            "part of the difference, and of its trend with size, may be this rate rather "
+            "than the norm."
+        )
+    return out
 
 
 def trained_document(out: Path, scale: Scale) -> list[str]:

@@ -235,10 +235,13 @@ SWEPT = ("d_model=16", "d_model=32")
 TRAINED_RUNGS = ("d_model=16", "d_model=32", "d_model=64", "d_model=128")
 
 
-def _trained_sweep(tmp_path: Path, best: dict[str, float]) -> None:
-    """The sweep ladder's summary.json: each arm best at its ``best`` rate at both widths,
-    chosen at the smallest for every rung of the hold-out ladder."""
-    curves = {s: _curves(best) for s in SWEPT}
+def _trained_sweep(
+    tmp_path: Path, best: dict[str, float], wider: dict[str, float] | None = None
+) -> None:
+    """The sweep ladder's summary.json: each arm best at its ``best`` rate at the smallest
+    width (and at its ``wider`` one at the next, by default the same), chosen at the smallest
+    for every rung of the hold-out ladder."""
+    curves = {SWEPT[0]: _curves(best), SWEPT[1]: _curves(wider or best)}
     chosen_at = dict.fromkeys(TRAINED_RUNGS, SWEPT[0])
     record = lr_sweep_record(curves, [3, 4], chosen_at)
     _write(tmp_path / "holdout_trained_sweep", {"ladder": {"arms": {}, LR_SWEEP_KEY: record}})
@@ -328,9 +331,14 @@ def test_the_trained_holdout_section_says_monotone_covered_and_the_width(tmp_pat
     assert "lies inside" in text and ": covered." in text
     assert "0.130 bpb wide, against 0.54 bpb" in text and "0.24× its width (narrower)" in text
     assert "layernorm-pre 0.02, rmsnorm-pre 0.01" in text and "| d_model=32 | rmsnorm-pre |" in text
+    assert "the difference mixes the norm with the rate" not in text
+    _trained_sweep(tmp_path, {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01}, {"rmsnorm-pre": 0.02})
     _trained_ladder(tmp_path, (3.8, 3.2, 2.7, 2.9), (0.49, 0.5, 0.51))
     h = ls.holdout_trained(tmp_path)
     text = "\n".join(ls.render_holdout_trained(h, cmds, tmp_path, CTX))
+    assert "the difference mixes the norm with the rate" in text
+    assert "at d_model=32 0.02 beat 0.01 by 0.010 bpb on the tuning seeds" in text
+    assert "rmsnorm-pre − layernorm-pre there is +0.0400" in text
     assert "Monotone in size: **no**" in text and "**this did not hold** for layernorm-pre" in text
     assert "**lies outside**" in text and "**not covered**" in text
 
