@@ -154,6 +154,9 @@ FIXED_STEP_100X = (-0.342, 0.2015)
 """The fixed-step hold-out's one-training interval at 100× its largest rung (the ladder's
 headline in docs/studies.md, trained at commit 6126343): the width the trained ladder's is
 compared with."""
+FIXED_STEP_SD = (0.0247, 0.0038, 0.0230, 0.0945)
+"""The fixed-step ladder's paired sd per rung, d_model 16/32/64/128 (its paired-spread section
+in docs/studies.md, trained at commit 6126343)."""
 STUDY_NAMES = ("holdout", "coord", "own_rate", "transfer", "holdout_trained")
 """The studies, in the order they train."""
 
@@ -1318,12 +1321,10 @@ def _mean_sd(mean: float | None, sd: float | None) -> str:
 
 
 def _trained_reading(h: dict[str, Any]) -> str:
-    """The trained hold-out in words: monotone or not, inside or outside, and the width of
-    the whole ladder's prediction at its target against the fixed-step ladder's."""
+    """The trained hold-out in words: monotone or not, inside or outside (with the rungs'
+    differences against the fitted line), then :func:`_trained_width_words`."""
     ho, rec = h["holdout"], h["rec"]
     m, s, k = ho["prediction"].mean_of_seeds, ho["prediction"].single, len(ho["held_out"].diffs)
-    single = rec["prediction"]["single"]
-    width, fixed = single["high"] - single["low"], FIXED_STEP_100X[1] - FIXED_STEP_100X[0]
     bad = [a for a, ok in h["monotone"].items() if not ok]
     text = "Reading: " + (
         "every arm's final bpb falls from each rung to the next. "
@@ -1334,29 +1335,54 @@ def _trained_reading(h: dict[str, Any]) -> str:
     inside = (
         ("lies inside", "covered") if ho["mean_inside"] else ("**lies outside**", "**not covered**")
     )
+    gap = ho["measured_mean"] - m.estimate
     text += (
         f"The held-out rung's measured mean difference, {_n(ho['measured_mean'], 4)}, "
         f"{inside[0]} the interval predicted for the mean of {k} seeds, "
         f"{_ci(m.low, m.high, 4)}, and {ho['singles_inside']} of its {k} single trainings "
-        f"inside the one-training interval {_ci(s.low, s.high, 4)}: {inside[1]}. "
+        f"inside the one-training interval {_ci(s.low, s.high, 4)}: {inside[1]}. The rungs' "
+        "mean differences run " + " → ".join(_n(r["mean"], 3) for r in rec["rungs"]) + ": "
+        f"the held-out rung's lies {abs(gap):.3f} bpb {'below' if gap < 0 else 'above'} the "
+        f"smaller rungs' line ({_n(m.estimate, 3)}). "
     )
-    return text + (
+    return text + _trained_width_words(h)
+
+
+def _trained_width_words(h: dict[str, Any]) -> str:
+    """The whole ladder's prediction at its target against the fixed-step ladder's width, its
+    fit, its pooled seed noise against the fixed-step ladder's, and its caveats (lack of fit,
+    rates)."""
+    rec, fit = h["rec"], h["rec"]["fit"]
+    single = rec["prediction"]["single"]
+    width, fixed = single["high"] - single["low"], FIXED_STEP_100X[1] - FIXED_STEP_100X[0]
+    fixed_sd = math.sqrt(sum(v * v for v in FIXED_STEP_SD) / len(FIXED_STEP_SD))
+    noisiest = max(rec["rungs"], key=lambda r: r["sd"])
+    text = (
         f"At {rec['target']['n_params']:,.0f} parameters, 100× the largest rung, the whole "
         f"ladder (all {len(rec['rungs'])} rungs) predicts {_n(single['estimate'], 4)} bpb for "
         f"one training, 95 % interval {_ci(single['low'], single['high'], 4)}: "
         f"{width:.3f} bpb wide, against {fixed:.2f} bpb for the fixed-step ladder at the same "
         f"target ({_ci(*FIXED_STEP_100X, 4)}), {width / fixed:.2f}× its width "
-        f"({'narrower' if width < fixed else 'not narrower'}). Its fit: slope "
-        f"{_n(rec['fit']['b'], 4)} ± {rec['fit']['b_se']:.4f} per tenfold, pooled paired sd "
-        f"{rec['fit']['pooled_sd']:.4f} bpb (ν = {rec['fit']['df']}), lack-of-fit p = "
-        f"{_p(rec['fit']['lack_of_fit_p'])}."
-        + (
+        f"({'narrower' if width < fixed else '**not narrower**'}). Its fit: slope "
+        f"{_n(fit['b'], 4)} ± {fit['b_se']:.4f} per tenfold, pooled paired sd "
+        f"{fit['pooled_sd']:.4f} bpb (ν = {fit['df']}; the fixed-step ladder's, pooled the "
+        f"same way from its paired-spread section, {fixed_sd:.4f}; the noisiest rung here is "
+        f"{noisiest['setting']}, sd {noisiest['sd']:.4f}), lack-of-fit p = "
+        f"{_p(fit['lack_of_fit_p'])}."
+    )
+    if fit["lack_of_fit_p"] is not None and fit["lack_of_fit_p"] < 0.05:
+        text += (
+            " The rungs' means scatter about the straight line in log N more than their seed "
+            "noise allows: the line the interval extrapolates does not describe these rungs, "
+            "and under a curved trend the coverage study above found every interval too "
+            "narrow."
+        )
+    if rate_caveats(h):
+        text += (
             " Not every arm ran at the best rate of the width its rate was checked at (the "
             "rates, below): the difference mixes the norm with the rate."
-            if rate_caveats(h)
-            else ""
         )
-    )
+    return text
 
 
 def _trained_sweep_lines(h: dict[str, Any]) -> list[str]:

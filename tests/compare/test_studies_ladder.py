@@ -272,7 +272,9 @@ def test_the_trained_holdout_sweeps_then_trains_the_ladder_at_the_chosen_rates(
     assert _flag(small[1], "--ladder") == "d_model=16,32,64" and "--steps" not in small[1]
 
 
-def _trained_ladder(tmp_path: Path, ln_bpb: tuple[float, ...], held_out: tuple) -> None:
+def _trained_ladder(
+    tmp_path: Path, ln_bpb: tuple[float, ...], held_out: tuple, lack_of_fit_p: float = 0.5
+) -> None:
     """The hold-out ladder's summary.json (rmsnorm-pre − layernorm-pre on four rungs, the
     largest's differences ``held_out``) and each rung's, with layernorm-pre's mean ``ln_bpb``."""
     folder = tmp_path / "holdout_trained"
@@ -306,7 +308,13 @@ def _trained_ladder(tmp_path: Path, ln_bpb: tuple[float, ...], held_out: tuple) 
         "baseline": "layernorm-pre",
         "metric": "final_val_bpb",
         "rungs": rungs,
-        "fit": {"b": -0.01, "b_se": 0.004, "pooled_sd": 0.01, "df": 8, "lack_of_fit_p": 0.5},
+        "fit": {
+            "b": -0.01,
+            "b_se": 0.004,
+            "pooled_sd": 0.01,
+            "df": 8,
+            "lack_of_fit_p": lack_of_fit_p,
+        },
         "target": {"n_params": 6.4e7},
         "prediction": {"single": {"estimate": -0.02, "low": -0.08, "high": 0.05}},
     }
@@ -328,12 +336,13 @@ def test_the_trained_holdout_section_says_monotone_covered_and_the_width(tmp_pat
     assert "| d_model=128 | 640,000 | 10.24 | 12,800 | 2.300 ± 0.010 |" in text
     assert "training 10 tokens per parameter" in text
     assert "Monotone in size: **yes**" in text and "layernorm-pre 3.800 → 3.200" in text
-    assert "lies inside" in text and ": covered." in text
+    assert "lies inside" in text and ": covered." in text and "too narrow" not in text
+    assert "run +0.050 → +0.040 → +0.030 → +0.020: the held-out rung's lies 0.000 bpb" in text
     assert "0.130 bpb wide, against 0.54 bpb" in text and "0.24× its width (narrower)" in text
     assert "layernorm-pre 0.02, rmsnorm-pre 0.01" in text and "| d_model=32 | rmsnorm-pre |" in text
     assert "the difference mixes the norm with the rate" not in text
     _trained_sweep(tmp_path, {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01}, {"rmsnorm-pre": 0.02})
-    _trained_ladder(tmp_path, (3.8, 3.2, 2.7, 2.9), (0.49, 0.5, 0.51))
+    _trained_ladder(tmp_path, (3.8, 3.2, 2.7, 2.9), (0.49, 0.5, 0.51), lack_of_fit_p=0.01)
     h = ls.holdout_trained(tmp_path)
     text = "\n".join(ls.render_holdout_trained(h, cmds, tmp_path, CTX))
     assert "the difference mixes the norm with the rate" in text
@@ -341,6 +350,7 @@ def test_the_trained_holdout_section_says_monotone_covered_and_the_width(tmp_pat
     assert "rmsnorm-pre − layernorm-pre there is +0.0400" in text
     assert "Monotone in size: **no**" in text and "**this did not hold** for layernorm-pre" in text
     assert "**lies outside**" in text and "**not covered**" in text
+    assert "bpb above the smaller rungs' line" in text and "found every interval too" in text
 
 
 def test_the_trained_section_is_written_apart_from_the_others(tmp_path: Path) -> None:
