@@ -18,7 +18,7 @@ section of docs/studies.md is written between the ``ladder-studies`` markers aft
 marker (the rest of the file is left as it is).
 
 The studies (all on the byte-level GPT testbed, 2 layers, 2 heads, context 64, batch 8 — small
-models trained briefly, so that the whole set runs in about an hour on two CPU cores):
+models, all but the last trained briefly, so that those run in about an hour on two CPU cores):
 
 - ``holdout``: ``examples/ladder.yaml`` (LayerNorm vs RMSNorm at d_model 16/32/64/128, 3 seeds,
   500 steps). The fit on the three smaller rungs predicts the largest; is the measured
@@ -33,10 +33,20 @@ models trained briefly, so that the whole set runs in about an hour on two CPU c
   ``compare --lr-sweep`` chooses each arm's best rate on the tuning seeds 3, 4 and compares the
   arms at their own rates on the evaluation seeds 0, 1, 2; ``compare --lr`` compares them on
   the same seeds at one shared rate (compare's default, and the baseline's best).
+- ``holdout_trained``: the hold-out again on rungs trained in proportion to their size:
+  ``examples/ladder.yaml`` at ``--tokens-per-param`` 10 under ``--parametrization mup``, each
+  arm at its own rate, swept (``--lr-sweep``, 2 tuning seeds) on the ladder d_model 16/32 (the
+  smallest chooses, the next checks; the hold-out ladder's own sweep would also sweep its
+  largest rung) and written into the ladder's config as ``train.arm_lr``. Its section says
+  each arm's bpb per rung and whether it falls with size, the rungs' budgets, whether the
+  held-out difference is covered and the width of the prediction at 100× against the
+  fixed-step ladder's. About half an hour on one core; its section has its own markers, so
+  ``--only holdout_trained`` leaves the others as they are.
 
-``--smoke`` runs the same commands on tiny settings (:data:`SMOKE`: 4 steps, two rates, one
-tuning seed, fewer widths) to check the pipeline end to end; it needs ``--doc`` (its document
-must not replace docs/studies.md) and says so at its top.
+``--smoke`` runs the same commands on tiny settings (:data:`SMOKE`: 4 steps, or 0.05 tokens per
+parameter for the trained hold-out, two rates, one tuning seed, fewer widths) to check the
+pipeline end to end; it needs ``--doc`` (its document must not replace docs/studies.md) and
+says so at its top.
 """
 
 from __future__ import annotations
@@ -75,6 +85,13 @@ ROOT = Path(__file__).resolve().parent.parent
 LADDER_EXAMPLE = ROOT / "examples" / "ladder.yaml"
 BEGIN = "<!-- ladder-studies:begin (written by benchmarks/ladder_studies.py) -->"
 END = "<!-- ladder-studies:end -->"
+TRAINED_BEGIN = (
+    "<!-- ladder-studies-trained:begin (written by benchmarks/ladder_studies.py --only "
+    "holdout_trained) -->"
+)
+TRAINED_END = "<!-- ladder-studies-trained:end -->"
+"""The trained hold-out's own markers: its section is written apart from the others, so that
+training it alone leaves theirs as they are."""
 KEPT_MARKER = "<!-- kept:"
 
 MARGIN = 0.02
@@ -120,15 +137,37 @@ OWN_RATE_CONFIG: dict[str, Any] = {
     "train": SMALL_TRAIN,
 }
 """The DyT study's recipe (examples/studies/dyt_layernorm.yaml) for all three arms, small."""
-STUDY_NAMES = ("holdout", "coord", "own_rate", "transfer")
+TRAINED_TOKENS_PER_PARAM = 10.0
+"""The trained hold-out's budget: tokens per parameter of each rung's baseline arm (half the
+compute-optimal 20 of Hoffmann et al. 2022, twice the early-training floor of
+:mod:`normlab.run_format.budget`; the most the largest rung's runs allow in about half an hour
+on one core)."""
+TRAINED_RATES = (0.005, 0.01, 0.02, 0.04)
+"""The trained hold-out's learning-rate sweep, at the base width (0.04 added when the first three
+put LayerNorm's best at 0.02, their highest)."""
+TRAINED_SWEEP_LADDER = "d_model=16,32"
+"""The ladder the trained hold-out's rates are swept on under mup: its smallest rung (the base
+width, also the hold-out ladder's) chooses each arm's rate, the next width checks it one
+doubling up. The hold-out ladder's own ``--lr-sweep`` would also sweep its largest rung, at a
+cost as large as that rung's comparison."""
+FIXED_STEP_100X = (-0.342, 0.2015)
+"""The fixed-step hold-out's one-training interval at 100× its largest rung (the ladder's
+headline in docs/studies.md, trained at commit 6126343): the width the trained ladder's is
+compared with."""
+FIXED_STEP_SD = (0.0247, 0.0038, 0.0230, 0.0945)
+"""The fixed-step ladder's paired sd per rung, d_model 16/32/64/128 (its paired-spread section
+in docs/studies.md, trained at commit 6126343)."""
+STUDY_NAMES = ("holdout", "coord", "own_rate", "transfer", "holdout_trained")
 """The studies, in the order they train."""
 
 
 @dataclass(frozen=True)
 class Scale:
     """How large the studies are: the rates swept, the tuning seeds per arm and rate, the
-    widths of the transfer study and the coordinate check, and the options added to every
-    ``compare`` (``compare``), to the hold-out's (``holdout``) and to ``coord-check``'s."""
+    widths of the transfer study and the coordinate check, the options added to every
+    ``compare`` at fixed steps (``compare``), to the hold-out's (``holdout``, also the trained
+    hold-out's ladder) and to ``coord-check``'s, and the trained hold-out's budget, rates and
+    options (``tokens_per_param``, ``trained_rates``, ``trained``)."""
 
     name: str
     rates: tuple[float, ...]
@@ -137,6 +176,9 @@ class Scale:
     compare: tuple[str, ...] = ()
     holdout: tuple[str, ...] = ()
     coord: tuple[str, ...] = ()
+    tokens_per_param: float = TRAINED_TOKENS_PER_PARAM
+    trained_rates: tuple[float, ...] = TRAINED_RATES
+    trained: tuple[str, ...] = ()
 
 
 FULL = Scale("full", RATES, 2, WIDTHS)
@@ -148,6 +190,9 @@ SMOKE = Scale(
     compare=("--seeds", "2", "--steps", "4", "--warmup", "1", "--batch-size", "4"),
     holdout=("--ladder", "d_model=16,32,64"),
     coord=("--steps", "2", "--batch-size", "2", "--seeds", "1"),
+    tokens_per_param=0.05,
+    trained_rates=(0.005, 0.01),
+    trained=("--seeds", "2", "--warmup", "1"),
 )
 """A check of the pipeline: every command of the studies, tiny (numbers that mean nothing)."""
 
@@ -213,6 +258,45 @@ def own_rate_commands(out: Path, scale: Scale) -> list[list[str]]:
     return cmds
 
 
+def trained_rates(out: Path) -> dict[str, float] | None:
+    """{arm: rate} that the trained hold-out's sweep chose at its base width (the rung every
+    rung takes its rates from), None before it has chosen."""
+    record = (analysis(out / "holdout_trained_sweep") or {}).get(LADDER_KEY) or {}
+    sweep = record.get(LR_SWEEP_KEY)
+    if not sweep:
+        return None
+    base = next(iter(sweep["chosen_at"].values()))
+    return {arm: float(rate) for arm, rate in sweep["chosen"][base].items()}
+
+
+def trained_config(rates: Mapping[str, float]) -> dict[str, Any]:
+    """``examples/ladder.yaml`` with each arm at its own peak rate (``train.arm_lr``)."""
+    config = yaml.safe_load(LADDER_EXAMPLE.read_text(encoding="utf-8"))
+    config["train"] = {**config["train"], "arm_lr": {a: float(r) for a, r in rates.items()}}
+    return config
+
+
+def holdout_trained_commands(out: Path, scale: Scale) -> list[list[str]]:
+    """The trained hold-out: the sweep under mup on :data:`TRAINED_SWEEP_LADDER` at the
+    scale's budget, then, once it has chosen, ``examples/ladder.yaml`` at the same budget
+    with each arm at its chosen rate (``holdout_trained.yaml``, written then)."""
+    budget = ("--tokens-per-param", f"{scale.tokens_per_param:g}", "--parametrization", "mup")
+    sweep = ("--lr-sweep", _rates(scale.trained_rates), "--tuning-seeds", str(scale.tuning_seeds))
+    cmds = [
+        compare(
+            LADDER_EXAMPLE,
+            out / "holdout_trained_sweep",
+            *("--ladder", TRAINED_SWEEP_LADDER, *budget, *sweep, *scale.trained),
+        )
+    ]
+    rates = trained_rates(out)
+    if rates is not None:
+        config = write_config(out / "holdout_trained.yaml", trained_config(rates))
+        flags = (*budget, *scale.trained, *scale.holdout)
+        cmds.append(compare(config, out / "holdout_trained", *flags))
+    return cmds
+
+
 def plan(out: Path, scale: Scale) -> dict[str, list[list[str]]]:
     """Every study's commands, in the order they train (the own-rate study's last command is
     known once its sweep has chosen)."""
@@ -230,6 +314,7 @@ def plan(out: Path, scale: Scale) -> dict[str, list[list[str]]]:
             )
             for p in PARAMETRIZATIONS
         ],
+        "holdout_trained": holdout_trained_commands(out, scale),
     }
 
 
@@ -1089,6 +1174,275 @@ def _own_reading(o: dict[str, Any]) -> str:
     )
 
 
+# ---- the trained hold-out ------------------------------------------------------------------
+
+
+def arm_curves(folder: Path, rec: Mapping[str, Any]) -> dict[str, list[tuple]]:
+    """{arm: [(rung, mean, sd) per rung]} of the baseline and of the arm of ``rec`` (an arm's
+    ladder record): each arm's quality metric per rung of the ladder folder, from each rung's
+    summary.json (None where a rung has none)."""
+    out: dict[str, list[tuple]] = {rec["baseline"]: [], rec["arm"]: []}
+    for r in rec["rungs"]:
+        arms = (analysis(run_folder.rung_path(folder, r["setting"])) or {}).get("arms", {})
+        for a, values in out.items():
+            q = arms.get(a, {}).get(rec["metric"]) or {}
+            values.append((r["setting"], q.get("mean"), q.get("std")))
+    return out
+
+
+def falls(curve: Sequence[tuple]) -> bool:
+    """Whether the means of ``curve`` ((rung, mean, sd) in increasing size) fall at every
+    step (lower is better)."""
+    means = [m for _, m, _ in curve]
+    return None not in means and all(b < a for a, b in itertools.pairwise(means))
+
+
+def holdout_trained(out: Path) -> dict[str, Any] | None:
+    """The trained hold-out from its folders: the ladder's record of its first arm, the
+    hold-out (:func:`holdout`), each arm's quality per rung and whether it falls with size,
+    the sweep's record and the rates chosen; None until the ladder has its summary.json."""
+    folder = out / "holdout_trained"
+    record = (analysis(folder) or {}).get(LADDER_KEY)
+    if record is None:
+        return None
+    arm, rec, rungs = ladder_rungs(record)
+    curves = arm_curves(folder, rec)
+    sweep = (analysis(out / "holdout_trained_sweep") or {}).get(LADDER_KEY) or {}
+    largest = run_folder.rung_path(folder, rec["rungs"][-1]["setting"])
+    return {
+        "arm": arm,
+        "rec": rec,
+        "holdout": holdout(rungs),
+        "curves": curves,
+        "monotone": {a: falls(c) for a, c in curves.items()},
+        "sweep": sweep.get(LR_SWEEP_KEY),
+        "rates": trained_rates(out),
+        "largest": train_seconds([largest]),
+    }
+
+
+def render_holdout_trained(
+    h: dict[str, Any] | None, commands: Sequence[Sequence[str]], out: Path, ctx: dict
+) -> list[str]:
+    """The trained hold-out's section, or a line saying it has not run."""
+    title = "## Ladder: hold-out on trained rungs"
+    if h is None:
+        return [title, "", "Not run yet.", ""]
+    rec = h["rec"]
+    folders = [
+        *compare_folders(out / "holdout_trained_sweep"),
+        *compare_folders(out / "holdout_trained"),
+    ]
+    total = train_seconds(folders)[0]
+    return [
+        title,
+        "",
+        "The hold-out on the GPT testbed (above), repeated on rungs trained in proportion to "
+        "their size: "
+        f"`examples/ladder.yaml` ({h['arm']} − {rec['baseline']}, final validation bits per "
+        "byte, paired by seed, 3 seeds per rung) with each rung training "
+        f"{_tpp(rec)} tokens per parameter of its baseline arm (`--tokens-per-param`), under "
+        "μP with the smallest rung as the base width, each arm at its own peak rate (chosen "
+        "once at the base width, `--lr-sweep`). Fitted on the three smaller rungs, it predicts "
+        "the largest, which was trained too.",
+        "",
+        *_header(commands, folders, {**ctx, "study": "holdout_trained"}),
+        *_trained_bullets(h, total),
+        "",
+        *_trained_rung_table(h),
+        "",
+        *_holdout_table(h["holdout"]),
+        _trained_reading(h),
+        "",
+        *_trained_sweep_lines(h),
+    ]
+
+
+def _tpp(rec: Mapping[str, Any]) -> str:
+    """The rungs' tokens per parameter, one value when they share it."""
+    values = sorted({float(r["tokens_per_param"] or 0) for r in rec["rungs"]})
+    return " / ".join(f"{v:g}" for v in values)
+
+
+def _trained_bullets(h: dict[str, Any], total: float) -> list[str]:
+    """The budget and why, and the rates and where they were chosen."""
+    rec, rates = h["rec"], h["rates"] or {}
+    steps = " / ".join(f"{r['steps']:,}" for r in rec["rungs"])
+    swept = ", ".join(h["sweep"]["settings"]) if h["sweep"] else "n/a"
+    return [
+        f"- Budget: {_tpp(rec)} tokens per parameter of each rung's baseline arm (all its "
+        f"parameters, tied weights once), {steps} steps of 8 × 64 bytes from the smallest "
+        "rung to the largest: half the compute-optimal 20 (Hoffmann et al. 2022), twice "
+        "normlab's early-training floor of 5, and the most that fits about 35 core-minutes "
+        f"here: the largest rung's {h['largest'][1]} runs took {h['largest'][0]:.0f} s of the "
+        f"study's {total:.0f} s, and each doubling of the budget doubles them.",
+        f"- Rates: each arm at its own peak rate under μP, chosen by the sweep ladder "
+        f"({swept}: `--lr-sweep` under mup chooses at the smallest and checks at the largest of "
+        "its rungs) and written into `holdout_trained.yaml` (`examples/ladder.yaml` with "
+        "`train.arm_lr`): "
+        + ", ".join(f"{a} {r:g}" for a, r in rates.items())
+        + ". The two widest rungs take them unswept, as μP carries a rate across widths; "
+        "sweeping the largest rung would cost as much as its comparison.",
+    ]
+
+
+def _trained_rung_table(h: dict[str, Any]) -> list[str]:
+    """Per rung: N, its budget, each arm's final bpb (mean ± sd) and the paired differences;
+    then whether each arm's bpb falls with size."""
+    rec, curves = h["rec"], h["curves"]
+    arms = list(curves)
+    lines = [
+        "| rung | N (parameters) | tokens / parameter | steps | "
+        + " | ".join(f"{a} bpb" for a in arms)
+        + " | per-seed differences | mean [95% CI] | paired sd |",
+        "|---|---:|---:|---:|" + "---:|" * len(arms) + "---|---|---:|",
+    ]
+    for i, r in enumerate(rec["rungs"]):
+        cells = [_mean_sd(curves[a][i][1], curves[a][i][2]) for a in arms]
+        diffs = ", ".join(_n(v, 4) for v in r["diffs"])
+        lines.append(
+            f"| {r['setting']} | {r['n_params']:,.0f} | {r['tokens'] / r['n_params']:.2f} | "
+            f"{r['steps']:,} | " + " | ".join(cells) + f" | {diffs} | {_n(r['mean'], 4)} "
+            f"{_ci(r['low'], r['high'], 4)} | {r['sd']:.4f} |"
+        )
+    words = "; ".join(
+        f"{a} {' → '.join(_f(m) for _, m, _ in c)}: "
+        + ("falls at every rung" if h["monotone"][a] else "**does not fall at every rung**")
+        for a, c in curves.items()
+    )
+    every = all(h["monotone"].values())
+    return [*lines, "", f"Monotone in size: **{'yes' if every else 'no'}** ({words})."]
+
+
+def _mean_sd(mean: float | None, sd: float | None) -> str:
+    if mean is None:
+        return "n/a"
+    return f"{mean:.3f}" + (f" ± {sd:.3f}" if sd is not None else "")
+
+
+def _trained_reading(h: dict[str, Any]) -> str:
+    """The trained hold-out in words: monotone or not, inside or outside (with the rungs'
+    differences against the fitted line), then :func:`_trained_width_words`."""
+    ho, rec = h["holdout"], h["rec"]
+    m, s, k = ho["prediction"].mean_of_seeds, ho["prediction"].single, len(ho["held_out"].diffs)
+    bad = [a for a, ok in h["monotone"].items() if not ok]
+    text = "Reading: " + (
+        "every arm's final bpb falls from each rung to the next. "
+        if not bad
+        else f"**this did not hold** for {', '.join(bad)}: its final bpb does not fall at "
+        "every rung. "
+    )
+    inside = (
+        ("lies inside", "covered") if ho["mean_inside"] else ("**lies outside**", "**not covered**")
+    )
+    gap = ho["measured_mean"] - m.estimate
+    text += (
+        f"The held-out rung's measured mean difference, {_n(ho['measured_mean'], 4)}, "
+        f"{inside[0]} the interval predicted for the mean of {k} seeds, "
+        f"{_ci(m.low, m.high, 4)}, and {ho['singles_inside']} of its {k} single trainings "
+        f"inside the one-training interval {_ci(s.low, s.high, 4)}: {inside[1]}. The rungs' "
+        "mean differences run " + " → ".join(_n(r["mean"], 3) for r in rec["rungs"]) + ": "
+        f"the held-out rung's lies {abs(gap):.3f} bpb {'below' if gap < 0 else 'above'} the "
+        f"smaller rungs' line ({_n(m.estimate, 3)}). "
+    )
+    return text + _trained_width_words(h)
+
+
+def _trained_width_words(h: dict[str, Any]) -> str:
+    """The whole ladder's prediction at its target against the fixed-step ladder's width, its
+    fit, its pooled seed noise against the fixed-step ladder's, and its caveats (lack of fit,
+    rates)."""
+    rec, fit = h["rec"], h["rec"]["fit"]
+    single = rec["prediction"]["single"]
+    width, fixed = single["high"] - single["low"], FIXED_STEP_100X[1] - FIXED_STEP_100X[0]
+    fixed_sd = math.sqrt(sum(v * v for v in FIXED_STEP_SD) / len(FIXED_STEP_SD))
+    noisiest = max(rec["rungs"], key=lambda r: r["sd"])
+    text = (
+        f"At {rec['target']['n_params']:,.0f} parameters, 100× the largest rung, the whole "
+        f"ladder (all {len(rec['rungs'])} rungs) predicts {_n(single['estimate'], 4)} bpb for "
+        f"one training, 95 % interval {_ci(single['low'], single['high'], 4)}: "
+        f"{width:.3f} bpb wide, against {fixed:.2f} bpb for the fixed-step ladder at the same "
+        f"target ({_ci(*FIXED_STEP_100X, 4)}), {width / fixed:.2f}× its width "
+        f"({'narrower' if width < fixed else '**not narrower**'}). Its fit: slope "
+        f"{_n(fit['b'], 4)} ± {fit['b_se']:.4f} per tenfold, pooled paired sd "
+        f"{fit['pooled_sd']:.4f} bpb (ν = {fit['df']}; the fixed-step ladder's, pooled the "
+        f"same way from its paired-spread section, {fixed_sd:.4f}; the noisiest rung here is "
+        f"{noisiest['setting']}, sd {noisiest['sd']:.4f}), lack-of-fit p = "
+        f"{_p(fit['lack_of_fit_p'])}."
+    )
+    if fit["lack_of_fit_p"] is not None and fit["lack_of_fit_p"] < 0.05:
+        text += (
+            " The rungs' means scatter about the straight line in log N more than their seed "
+            "noise allows: the line the interval extrapolates does not describe these rungs, "
+            "and under a curved trend the coverage study above found every interval too "
+            "narrow."
+        )
+    if rate_caveats(h):
+        text += (
+            " Not every arm ran at the best rate of the width its rate was checked at (the "
+            "rates, below): the difference mixes the norm with the rate."
+        )
+    return text
+
+
+def _trained_sweep_lines(h: dict[str, Any]) -> list[str]:
+    """The sweep ladder's curves (final validation bpb per rate at each swept width) and
+    whether each arm's optimum lines up across them."""
+    sweep = h["sweep"]
+    if not sweep:
+        return []
+    seeds = _seeds(sweep["tuning_seeds"])
+    return [
+        f"Learning-rate sweep under mup (final validation bpb, mean ± sd over the tuning seeds "
+        f"{seeds}; bold: the best rate):",
+        "",
+        *_curve_table(sweep["settings"], "width"),
+        "",
+        f"Rates: {_alignment_words('mup', sweep)}." + "".join(f" {c}" for c in rate_caveats(h)),
+        "",
+    ]
+
+
+def rate_caveats(h: dict[str, Any]) -> list[str]:
+    """A sentence per arm whose rate, chosen at the base width, is not the best at the width
+    the sweep checks it at: by how much it lost there on the tuning seeds, beside the
+    ladder's measured difference at that rung (the difference's trend may carry the rate)."""
+    sweep, rates = h["sweep"], h["rates"] or {}
+    if not sweep:
+        return []
+    base, check = next(iter(sweep["settings"])), list(sweep["settings"])[-1]
+    tied = {a["arm"]: a["tied"].get(base, []) for a in sweep["alignment"]}
+    measured = {r["setting"]: r["mean"] for r in h["rec"]["rungs"]}
+    out = []
+    for arm, rate in rates.items():
+        c = sweep["settings"][check].get(arm)
+        at = {p["rate"]: p["mean"] for p in (c or {}).get("points", [])}
+        if c is None or c["best"] == rate or at.get(rate) is None:
+            continue
+        out.append(
+            f"{arm} runs at {rate:g}, its best at {base}, where "
+            f"{', '.join(f'{r:g}' for r in tied.get(arm, []))} lie within its tuning seeds' "
+            f"spread of the best; at {check} {c['best']:g} beat {rate:g} by "
+            f"{at[rate] - c['best_mean']:.3f} bpb on the tuning seeds, and the ladder's "
+            f"{h['arm']} − {h['rec']['baseline']} there is {_n(measured.get(check), 4)}: "
+            "part of the difference, and of its trend with size, may be this rate rather "
+            "than the norm."
+        )
+    return out
+
+
+def trained_document(out: Path, scale: Scale) -> list[str]:
+    """The trained hold-out's section between its own markers."""
+    ctx = {
+        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "commit": source_commit(),
+        "machine": machine(),
+    }
+    cmds = holdout_trained_commands(out, scale)
+    section = render_holdout_trained(holdout_trained(out), cmds, out, ctx)
+    return [TRAINED_BEGIN, "", *_scale_note(scale, trained=True), *section, TRAINED_END]
+
+
 # ---- the document ---------------------------------------------------------------------------
 
 
@@ -1101,27 +1455,39 @@ def document(out: Path, scale: Scale) -> list[str]:
         "commit": source_commit(),
         "machine": machine(),
     }
-    lines = [BEGIN, ""]
-    if scale is not FULL:
-        lines += [
-            f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(scale.compare)}, "
-            f"rates {_rates(scale.rates)}): it checks that the studies' commands and readings "
-            "run end to end; its numbers mean nothing and the readings below do not apply.",
-            "",
-        ]
+    lines = [BEGIN, "", *_scale_note(scale)]
     lines += render_holdout(out / "holdout", cmds["holdout"], ctx)
     lines += render_transfer(transfer(out), cmds["coord"] + cmds["transfer"], out, scale, ctx)
     lines += render_own_rate(own_rate(out), cmds["own_rate"], out, ctx)
     return [*lines, END]
 
 
-def place(old: str, section: str) -> str:
-    """``old`` with the text between :data:`BEGIN` and :data:`END` replaced by ``section``
+def _scale_note(scale: Scale, trained: bool = False) -> list[str]:
+    """The note that heads a smoke run's sections (none at the full scale), with the options
+    and rates of the fixed-step studies or of the trained hold-out (``trained``)."""
+    if scale is FULL:
+        return []
+    flags, rates = scale.compare, scale.rates
+    if trained:
+        flags = ("--tokens-per-param", f"{scale.tokens_per_param:g}", *scale.trained)
+        rates = scale.trained_rates
+    return [
+        f"**{scale.name.capitalize()} run** (`--{scale.name}`: {' '.join(flags)}, "
+        f"rates {_rates(rates)}): it checks that the studies' commands and readings "
+        "run end to end; its numbers mean nothing and the readings below do not apply.",
+        "",
+    ]
+
+
+def place(old: str, section: str, begin: str = BEGIN, end: str = END) -> str:
+    """``old`` with the text between ``begin`` and ``end`` (:data:`BEGIN`, :data:`END`, or the
+    trained hold-out's :data:`TRAINED_BEGIN`, :data:`TRAINED_END`) replaced by ``section``
     (appended after the kept marker's sections when absent; the marker is added when the
     document has none, so that scripts/studies.py keeps the section)."""
-    start, stop = old.find(BEGIN), old.find(END)
+    start = old.find(begin)
+    stop = old.find(end, start) if start >= 0 else -1
     if start >= 0 and stop > start:
-        return old[:start] + section + old[stop + len(END) :]
+        return old[:start] + section + old[stop + len(end) :]
     body = old.rstrip("\n")
     if KEPT_MARKER not in body:
         body += (
@@ -1152,8 +1518,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.no_doc:
         return 0
     doc = args.doc or ROOT / "docs" / "studies.md"
-    old = doc.read_text(encoding="utf-8") if doc.exists() else ""
-    write_text_atomic(doc, place(old, "\n".join(document(out, scale))))
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    if set(args.only) - {"holdout_trained"}:
+        text = place(text, "\n".join(document(out, scale)))
+    if "holdout_trained" in args.only:
+        section = "\n".join(trained_document(out, scale))
+        text = place(text, section, TRAINED_BEGIN, TRAINED_END)
+    write_text_atomic(doc, text)
     print(f"wrote {doc}")
     return 0
 

@@ -17,6 +17,7 @@ from normlab.analysis.ladder import Rung
 from normlab.analysis.lr_sweep import PLAIN_SWEEP_SETTING, lr_sweep_record, select_learning_rates
 from normlab.run_format import LR_SWEEP_KEY
 from normlab.run_format import folder as run_folder
+from normlab.study.loader import load_study
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -226,3 +227,144 @@ def test_a_study_not_run_says_so(tmp_path: Path) -> None:
     text = "\n".join(lines)
     assert text.count("Not run yet.") == 2 and "Learning-rate sweep, mup: not finished." in text
     assert "Smoke run" not in text and "Smoke run" in "\n".join(ls.document(tmp_path, ls.SMOKE))
+
+
+# ---- the trained hold-out ----------------------------------------------------------------------
+
+SWEPT = ("d_model=16", "d_model=32")
+TRAINED_RUNGS = ("d_model=16", "d_model=32", "d_model=64", "d_model=128")
+
+
+def _trained_sweep(
+    tmp_path: Path, best: dict[str, float], wider: dict[str, float] | None = None
+) -> None:
+    """The sweep ladder's summary.json: each arm best at its ``best`` rate at the smallest
+    width (and at its ``wider`` one at the next, by default the same), chosen at the smallest
+    for every rung of the hold-out ladder."""
+    curves = {SWEPT[0]: _curves(best), SWEPT[1]: _curves(wider or best)}
+    chosen_at = dict.fromkeys(TRAINED_RUNGS, SWEPT[0])
+    record = lr_sweep_record(curves, [3, 4], chosen_at)
+    _write(tmp_path / "holdout_trained_sweep", {"ladder": {"arms": {}, LR_SWEEP_KEY: record}})
+
+
+def test_the_trained_holdout_sweeps_then_trains_the_ladder_at_the_chosen_rates(
+    tmp_path: Path,
+) -> None:
+    (sweep,) = ls.holdout_trained_commands(tmp_path, ls.FULL)  # nothing chosen yet
+    assert sweep[:4] == ["normlab", "compare", "--config", "examples/ladder.yaml"]
+    assert _flag(sweep, "--ladder") == "d_model=16,32" and _flag(sweep, "--tuning-seeds") == "2"
+    assert _flag(sweep, "--lr-sweep") == "0.005,0.01,0.02,0.04"
+    assert _flag(sweep, "--tokens-per-param") == "10" and "--steps" not in sweep
+    assert ls.plan(tmp_path, ls.FULL)["holdout_trained"] == [sweep]
+    _trained_sweep(tmp_path, {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01})
+    assert ls.trained_rates(tmp_path) == {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01}
+    again, ladder = ls.holdout_trained_commands(tmp_path, ls.FULL)
+    assert again == sweep and _flag(ladder, "--out") == str(tmp_path / "holdout_trained")
+    assert _flag(ladder, "--parametrization") == "mup" and "--ladder" not in ladder
+    # the config is the example's with each arm's rate, valid as compare reads it
+    config = Path(_flag(ladder, "--config"))
+    loaded = load_study(config, {"train.tokens_per_param": 10.0}, "mup")
+    assert loaded.config.train.arm_lr == {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01}
+    assert loaded.ladder is not None and loaded.ladder.values == (16, 32, 64, 128)
+    assert loaded.config.model.parametrization == "mup"
+    small = ls.holdout_trained_commands(tmp_path, ls.SMOKE)
+    assert [_flag(c, "--tokens-per-param") for c in small] == ["0.05", "0.05"]
+    assert _flag(small[1], "--ladder") == "d_model=16,32,64" and "--steps" not in small[1]
+
+
+def _trained_ladder(
+    tmp_path: Path, ln_bpb: tuple[float, ...], held_out: tuple, lack_of_fit_p: float = 0.5
+) -> None:
+    """The hold-out ladder's summary.json (rmsnorm-pre − layernorm-pre on four rungs, the
+    largest's differences ``held_out``) and each rung's, with layernorm-pre's mean ``ln_bpb``."""
+    folder = tmp_path / "holdout_trained"
+    rungs = []
+    for i, (setting, rung) in enumerate(zip(TRAINED_RUNGS, _rungs(held_out), strict=True)):
+        diffs = list(rung.diffs)
+        mean = sum(diffs) / 3
+        sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+        rungs.append(
+            {
+                "setting": setting,
+                "n_params": rung.n_params,
+                "tokens_per_param": 10.0,
+                "tokens": 200 * 4**i * 512,
+                "steps": 200 * 4**i,
+                "diffs": diffs,
+                "seeds": [0, 1, 2],
+                "mean": mean,
+                "low": mean - 0.05,
+                "high": mean + 0.05,
+                "sd": sd,
+            }
+        )
+        arms = {
+            "layernorm-pre": {"final_val_bpb": {"mean": ln_bpb[i], "std": 0.01}},
+            "rmsnorm-pre": {"final_val_bpb": {"mean": ln_bpb[i] + mean, "std": 0.02}},
+        }
+        _write(run_folder.rung_path(folder, setting), {"arms": arms})
+    rec = {
+        "arm": "rmsnorm-pre",
+        "baseline": "layernorm-pre",
+        "metric": "final_val_bpb",
+        "rungs": rungs,
+        "fit": {
+            "b": -0.01,
+            "b_se": 0.004,
+            "pooled_sd": 0.01,
+            "df": 8,
+            "lack_of_fit_p": lack_of_fit_p,
+        },
+        "target": {"n_params": 6.4e7},
+        "prediction": {"single": {"estimate": -0.02, "low": -0.08, "high": 0.05}},
+    }
+    _write(folder, {"ladder": {"arms": {"rmsnorm-pre": rec}}})
+
+
+CTX = {"date": "d", "commit": "c", "machine": "m"}
+
+
+def test_the_trained_holdout_section_says_monotone_covered_and_the_width(tmp_path: Path) -> None:
+    assert ls.holdout_trained(tmp_path) is None
+    _trained_sweep(tmp_path, {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01})
+    _trained_ladder(tmp_path, (3.8, 3.2, 2.7, 2.3), (0.01, 0.02, 0.03))
+    h = ls.holdout_trained(tmp_path)
+    assert h is not None and h["monotone"] == {"layernorm-pre": True, "rmsnorm-pre": True}
+    cmds = ls.holdout_trained_commands(tmp_path, ls.FULL)
+    text = "\n".join(ls.render_holdout_trained(h, cmds, tmp_path, CTX))
+    assert "`python benchmarks/ladder_studies.py --only holdout_trained`" in text
+    assert "| d_model=128 | 640,000 | 10.24 | 12,800 | 2.300 ± 0.010 |" in text
+    assert "training 10 tokens per parameter" in text
+    assert "Monotone in size: **yes**" in text and "layernorm-pre 3.800 → 3.200" in text
+    assert "lies inside" in text and ": covered." in text and "too narrow" not in text
+    assert "run +0.050 → +0.040 → +0.030 → +0.020: the held-out rung's lies 0.000 bpb" in text
+    assert "0.130 bpb wide, against 0.54 bpb" in text and "0.24× its width (narrower)" in text
+    assert "layernorm-pre 0.02, rmsnorm-pre 0.01" in text and "| d_model=32 | rmsnorm-pre |" in text
+    assert "the difference mixes the norm with the rate" not in text
+    _trained_sweep(tmp_path, {"layernorm-pre": 0.02, "rmsnorm-pre": 0.01}, {"rmsnorm-pre": 0.02})
+    _trained_ladder(tmp_path, (3.8, 3.2, 2.7, 2.9), (0.49, 0.5, 0.51), lack_of_fit_p=0.01)
+    h = ls.holdout_trained(tmp_path)
+    text = "\n".join(ls.render_holdout_trained(h, cmds, tmp_path, CTX))
+    assert "the difference mixes the norm with the rate" in text
+    assert "at d_model=32 0.02 beat 0.01 by 0.010 bpb on the tuning seeds" in text
+    assert "rmsnorm-pre − layernorm-pre there is +0.0400" in text
+    assert "Monotone in size: **no**" in text and "**this did not hold** for layernorm-pre" in text
+    assert "**lies outside**" in text and "**not covered**" in text
+    assert "bpb above the smaller rungs' line" in text and "found every interval too" in text
+
+
+def test_the_trained_section_is_written_apart_from_the_others(tmp_path: Path) -> None:
+    doc = tmp_path / "studies.md"
+    doc.write_text(f"# t\n\n<!-- kept: x -->\n\n{ls.BEGIN}\nOTHERS\n{ls.END}\n", encoding="utf-8")
+    out = tmp_path / "out"
+    ls.main(
+        ["--smoke", "--no-run", "--only", "holdout_trained", "--out", str(out), "--doc", str(doc)]
+    )
+    text = doc.read_text(encoding="utf-8")
+    assert f"{ls.BEGIN}\nOTHERS\n{ls.END}" in text  # the other studies' sections untouched
+    assert text.index(ls.END) < text.index(ls.TRAINED_BEGIN) < text.index(ls.TRAINED_END)
+    assert "## Ladder: hold-out on trained rungs\n\nNot run yet." in text
+    ls.main(
+        ["--smoke", "--no-run", "--only", "holdout_trained", "--out", str(out), "--doc", str(doc)]
+    )
+    assert doc.read_text(encoding="utf-8") == text  # replaced in place, not appended again
