@@ -643,7 +643,10 @@ def section(root: Path) -> list[str]:
         "",
         *prices,
         "",
-        f"The cheapest measured budget: {best.budget:g} tokens per parameter." if best else "",
+        f"The cheapest measured budget: {best.budget:g} "
+        f"{'token' if best.budget == 1 else 'tokens'} per parameter."
+        if best
+        else "",
         "",
         "### Is a 3-seed forecast right? (held-out check)",
         "",
