@@ -488,3 +488,18 @@ def test_the_answer_says_the_note_right_after_the_verdicts() -> None:
         f"Note: {early_note(1.5)}.",
         *plain[after_verdicts:],
     ]
+
+
+def test_the_schedule_flag_sets_train_schedule(tmp_path: Path, corpus: Path) -> None:
+    """``--schedule wsd`` is ``train.schedule: wsd`` (its settings recorded with it); a value
+    that is no schedule is refused naming the key."""
+    out = tmp_path / "out"
+    code, output = _invoke(tmp_path, corpus, "--seeds", "1", "--schedule", "wsd", "--plan",
+                           "--out", str(out))  # fmt: skip
+    assert code == 0, output
+    for spec in _run_configs(out).values():
+        assert spec["train"]["schedule"] == "wsd"
+        assert {"cooldown", "decay"} <= set(spec["train"])
+    code, output = _invoke(tmp_path, corpus, "--schedule", "steep", "--plan", "--out",
+                           str(tmp_path / "bad"))  # fmt: skip
+    assert code == 2 and "train.schedule" in output, output

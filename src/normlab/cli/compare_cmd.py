@@ -134,6 +134,7 @@ def compare(
         str | None, typer.Option(help=flag_help(FLAG_KEYS["param_count"]))
     ] = None,
     lr: Annotated[float | None, typer.Option(help=flag_help(FLAG_KEYS["lr"]))] = None,
+    schedule: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["schedule"]))] = None,
     warmup: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["warmup"]))] = None,
     batch_size: Annotated[int | None, typer.Option(help=flag_help(FLAG_KEYS["batch_size"]))] = None,
     device: Annotated[str | None, typer.Option(help=flag_help(FLAG_KEYS["device"]))] = None,

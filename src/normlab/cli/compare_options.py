@@ -93,6 +93,7 @@ FLAG_KEYS = {
     "tokens_per_param": "train.tokens_per_param",
     "param_count": "train.param_count",
     "lr": "train.lr",
+    "schedule": "train.schedule",
     "warmup": "train.warmup",
     "batch_size": "train.batch_size",
     "device": "device",
