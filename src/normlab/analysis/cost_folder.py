@@ -52,6 +52,7 @@ from normlab.analysis.cost import (
 )
 from normlab.analysis.power import MAX_SEEDS_FORECAST, SPREAD_CONFIDENCE
 from normlab.analysis.runs import CompareFolder, RunResult
+from normlab.analysis.training_budget import EARLY_TRAINING_TOKENS_PER_PARAM
 from normlab.run_format import (
     BRANCHES_FIELD,
     DECISION_COST_KEY,
@@ -340,7 +341,8 @@ def decision_sentence(arm: str, record: Mapping[str, Any]) -> str:
         return f"{head}; no budget measured or forecast has a practical number of seeds"
     if best is cur:
         others = _budgets_words([b for b in prices if b != cur["budget"]])
-        return f"{head}; no other budget measured or forecast ({others}) is cheaper"
+        head += f"; no other budget measured or forecast ({others}) is cheaper"
+        return head + _trained_words(prices, best, record)
     tail = (
         f"; the cheapest measured or forecast: {budget_words(best['budget'])}"
         f"{_source_words(best, record['law'])}, {seeds_words(best)}, {_cost_words(best, model)}"
@@ -351,7 +353,30 @@ def decision_sentence(arm: str, record: Mapping[str, Any]) -> str:
             f"; continuing at {cur['budget']:g} reuses the {counted(record['n_done'], 'seed')} "
             f"done and costs less ({fmt_core_hours(more)} more)"
         )
-    return head + tail
+    return head + tail + _trained_words(prices, best, record)
+
+
+def _trained_words(
+    prices: Mapping[float, Mapping[str, Any]],
+    best: Mapping[str, Any],
+    record: Mapping[str, Any],
+) -> str:
+    """When the cheapest budget is early training (below
+    :data:`~normlab.analysis.training_budget.EARLY_TRAINING_TOKENS_PER_PARAM` tokens per
+    parameter, where an answer is about how fast the models start), the cheapest at or beyond
+    it, with its price; else nothing."""
+    if best["budget"] >= EARLY_TRAINING_TOKENS_PER_PARAM:
+        return ""
+    trained = [p for b, p in prices.items()
+               if b >= EARLY_TRAINING_TOKENS_PER_PARAM and p["core_s"] is not None]  # fmt: skip
+    if not trained:
+        return ""
+    p = min(trained, key=lambda x: (x["core_s"], x["budget"]))
+    return (
+        f"; beyond early training (at least {EARLY_TRAINING_TOKENS_PER_PARAM:g} tokens per "
+        f"parameter) the cheapest is {budget_words(p['budget'])}{_source_words(p, record['law'])}"
+        f", {seeds_words(p)}, {_cost_words(p, record['cost_model'])}"
+    )
 
 
 def _seed_core_s(budget: float, cost_model: Mapping[str, Any]) -> float:
