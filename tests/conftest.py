@@ -10,6 +10,8 @@ backend-parametrised test without editing any test.
 
 from __future__ import annotations
 
+import os
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -54,6 +56,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # torch.compile's cache in a folder of this session's own (the workers and the runs they
+    # start inherit it): a file that an earlier, killed process left half-written in the
+    # machine's shared cache must not fail a test ("file too short").
+    if "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="normlab-tests-inductor-")
     # torch.compile's own internals call a deprecated torch.jit helper; not ours to fix.
     config.addinivalue_line(
         "filterwarnings", "ignore:`torch.jit.script_method` is deprecated:DeprecationWarning"
