@@ -91,3 +91,24 @@ def test_which_rungs_are_swept_and_the_configs_of_a_sweep() -> None:
     assert chosen.arm_lr("rmsnorm-pre") == 0.001 and chosen.seed_list() == cfg.seed_list()
     with pytest.raises(ValueError, match=r"^--lr-sweep: no chosen rate for the arm 'rmsnorm-pre'"):
         with_arm_rates(cfg, {"layernorm-pre": 0.01})
+
+
+def test_a_tie_at_the_base_width_is_broken_at_the_check_width() -> None:
+    """Under μP (every rung runs the base width's choice) the base width's best is kept unless
+    its tuning seeds cannot tell rates apart: then the tied rate best at the widest swept
+    setting. Each rung choosing its own (sp) keeps each setting's best."""
+    base = {0.01: [3.75, 3.83], 0.02: [3.67, 3.93], 0.04: [3.80, 3.88], 0.005: [4.07, 4.08]}
+    check = {0.01: [3.17, 3.17], 0.02: [3.04, 3.045], 0.04: [3.04, 3.32], 0.005: [3.38, 3.39]}
+    clear = {0.01: [3.70, 3.701], 0.02: [3.80, 3.801], 0.04: [3.90, 3.901], 0.005: [4.0, 4.001]}
+    curves = {
+        "d_model=16": select_learning_rates({"tie": base, "clear": clear}),
+        "d_model=32": select_learning_rates({"tie": check, "clear": check}),
+    }
+    assert curves["d_model=16"]["tie"].best == 0.01  # the lowest mean, within the noise
+    mup = {"d_model=16": "d_model=16", "d_model=32": "d_model=16", "d_model=64": "d_model=16"}
+    chosen = lr_sweep_record(curves, [3, 4], mup)["chosen"]
+    assert {r: c["tie"] for r, c in chosen.items()} == dict.fromkeys(mup, 0.02)
+    assert {r: c["clear"] for r, c in chosen.items()} == dict.fromkeys(mup, 0.01)  # no tie
+    own = lr_sweep_record(curves, [3, 4])["chosen"]  # sp: each rung its own best
+    assert own == {"d_model=16": {"tie": 0.01, "clear": 0.01},
+                   "d_model=32": {"tie": 0.02, "clear": 0.02}}  # fmt: skip

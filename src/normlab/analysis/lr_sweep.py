@@ -38,6 +38,7 @@ __all__ = [
     "LrCurve",
     "LrPoint",
     "OptimumAlignment",
+    "chosen_rate",
     "lr_sweep_record",
     "optimum_alignment",
     "select_learning_rates",
@@ -217,6 +218,34 @@ def tuning_seeds(count: int, evaluation_seeds: Iterable[int]) -> list[int]:
     return list(range(start, start + count))
 
 
+def chosen_rate(curves: Mapping[str, Mapping[str, LrCurve]], setting: str, arm: str) -> float:
+    """The rate ``arm`` runs at when ``setting``'s sweep chooses for other widths too (μP): its
+    best there, unless other settings were swept (a μP ladder checks the base width's choice at
+    its largest swept rung) and the base width's tuning seeds cannot tell several rates apart
+    (:func:`tied_rates`): then, of those tied rates, the one with the lowest mean at the widest
+    other setting that measured them (the nearest to the sizes the ladder predicts), so a tie at
+    the small width is not broken by its noise."""
+    curve = curves[setting][arm]
+    tied = tied_rates(curve)
+    others = [s for s in curves if s != setting and arm in curves[s]]
+    if len(tied) < 2 or not others:
+        return curve.best
+    check = curves[others[-1]][arm]
+    means = {p.rate: p.mean for p in check.points if p.mean is not None and not p.n_diverged}
+    ranked = [r for r in tied if r in means]
+    return min(ranked, key=lambda r: (means[r], r)) if ranked else curve.best
+
+
+def _chosen(
+    curves: Mapping[str, Mapping[str, LrCurve]], setting: str, where: Mapping[str, str]
+) -> dict[str, float]:
+    """{arm: rate} of the rungs that run ``setting``'s choice: :func:`chosen_rate` where other
+    rungs run it too (the rate is carried across widths, as under μP), else each arm's best."""
+    carried = any(r != setting for r, s in where.items() if s == setting)
+    curve = curves[setting]
+    return {a: chosen_rate(curves, setting, a) if carried else c.best for a, c in curve.items()}
+
+
 def lr_sweep_record(
     curves: Mapping[str, Mapping[str, LrCurve]],
     seeds: Sequence[int] = (),
@@ -235,7 +264,7 @@ def lr_sweep_record(
     return {
         "tuning_seeds": [int(s) for s in seeds],
         "chosen_at": where,
-        "chosen": {r: {a: c.best for a, c in curves[s].items()} for r, s in where.items()},
+        "chosen": {r: _chosen(curves, s, where) for r, s in where.items()},
         "settings": {
             s: {
                 arm: {
