@@ -176,6 +176,24 @@ class GridConfig(Section):
         """The validated config as JSON-ready data (``experiment.json``'s ``config``)."""
         raise NotImplementedError
 
+    def grid_fields(self) -> dict[str, Any]:
+        """The fields of ``experiment.json`` that every kind of grid takes from its config
+        (:func:`normlab.run_format.experiment_record.experiment_record`'s ``testbed``, ``arms``,
+        ``baseline_arm``, ``seeds``, ``margin``, ``factors`` and ``config``)."""
+        return {
+            "testbed": self.testbed,
+            "arms": self.arm_names(),
+            "baseline_arm": self.baseline_arm(),
+            "seeds": self.seed_list(),
+            "margin": self.margin(),
+            "factors": {
+                "norm": self.norms,
+                "placement": self.placements,
+                "precision": self.precisions,
+            },
+            "config": self.dump(),
+        }
+
 
 EXECUTORS = ("local", "ray")
 """The executors that train a grid (``--executor``): ``local`` (worker processes on this

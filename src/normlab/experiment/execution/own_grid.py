@@ -157,14 +157,8 @@ def grid_record(
         settings.pop("train.lr", None)
         extra["learning_rates"] = {a: cfg.arm_lr(a) for a in cfg.arm_names()}
     return experiment_record(
-        testbed=cfg.testbed,
-        arms=cfg.arm_names(),
-        baseline_arm=cfg.baseline_arm(),
-        seeds=cfg.seed_list(),
-        margin=cfg.margin(),
-        factors={"norm": cfg.norms, "placement": cfg.placements, "precision": cfg.precisions},
+        **cfg.grid_fields(),
         settings=settings,
-        config=cfg.dump(),
         environment=env,
         runs=[r["run_id"] for r in runs],
         target_val_loss=cfg.train.target_val_loss,

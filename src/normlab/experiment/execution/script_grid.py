@@ -89,14 +89,8 @@ class ScriptGrid:
         script's to choose."""
         cfg = self.cfg
         return experiment_record(
-            testbed=cfg.testbed,
-            arms=cfg.arm_names(),
-            baseline_arm=cfg.baseline_arm(),
-            seeds=cfg.seed_list(),
-            margin=cfg.margin(),
-            factors={"norm": cfg.norms, "placement": cfg.placements, "precision": cfg.precisions},
+            **cfg.grid_fields(),
             settings={"script.command": cfg.command, "script.metric": cfg.metric},
-            config=cfg.dump(),
             environment=environment("cpu", self.threads) | {"device": "chosen by the script"},
             runs=[r["run_id"] for r in runs],
         )
